@@ -1,0 +1,3 @@
+module github.com/nomad-train/nomad-train
+
+go 1.26

@@ -1,0 +1,187 @@
+// Package workerenv names the environment contract between whatever launches a
+// worker (the local launcher, the Nomad task driver) and the training runtime
+// inside it. Launchers set these variables; the runtime reads them with Load.
+//
+// Only the variables a launcher knows are required: ranks, local ranks and
+// peer addresses come out of the rendezvous, not out of the environment.
+package workerenv
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Variable names. Every name starts with NOMAD_TRAIN_.
+const (
+	// Worker is "1" in a process that must run the training function instead
+	// of launching workers (the helper-process idiom).
+	Worker = "NOMAD_TRAIN_WORKER"
+	// RunName is the run's name; storage lives under StoragePath/RunName.
+	RunName = "NOMAD_TRAIN_RUN"
+	// WorldSize is the number of workers in the gang.
+	WorldSize = "NOMAD_TRAIN_WORLD_SIZE"
+	// RankHint is the rank this worker would like (the local launcher's index,
+	// or Nomad's NOMAD_ALLOC_INDEX). The rendezvous honours it when it can.
+	RankHint = "NOMAD_TRAIN_RANK_HINT"
+	// MemberID identifies this worker in the rendezvous (an allocation ID on
+	// Nomad, "local-<index>" locally). Unique within a run.
+	MemberID = "NOMAD_TRAIN_MEMBER_ID"
+	// Node names the machine; workers sharing it get local ranks.
+	Node = "NOMAD_TRAIN_NODE"
+	// Addr is host:port the worker listens on for collectives and advertises
+	// to its peers. Port 0 picks a free port (local runs).
+	Addr = "NOMAD_TRAIN_ADDR"
+	// Rendezvous is the rendezvous endpoint: "embedded://host:port" for the
+	// embedded store served by a launcher, "consul://" for Consul (address and
+	// token from CONSUL_HTTP_ADDR / CONSUL_HTTP_TOKEN).
+	Rendezvous = "NOMAD_TRAIN_RENDEZVOUS"
+	// RendezvousTimeout bounds how long a worker waits for the whole gang
+	// (a Go duration string).
+	RendezvousTimeout = "NOMAD_TRAIN_RENDEZVOUS_TIMEOUT"
+	// StoragePath is the root of run storage (a local or shared directory).
+	StoragePath = "NOMAD_TRAIN_STORAGE_PATH"
+	// Config is the training loop config as JSON.
+	Config = "NOMAD_TRAIN_CONFIG"
+	// Checkpoint is the checkpoint policy as JSON (see CheckpointPolicy).
+	Checkpoint = "NOMAD_TRAIN_CHECKPOINT"
+	// MaxFailures is the gang's failure budget (-1 unlimited).
+	MaxFailures = "NOMAD_TRAIN_MAX_FAILURES"
+	// Builtin names a built-in training function (e.g. "quickstart") for
+	// binaries that carry them (nomad-train, nomad-driver-train).
+	Builtin = "NOMAD_TRAIN_BUILTIN"
+	// Events is a file the runtime appends milestone events to, one JSON
+	// object per line (see Event). The task driver turns them into Nomad task
+	// events. Empty means no events are written.
+	Events = "NOMAD_TRAIN_EVENTS"
+	// SecretFile is a file holding the run's shared secret, used to
+	// authenticate collective and rendezvous connections.
+	SecretFile = "NOMAD_TRAIN_SECRET_FILE"
+	// CollectiveTimeout bounds every network wait inside a collective
+	// (a Go duration string).
+	CollectiveTimeout = "NOMAD_TRAIN_COLLECTIVE_TIMEOUT"
+)
+
+// CheckpointPolicy is the JSON carried in Checkpoint.
+type CheckpointPolicy struct {
+	NumToKeep      int    `json:"num_to_keep,omitempty"` // 0 keeps all
+	ScoreAttribute string `json:"score_attribute,omitempty"`
+	ScoreOrder     string `json:"score_order,omitempty"` // "max" or "min"
+}
+
+// Event is one line of the Events file.
+type Event struct {
+	Time    time.Time         `json:"time"`
+	Kind    string            `json:"kind"` // rendezvous_complete, generation_changed, checkpoint_committed, failure_budget_used, run_failed, run_finished
+	Message string            `json:"message"`
+	Attrs   map[string]string `json:"attrs,omitempty"`
+}
+
+// Env is the decoded environment of one worker.
+type Env struct {
+	RunName           string
+	WorldSize         int
+	RankHint          int // -1 when unset
+	MemberID          string
+	Node              string
+	Addr              string
+	Rendezvous        string
+	RendezvousTimeout time.Duration
+	StoragePath       string
+	Config            json.RawMessage
+	Checkpoint        CheckpointPolicy
+	MaxFailures       int
+	Builtin           string
+	Events            string
+	SecretFile        string
+	CollectiveTimeout time.Duration
+}
+
+// IsWorker reports whether this process was launched as a worker.
+func IsWorker() bool { return os.Getenv(Worker) == "1" }
+
+// Load decodes the environment through getenv (os.Getenv in production).
+// It returns an error naming the first variable that is malformed or missing.
+func Load(getenv func(string) string) (Env, error) {
+	e := Env{
+		RunName:     getenv(RunName),
+		MemberID:    getenv(MemberID),
+		Node:        getenv(Node),
+		Addr:        getenv(Addr),
+		Rendezvous:  getenv(Rendezvous),
+		StoragePath: getenv(StoragePath),
+		Builtin:     getenv(Builtin),
+		Events:      getenv(Events),
+		SecretFile:  getenv(SecretFile),
+		RankHint:    -1,
+	}
+	var err error
+	if e.RunName == "" {
+		return e, fmt.Errorf("%s is not set", RunName)
+	}
+	if e.WorldSize, err = intVar(getenv, WorldSize, 1); err != nil {
+		return e, err
+	}
+	if e.WorldSize < 1 {
+		return e, fmt.Errorf("%s must be at least 1, got %d", WorldSize, e.WorldSize)
+	}
+	if e.RankHint, err = intVar(getenv, RankHint, -1); err != nil {
+		return e, err
+	}
+	if e.MaxFailures, err = intVar(getenv, MaxFailures, 0); err != nil {
+		return e, err
+	}
+	if e.RendezvousTimeout, err = durVar(getenv, RendezvousTimeout, 5*time.Minute); err != nil {
+		return e, err
+	}
+	if e.CollectiveTimeout, err = durVar(getenv, CollectiveTimeout, 30*time.Second); err != nil {
+		return e, err
+	}
+	if v := getenv(Config); v != "" {
+		if !json.Valid([]byte(v)) {
+			return e, fmt.Errorf("%s is not valid JSON", Config)
+		}
+		e.Config = json.RawMessage(v)
+	}
+	if v := getenv(Checkpoint); v != "" {
+		if err := json.Unmarshal([]byte(v), &e.Checkpoint); err != nil {
+			return e, fmt.Errorf("%s: %w", Checkpoint, err)
+		}
+	}
+	if e.MemberID == "" {
+		e.MemberID = fmt.Sprintf("pid-%d", os.Getpid())
+	}
+	if e.Node == "" {
+		e.Node, _ = os.Hostname()
+	}
+	if e.Addr == "" {
+		e.Addr = "127.0.0.1:0"
+	}
+	return e, nil
+}
+
+func intVar(getenv func(string) string, name string, def int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q is not an integer", name, v)
+	}
+	return n, nil
+}
+
+func durVar(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q is not a positive duration", name, v)
+	}
+	return d, nil
+}
