@@ -7,7 +7,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 
+	"github.com/nomad-train/nomad-train/examples/quickstart"
+	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -16,14 +19,35 @@ import (
 // NOMAD_TRAIN_BUILTIN.
 const WorkerArg = "worker"
 
-// WorkerMain runs the builtin named by the environment as one worker and
+// table maps builtin names to training functions.
+var table = map[string]trainer.TrainFunc{
+	"quickstart": quickstart.Train,
+}
+
+// Lookup returns the builtin training function called name.
+func Lookup(name string) (trainer.TrainFunc, bool) {
+	fn, ok := table[name]
+	return fn, ok
+}
+
+// Names lists the builtins, sorted.
+func Names() []string {
+	names := make([]string, 0, len(table))
+	for n := range table {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// WorkerMain runs the builtin named by NOMAD_TRAIN_BUILTIN as one worker and
 // returns the process exit code.
 func WorkerMain(ctx context.Context) int {
-	env, err := workerenv.Load(os.Getenv)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nomad-train worker: %v\n", err)
-		return 2
+	name := os.Getenv(workerenv.Builtin)
+	fn, ok := Lookup(name)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "nomad-train worker: unknown builtin %q (known: %v)\n", name, Names())
+		return trainer.ExitBadEnv
 	}
-	fmt.Fprintf(os.Stderr, "nomad-train worker: no builtin %q\n", env.Builtin)
-	return 2
+	return trainer.RunWorker(ctx, fn)
 }

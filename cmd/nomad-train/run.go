@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/nomad-train/nomad-train/builtins"
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+func init() {
+	register("run", "Run a train.hcl spec (locally unless a Nomad address is given)", runCmd)
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var vars, varFiles multiFlag
+	fs.Var(&vars, "var", "set a variable: -var name=value (repeatable)")
+	fs.Var(&varFiles, "var-file", "read variables from an HCL file (repeatable)")
+	address := fs.String("address", os.Getenv("NOMAD_ADDR"), "Nomad address; empty runs locally (env NOMAD_ADDR)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: nomad-train run [flags] train.hcl")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	spec, ok := loadSpec(fs.Arg(0), vars, varFiles, stderr)
+	if !ok {
+		return 1
+	}
+	if *address != "" {
+		fmt.Fprintf(stderr, "nomad-train run: running on Nomad (%s) is not built yet; "+
+			"compile the job with `nomad-train compile %s > job.nomad.hcl` and run it with `nomad job run`, "+
+			"or unset NOMAD_ADDR to run locally\n", *address, fs.Arg(0))
+		return 1
+	}
+	return runLocal(ctx, spec, stdout, stderr)
+}
+
+// runLocal runs the spec on this machine: the embedded default.
+func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
+	opts := local.Options{
+		NumWorkers:  spec.Scaling.NumWorkers,
+		RunName:     spec.Name,
+		StoragePath: spec.Run.StoragePath,
+		Config:      spec.ConfigJSON,
+		Checkpoint: workerenv.CheckpointPolicy{
+			NumToKeep:      spec.Run.Checkpoint.NumToKeep,
+			ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute,
+			ScoreOrder:     spec.Run.Checkpoint.ScoreOrder,
+		},
+		MaxFailures:       spec.Run.Failure.MaxFailures,
+		RendezvousTimeout: spec.Rendezvous.Timeout,
+		Stdout:            stdout,
+		Stderr:            stderr,
+	}
+	for _, k := range sortedKeys(spec.Env) {
+		opts.Env = append(opts.Env, k+"="+spec.Env[k])
+	}
+	if spec.Entrypoint.Builtin != "" {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-train run: find own executable: %v\n", err)
+			return 1
+		}
+		opts.Command, opts.Args = exe, []string{builtins.WorkerArg}
+		opts.Env = append(opts.Env, workerenv.Builtin+"="+spec.Entrypoint.Builtin)
+	} else {
+		opts.Command, opts.Args = spec.Entrypoint.Command, spec.Entrypoint.Args
+	}
+	fmt.Fprintf(stdout, "==> run %q: %d workers on this machine, storage %s\n",
+		spec.Name, spec.Scaling.NumWorkers, filepath.Join(spec.Run.StoragePath, spec.Name))
+	out, err := local.Launch(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return 1
+	}
+	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
+	if res != nil {
+		printResult(stdout, res)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return 1
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "nomad-train run: stopped")
+		return 130
+	}
+	return 0
+}
+
+func printResult(w io.Writer, r *trainer.Result) {
+	fmt.Fprintln(w, "==> result")
+	for _, k := range sortedKeys(r.Metrics) {
+		fmt.Fprintf(w, "    %-12s %v\n", k, r.Metrics[k])
+	}
+	if r.Checkpoint != nil {
+		fmt.Fprintf(w, "    checkpoint   %s\n", r.Checkpoint.Path())
+	}
+	fmt.Fprintf(w, "    metrics      %s\n", r.MetricsPath)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,183 @@
+// Package quickstart is Ray Train's quick start in Go: a linear model
+// Linear(10→1) fitted with MSE to 1000 samples of y = Xw + b + noise, on
+// several data-parallel workers, reporting the loss and saving a checkpoint
+// every epoch, and resuming from the latest checkpoint when there is one.
+//
+// It is the built-in entrypoint "quickstart" (examples/quickstart/train.hcl)
+// and the training function of the Go program in cmd/.
+package quickstart
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/data"
+	"github.com/nomad-train/nomad-train/trainer/nn"
+)
+
+// Config is the training loop config.
+type Config struct {
+	LR        float64 `json:"lr"`
+	Momentum  float64 `json:"momentum"`
+	Epochs    int     `json:"epochs"`
+	BatchSize int     `json:"batch_size"` // global: split evenly over the workers
+	Samples   int     `json:"samples"`
+	Noise     float64 `json:"noise"`
+	Seed      uint64  `json:"seed"`
+}
+
+// DefaultConfig is Ray's quick start: batch 32, 10 epochs, 1000 samples.
+func DefaultConfig() Config {
+	return Config{LR: 0.05, Momentum: 0.9, Epochs: 10, BatchSize: 32, Samples: 1000, Noise: 0.1, Seed: 42}
+}
+
+const features = 10
+
+// Train is the training function: every worker runs it.
+func Train(ctx context.Context, s *trainer.Session) error {
+	cfg := DefaultConfig()
+	if err := s.DecodeConfig(&cfg); err != nil {
+		return err
+	}
+	if cfg.BatchSize%s.WorldSize() != 0 || cfg.BatchSize < s.WorldSize() {
+		return fmt.Errorf("batch_size %d does not split evenly over %d workers", cfg.BatchSize, s.WorldSize())
+	}
+	x, y := Dataset(cfg)
+	model := nn.NewSequential(rand.New(rand.NewPCG(cfg.Seed, 1)), nn.NewLinear(features, 1))
+	opt := nn.NewSGD(model.Params(), model.Grads(), nn.SGDConfig{LR: float32(cfg.LR), Momentum: float32(cfg.Momentum)})
+
+	start := 0
+	if ck := s.GetCheckpoint(); ck != nil {
+		epoch, err := load(ck.Path(), model, opt)
+		if err != nil {
+			return fmt.Errorf("restore checkpoint %s: %w", ck.Path(), err)
+		}
+		start = epoch + 1
+		if s.WorldRank() == 0 {
+			fmt.Printf("resuming after epoch %d from %s\n", epoch, ck.Path())
+		}
+	}
+	dm, err := trainer.PrepareModel(ctx, s, model)
+	if err != nil {
+		return err
+	}
+
+	sampler := data.DistributedSampler{Len: cfg.Samples, Rank: s.WorldRank(), WorldSize: s.WorldSize(), Shuffle: true, Seed: int64(cfg.Seed)}
+	local := cfg.BatchSize / s.WorldSize()
+	bx, by := nn.NewMatrix(local, features), nn.NewMatrix(local, 1)
+	var dout nn.Matrix
+	stats := make([]float64, 2) // loss sum, batches
+	for epoch := start; epoch < cfg.Epochs; epoch++ {
+		stats[0], stats[1] = 0, 0
+		for _, batch := range data.Batches(sampler.Indices(epoch), local) {
+			gather(x, y, batch, bx, by)
+			model.ZeroGrad()
+			pred := model.Forward(bx)
+			stats[0] += nn.MSE(pred, by, &dout)
+			stats[1]++
+			model.Backward(&dout)
+			if err := dm.SyncGradients(ctx); err != nil {
+				return err
+			}
+			opt.Step()
+		}
+		if err := s.AllReduceFloat64(ctx, stats, trainer.Sum); err != nil {
+			return err
+		}
+		loss := stats[0] / stats[1]
+		var ck *trainer.Checkpoint
+		if s.WorldRank() == 0 {
+			if ck, err = save(s, epoch, model, opt); err != nil {
+				return err
+			}
+			fmt.Printf("epoch %d: loss %.6f\n", epoch, loss)
+		}
+		if err := s.Report(ctx, trainer.Metrics{"epoch": epoch, "loss": loss}, ck); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Dataset makes the synthetic regression data: the same on every worker,
+// from the seed.
+func Dataset(cfg Config) (x, y *nn.Matrix) {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0))
+	w := make([]float32, features)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	b := float32(rng.NormFloat64())
+	x, y = nn.NewMatrix(cfg.Samples, features), nn.NewMatrix(cfg.Samples, 1)
+	for i := 0; i < cfg.Samples; i++ {
+		row := x.Row(i)
+		sum := b
+		for j := range row {
+			row[j] = float32(rng.NormFloat64())
+			sum += row[j] * w[j]
+		}
+		y.Data[i] = sum + float32(cfg.Noise*rng.NormFloat64())
+	}
+	return x, y
+}
+
+func gather(x, y *nn.Matrix, idx []int, bx, by *nn.Matrix) {
+	bx.Resize(len(idx), x.Cols)
+	by.Resize(len(idx), y.Cols)
+	for i, j := range idx {
+		copy(bx.Row(i), x.Row(j))
+		copy(by.Row(i), y.Row(j))
+	}
+}
+
+type meta struct {
+	Epoch int `json:"epoch"`
+}
+
+func save(s *trainer.Session, epoch int, model *nn.Sequential, opt nn.Optimizer) (*trainer.Checkpoint, error) {
+	dir, err := s.NewCheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "model.bin"))
+	if err != nil {
+		return nil, err
+	}
+	if err := nn.SaveState(f, model, opt); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("save model: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(meta{Epoch: epoch})
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+	return trainer.CheckpointFromDirectory(dir), nil
+}
+
+func load(dir string, model *nn.Sequential, opt nn.Optimizer) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return 0, err
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return 0, fmt.Errorf("read meta.json: %w", err)
+	}
+	f, err := os.Open(filepath.Join(dir, "model.bin"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if err := nn.LoadState(f, model, opt); err != nil {
+		return 0, err
+	}
+	return m.Epoch, nil
+}

@@ -1,0 +1,382 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/nomad-train/nomad-train/trainer/internal/auth"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// Options describe one local run.
+type Options struct {
+	Command string   // the worker executable
+	Args    []string // its arguments
+	Env     []string // extra KEY=VALUE for every worker, after this process's environment
+
+	NumWorkers  int
+	RunName     string
+	StoragePath string
+	Config      []byte // training loop config, JSON
+	Checkpoint  workerenv.CheckpointPolicy
+	MaxFailures int
+
+	RendezvousTimeout time.Duration // default 1m
+	CollectiveTimeout time.Duration // default 30s
+	// FailGrace is how long the other workers get to notice a failed peer
+	// and stop by themselves before they are stopped (default 10s).
+	FailGrace time.Duration
+	// StopGrace is how long a stopped worker gets between SIGTERM and
+	// SIGKILL (default 10s).
+	StopGrace time.Duration
+
+	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
+	Logger         hclog.Logger
+}
+
+// RankOutcome is how one worker ended.
+type RankOutcome struct {
+	Rank     int
+	ExitCode int    // 128+signal when killed by a signal
+	Signal   string // the signal's name when killed by one
+	Err      string // the worker's own account of its failure, when it gave one
+	Order    int    // 0 for the first worker to end, 1 for the next...
+}
+
+// Message describes the failure in words.
+func (r RankOutcome) Message() string {
+	switch {
+	case r.Err != "":
+		return r.Err
+	case r.Signal != "":
+		return "killed by " + r.Signal
+	default:
+		return fmt.Sprintf("exited with code %d", r.ExitCode)
+	}
+}
+
+// Outcome is how every worker of a run ended, indexed by rank.
+type Outcome struct {
+	Ranks []RankOutcome
+}
+
+// Failed reports whether any worker ended badly.
+func (o *Outcome) Failed() bool {
+	for _, r := range o.Ranks {
+		if r.ExitCode != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Launch runs the workers and waits until every one of them has exited. It
+// returns an error only when the run could not be started; how the workers
+// ended is in the Outcome. Cancelling ctx stops every worker (SIGTERM, then
+// SIGKILL after StopGrace) and still waits for them.
+func Launch(ctx context.Context, o Options) (*Outcome, error) {
+	o.defaults()
+	if o.NumWorkers < 1 {
+		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
+	}
+	tmp, err := os.MkdirTemp("", "nomad-train-"+safeName(o.RunName)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("launch: make run scratch dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	secret := auth.NewSecret()
+	secretFile := filepath.Join(tmp, "secret")
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		return nil, fmt.Errorf("launch: write run secret: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("launch: listen for rendezvous: %w", err)
+	}
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	srv := rendezvous.NewServer(rendezvous.NewMemStore(nil), rendezvous.ServerConfig{
+		Listener: ln, Secret: []byte(secret), Logger: o.Logger.Named("rendezvous"),
+	})
+	srvDone := make(chan struct{})
+	go func() { defer close(srvDone); srv.Serve(srvCtx) }()
+	defer func() { stopSrv(); <-srvDone }()
+
+	host, _ := os.Hostname()
+	base := append(os.Environ(), o.Env...)
+	base = append(base,
+		workerenv.Worker+"=1",
+		workerenv.RunName+"="+o.RunName,
+		workerenv.WorldSize+"="+strconv.Itoa(o.NumWorkers),
+		workerenv.Node+"="+host,
+		workerenv.Addr+"=127.0.0.1:0",
+		workerenv.Rendezvous+"=embedded://"+ln.Addr().String(),
+		workerenv.RendezvousTimeout+"="+o.RendezvousTimeout.String(),
+		workerenv.CollectiveTimeout+"="+o.CollectiveTimeout.String(),
+		workerenv.StoragePath+"="+o.StoragePath,
+		workerenv.Config+"="+string(o.Config),
+		workerenv.Checkpoint+"="+mustJSON(o.Checkpoint),
+		workerenv.MaxFailures+"="+strconv.Itoa(o.MaxFailures),
+		workerenv.SecretFile+"="+secretFile,
+	)
+
+	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout}}
+	g.stderr = g.stdout
+	if o.Stderr != o.Stdout {
+		g.stderr = &syncWriter{w: o.Stderr}
+	}
+	for i := 0; i < o.NumWorkers; i++ {
+		env := append(base[:len(base):len(base)],
+			workerenv.RankHint+"="+strconv.Itoa(i),
+			workerenv.MemberID+"=local-"+strconv.Itoa(i),
+			workerenv.Events+"="+filepath.Join(tmp, fmt.Sprintf("events-%d.jsonl", i)),
+		)
+		if err := g.start(i, env); err != nil {
+			g.stopAll(syscall.SIGKILL)
+			g.waitAll()
+			return nil, err
+		}
+	}
+	g.supervise(ctx)
+	return g.outcome(tmp), nil
+}
+
+func (o *Options) defaults() {
+	if o.RendezvousTimeout <= 0 {
+		o.RendezvousTimeout = time.Minute
+	}
+	if o.CollectiveTimeout <= 0 {
+		o.CollectiveTimeout = 30 * time.Second
+	}
+	if o.FailGrace <= 0 {
+		o.FailGrace = 10 * time.Second
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 10 * time.Second
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if len(o.Config) == 0 {
+		o.Config = []byte("null")
+	}
+}
+
+// gang is the set of running worker processes of one Launch.
+type gang struct {
+	opts           Options
+	stdout, stderr *syncWriter
+	procs          []*exec.Cmd
+	done           chan int // rank of each worker as it is reaped
+
+	mu    sync.Mutex // guards below
+	ended []RankOutcome
+	order int
+	live  int
+}
+
+func (g *gang) start(rank int, env []string) error {
+	cmd := exec.Command(g.opts.Command, g.opts.Args...)
+	cmd.Env = env
+	prefix := fmt.Sprintf("[rank %d] ", rank)
+	stdout := &prefixWriter{dst: g.stdout, prefix: []byte(prefix)}
+	stderr := &prefixWriter{dst: g.stderr, prefix: []byte(prefix)}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Each worker leads its own process group, so a terminal's Ctrl-C
+	// reaches only the launcher, which stops the workers in order; and
+	// each dies with the launcher if the launcher is killed outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("launch: start worker %d: %w", rank, err)
+	}
+	g.procs = append(g.procs, cmd)
+	g.mu.Lock()
+	g.ended = append(g.ended, RankOutcome{Rank: rank, Order: -1})
+	g.live++
+	g.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		g.reaped(rank, err)
+		g.done <- rank
+	}()
+	return nil
+}
+
+func (g *gang) reaped(rank int, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := &g.ended[rank]
+	r.Order = g.order
+	g.order++
+	g.live--
+	if err == nil {
+		return
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Signal = signalName(ws.Signal())
+			r.ExitCode = 128 + int(ws.Signal())
+			return
+		}
+		r.ExitCode = ee.ExitCode()
+		return
+	}
+	r.ExitCode = -1
+	r.Err = err.Error()
+}
+
+// supervise waits for the workers. When one fails, the others get FailGrace
+// to stop by themselves (they see the lost peer); when ctx ends, all are
+// stopped at once.
+func (g *gang) supervise(ctx context.Context) {
+	var failTimer <-chan time.Time
+	stopping := false
+	for remaining := len(g.procs); remaining > 0; {
+		select {
+		case rank := <-g.done:
+			remaining--
+			g.mu.Lock()
+			failed := g.ended[rank].ExitCode != 0
+			g.mu.Unlock()
+			if failed && failTimer == nil && !stopping {
+				g.opts.Logger.Warn("worker failed, waiting for the others to stop", "rank", rank)
+				failTimer = time.After(g.opts.FailGrace)
+			}
+		case <-failTimer:
+			failTimer = nil
+			if !stopping {
+				stopping = true
+				go g.stop()
+			}
+		case <-ctx.Done():
+			if !stopping {
+				stopping = true
+				g.opts.Logger.Info("stopping workers")
+				go g.stop()
+			}
+			ctx = context.Background() // fire once
+		}
+	}
+}
+
+// stop sends SIGTERM to every live worker's group, then SIGKILL after StopGrace.
+func (g *gang) stop() {
+	g.stopAll(syscall.SIGTERM)
+	t := time.NewTimer(g.opts.StopGrace)
+	defer t.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			g.stopAll(syscall.SIGKILL)
+			return
+		case <-tick.C:
+			g.mu.Lock()
+			live := g.live
+			g.mu.Unlock()
+			if live == 0 {
+				return
+			}
+		}
+	}
+}
+
+func (g *gang) stopAll(sig syscall.Signal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, cmd := range g.procs {
+		if g.ended[i].Order < 0 && cmd.Process != nil {
+			syscall.Kill(-cmd.Process.Pid, sig) // the worker's whole process group
+		}
+	}
+}
+
+func (g *gang) waitAll() {
+	for range g.procs {
+		<-g.done
+	}
+}
+
+// outcome collects how each worker ended, with the failure each worker
+// wrote to its events file.
+func (g *gang) outcome(tmp string) *Outcome {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := &Outcome{Ranks: append([]RankOutcome(nil), g.ended...)}
+	for i := range out.Ranks {
+		if out.Ranks[i].ExitCode != 0 && out.Ranks[i].Err == "" {
+			out.Ranks[i].Err = lastFailure(filepath.Join(tmp, fmt.Sprintf("events-%d.jsonl", i)))
+		}
+	}
+	return out
+}
+
+func lastFailure(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	msg := ""
+	for {
+		var ev workerenv.Event
+		if err := dec.Decode(&ev); err != nil {
+			return msg
+		}
+		if ev.Kind == "worker_failed" {
+			msg = ev.Message
+		}
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func safeName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(s))
+}

@@ -1,0 +1,176 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// TestMain turns this test binary into a fake worker when the launcher
+// starts it with LOCAL_TEST_MODE set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("LOCAL_TEST_MODE"); mode != "" && workerenv.IsWorker() {
+		os.Exit(fakeWorker(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func fakeWorker(mode string) int {
+	rank, _ := strconv.Atoi(os.Getenv(workerenv.RankHint))
+	if dir := os.Getenv("LOCAL_TEST_PIDS"); dir != "" {
+		os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())), nil, 0o644)
+	}
+	switch mode {
+	case "echo":
+		fmt.Printf("hello from %d of %s\nsecond line", rank, os.Getenv(workerenv.WorldSize))
+		fmt.Fprintf(os.Stderr, "to stderr %d\n", rank)
+		return 0
+	case "fail-rank1":
+		if rank == 1 {
+			ev, _ := json.Marshal(workerenv.Event{Kind: "worker_failed", Message: "bad thing on rank 1"})
+			os.WriteFile(os.Getenv(workerenv.Events), append(ev, '\n'), 0o644)
+			return 5
+		}
+		// Others wait to be told to stop, and stop cleanly.
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		return 0
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		// A grandchild in the same process group must go too.
+		child := exec.Command("sleep", "300")
+		child.Start()
+		os.WriteFile(filepath.Join(os.Getenv("LOCAL_TEST_PIDS"), strconv.Itoa(child.Process.Pid)), nil, 0o644)
+		fmt.Println("ready")
+		time.Sleep(5 * time.Minute)
+		return 0
+	}
+	return 99
+}
+
+// safeBuffer is a bytes.Buffer the test may read while workers write.
+type safeBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func opts(t *testing.T, mode string, n int) (Options, *safeBuffer, string) {
+	t.Helper()
+	pids := t.TempDir()
+	var out safeBuffer
+	return Options{
+		Command: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:        []string{"LOCAL_TEST_MODE=" + mode, "LOCAL_TEST_PIDS=" + pids},
+		NumWorkers: n, RunName: "t", StoragePath: t.TempDir(),
+		FailGrace: 500 * time.Millisecond, StopGrace: time.Second,
+		Stdout: &out, Stderr: &out,
+	}, &out, pids
+}
+
+// noneLeft asserts that no process the test recorded is still alive.
+func noneLeft(t *testing.T, pidDir string) {
+	t.Helper()
+	entries, err := os.ReadDir(pidDir)
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, entries)
+	deadline := time.Now().Add(5 * time.Second)
+	for _, e := range entries {
+		pid, _ := strconv.Atoi(e.Name())
+		for {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			// Gone, or a zombie waiting for its (other) parent.
+			if err != nil || strings.Contains(string(stat), ") Z ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d is still running", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestOutputIsPrefixedPerRank(t *testing.T) {
+	o, out, _ := opts(t, "echo", 3)
+	res, err := Launch(context.Background(), o)
+	must.NoError(t, err)
+	must.False(t, res.Failed())
+	for r := 0; r < 3; r++ {
+		must.StrContains(t, out.String(), fmt.Sprintf("[rank %d] hello from %d of 3\n", r, r))
+		must.StrContains(t, out.String(), fmt.Sprintf("[rank %d] second line\n", r))
+		must.StrContains(t, out.String(), fmt.Sprintf("[rank %d] to stderr %d\n", r, r))
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		must.True(t, strings.HasPrefix(line, "[rank "), must.Sprintf("line %q has no rank prefix", line))
+	}
+}
+
+func TestFailedWorkerStopsTheRest(t *testing.T) {
+	o, out, pids := opts(t, "fail-rank1", 3)
+	res, err := Launch(context.Background(), o)
+	must.NoError(t, err, must.Sprint(out.String()))
+	must.True(t, res.Failed())
+	must.Eq(t, 5, res.Ranks[1].ExitCode)
+	must.Eq(t, "bad thing on rank 1", res.Ranks[1].Message())
+	must.Eq(t, 0, res.Ranks[1].Order)
+	must.Eq(t, 0, res.Ranks[0].ExitCode) // stopped cleanly by SIGTERM
+	must.Eq(t, 0, res.Ranks[2].ExitCode)
+	noneLeft(t, pids)
+}
+
+// Ctrl-C (ctx cancelled): a worker that ignores SIGTERM is killed after the
+// grace period, with its child.
+func TestCancelKillsStubbornWorkers(t *testing.T) {
+	o, out, pids := opts(t, "ignore-term", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for !strings.Contains(out.String(), "[rank 1] ready") || !strings.Contains(out.String(), "[rank 0] ready") {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	start := time.Now()
+	res, err := Launch(ctx, o)
+	must.NoError(t, err)
+	must.Less(t, 30*time.Second, time.Since(start))
+	for _, r := range res.Ranks {
+		must.Eq(t, "SIGKILL", r.Signal)
+		must.Eq(t, 128+9, r.ExitCode)
+	}
+	noneLeft(t, pids)
+}
+
+func TestBadCommand(t *testing.T) {
+	o, _, _ := opts(t, "echo", 2)
+	o.Command = filepath.Join(t.TempDir(), "no-such-binary")
+	_, err := Launch(context.Background(), o)
+	must.ErrorContains(t, err, "start worker 0")
+}

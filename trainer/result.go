@@ -1,0 +1,108 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// Metrics are the values one Report records.
+type Metrics map[string]any
+
+// ScoredCheckpoint is a kept checkpoint with the metrics reported with it.
+type ScoredCheckpoint struct {
+	Checkpoint *Checkpoint
+	Metrics    Metrics
+}
+
+// Result is what a run left behind (Ray's Result).
+type Result struct {
+	// Metrics are the last metrics rank 0 reported.
+	Metrics Metrics
+	// Checkpoint is the latest committed checkpoint, or nil.
+	Checkpoint *Checkpoint
+	// BestCheckpoints are the kept checkpoints, best first by the score
+	// attribute (most recent first without one).
+	BestCheckpoints []ScoredCheckpoint
+	// Path is the run's directory; MetricsPath its metrics history
+	// (progress.jsonl, one JSON record per report).
+	Path, MetricsPath string
+	// Errors holds one entry per failed worker when the run failed, the
+	// first failure (the cause) first.
+	Errors []RankError
+}
+
+// RankError is one worker's failure.
+type RankError struct {
+	Rank     int
+	ExitCode int
+	Message  string
+}
+
+func (e RankError) Error() string {
+	return fmt.Sprintf("rank %d: %s", e.Rank, e.Message)
+}
+
+// ErrRunFailed is wrapped by the error Fit returns when a worker failed.
+var ErrRunFailed = errors.New("run failed")
+
+// LoadResult reads a run's storage and combines it with how its workers
+// ended (out may be nil) into a Result. When a worker failed it returns the
+// Result together with an error wrapping ErrRunFailed that names the cause.
+func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *local.Outcome) (*Result, error) {
+	st, err := storage.Open(storagePath, run, storagePolicy(policy))
+	if err != nil {
+		return nil, fmt.Errorf("open run storage: %w", err)
+	}
+	defer st.Close()
+	res := &Result{Path: st.Dir(), MetricsPath: filepath.Join(st.Dir(), storage.ProgressFile)}
+	recs, err := st.Records()
+	if err != nil {
+		return nil, fmt.Errorf("read metrics history: %w", err)
+	}
+	if len(recs) > 0 {
+		res.Metrics = Metrics(recs[len(recs)-1].Metrics)
+	}
+	if name, path, ok, err := st.Latest(); err != nil {
+		return nil, fmt.Errorf("find latest checkpoint: %w", err)
+	} else if ok {
+		_ = name
+		res.Checkpoint = CheckpointFromDirectory(path)
+	}
+	best, err := st.Best(0)
+	if err != nil {
+		return nil, fmt.Errorf("rank checkpoints: %w", err)
+	}
+	for _, r := range best {
+		res.BestCheckpoints = append(res.BestCheckpoints, ScoredCheckpoint{
+			Checkpoint: CheckpointFromDirectory(filepath.Join(st.Dir(), r.Checkpoint)),
+			Metrics:    Metrics(r.Metrics),
+		})
+	}
+	if out == nil || !out.Failed() {
+		return res, nil
+	}
+	for _, r := range out.Ranks {
+		if r.ExitCode != 0 {
+			res.Errors = append(res.Errors, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
+		}
+	}
+	sort.SliceStable(res.Errors, func(i, j int) bool {
+		return out.Ranks[res.Errors[i].Rank].Order < out.Ranks[res.Errors[j].Rank].Order
+	})
+	msgs := make([]string, len(res.Errors))
+	for i, e := range res.Errors {
+		msgs[i] = e.Error()
+	}
+	return res, fmt.Errorf("%w: %s", ErrRunFailed, strings.Join(msgs, "; "))
+}
+
+func storagePolicy(p workerenv.CheckpointPolicy) storage.Policy {
+	return storage.Policy{NumToKeep: p.NumToKeep, ScoreAttribute: p.ScoreAttribute, ScoreOrder: p.ScoreOrder}
+}

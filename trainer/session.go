@@ -1,0 +1,223 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/collective"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// Session is one worker's view of the run, handed to the training function
+// (Ray's train context). Its methods that talk to peers are collective: every
+// rank calls them, in the same order.
+type Session struct {
+	// Immutable after setup.
+	rank, size           int
+	localRank, localSize int
+	nodeRank             int
+	generation           uint64
+	config               json.RawMessage
+	runDir               string
+	group                *collective.Group
+	store                *storage.Run // rank 0 only
+	events               *eventLog
+	log                  hclog.Logger
+	now                  func() time.Time
+
+	// Owned by the training goroutine: a Session is not for concurrent use.
+	step   int64
+	latest *Checkpoint
+}
+
+// WorldRank is this worker's rank in the gang, 0..WorldSize-1.
+func (s *Session) WorldRank() int { return s.rank }
+
+// WorldSize is the number of workers in the gang.
+func (s *Session) WorldSize() int { return s.size }
+
+// LocalRank is this worker's rank among the workers on its node.
+func (s *Session) LocalRank() int { return s.localRank }
+
+// LocalWorldSize is the number of workers on this worker's node.
+func (s *Session) LocalWorldSize() int { return s.localSize }
+
+// NodeRank is the rank of this worker's node among the gang's nodes.
+func (s *Session) NodeRank() int { return s.nodeRank }
+
+// Config is the training loop config as JSON ("null" when none was given).
+func (s *Session) Config() json.RawMessage { return s.config }
+
+// DecodeConfig decodes the training loop config into v.
+func (s *Session) DecodeConfig(v any) error {
+	if len(s.config) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(s.config, v); err != nil {
+		return fmt.Errorf("decode train config: %w", err)
+	}
+	return nil
+}
+
+// Logger is this worker's logger, scoped with its rank.
+func (s *Session) Logger() hclog.Logger { return s.log }
+
+// GetCheckpoint returns the latest committed checkpoint of the run, or nil
+// when there is none: at the start of a resumed run it is the checkpoint to
+// restore from.
+func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
+
+// NewCheckpointDir returns a fresh empty directory on the run's storage to
+// build a checkpoint in; Report moves its files into the committed
+// checkpoint, which is then a rename rather than a copy.
+func (s *Session) NewCheckpointDir() (string, error) {
+	dir := filepath.Join(s.runDir, scratchDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make checkpoint scratch dir: %w", err)
+	}
+	d, err := os.MkdirTemp(dir, fmt.Sprintf("rank%d-", s.rank))
+	if err != nil {
+		return "", fmt.Errorf("make checkpoint dir: %w", err)
+	}
+	return d, nil
+}
+
+// scratchDir holds checkpoints being built, under the run directory.
+const scratchDir = ".scratch"
+
+// reportMsg is what each rank tells rank 0 in a Report.
+type reportMsg struct {
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// reportAck is rank 0's answer: the committed checkpoint or the error.
+type reportAck struct {
+	Committed string `json:"committed,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Err       string `json:"err,omitempty"`
+}
+
+// ErrReport is wrapped by Report errors that happened on rank 0 while
+// recording the report.
+var ErrReport = errors.New("report failed")
+
+// Report records metrics and, when any rank passes one, a checkpoint made of
+// the files of every rank's checkpoint directory. Every rank must call it,
+// in step. Rank 0's metrics are recorded. The checkpoint is committed
+// atomically before Report returns on any rank, and becomes GetCheckpoint.
+func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint) error {
+	s.step++
+	var mine reportMsg
+	if ckpt != nil {
+		mine.Checkpoint = ckpt.Path()
+	}
+	all, err := s.gatherJSON(ctx, mine)
+	if err != nil {
+		return fmt.Errorf("report step %d: %w", s.step, err)
+	}
+	var ack reportAck
+	if s.rank == 0 {
+		ack = s.record(metrics, all)
+	}
+	acks, err := s.gatherJSON(ctx, ack)
+	if err != nil {
+		return fmt.Errorf("report step %d: %w", s.step, err)
+	}
+	if err := json.Unmarshal(acks[0], &ack); err != nil {
+		return fmt.Errorf("report step %d: decode rank 0 answer: %w", s.step, err)
+	}
+	if ack.Err != "" {
+		return fmt.Errorf("%w: step %d: %s", ErrReport, s.step, ack.Err)
+	}
+	if ack.Committed != "" {
+		s.latest = CheckpointFromDirectory(ack.Path)
+		s.events.emit("checkpoint_committed", fmt.Sprintf("checkpoint %s committed at step %d", ack.Committed, s.step),
+			map[string]string{"checkpoint": ack.Committed, "step": fmt.Sprint(s.step)})
+	}
+	return nil
+}
+
+// record writes one report on rank 0: a plain record, or a checkpoint made
+// of every rank's files.
+func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
+	rec := storage.Record{Step: s.step, Time: s.now(), Metrics: metrics, Generation: s.generation}
+	var dirs []string
+	for r, raw := range all {
+		var m reportMsg
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return reportAck{Err: fmt.Sprintf("decode rank %d report: %v", r, err)}
+		}
+		if m.Checkpoint != "" {
+			dirs = append(dirs, m.Checkpoint)
+		}
+	}
+	if len(dirs) == 0 {
+		if err := s.store.Append(rec); err != nil {
+			return reportAck{Err: err.Error()}
+		}
+		return reportAck{}
+	}
+	staged, err := s.store.Stage()
+	if err != nil {
+		return reportAck{Err: err.Error()}
+	}
+	for _, d := range dirs {
+		if err := staged.AddDir(d); err != nil {
+			staged.Abort()
+			return reportAck{Err: err.Error()}
+		}
+		os.Remove(d) // emptied by the move; a copy leaves it for its owner
+	}
+	name, err := s.store.Commit(staged, rec)
+	if err != nil {
+		return reportAck{Err: err.Error()}
+	}
+	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name)}
+}
+
+// gatherJSON all-gathers one JSON value per rank.
+func (s *Session) gatherJSON(ctx context.Context, v any) ([][]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return s.group.AllGather(ctx, b)
+}
+
+// AllReduceFloat32 reduces buf across all ranks in place (sum or mean);
+// every rank ends with the same bits.
+func (s *Session) AllReduceFloat32(ctx context.Context, buf []float32, op collective.Op) error {
+	return s.group.AllReduceFloat32(ctx, buf, op)
+}
+
+// AllReduceFloat64 reduces buf across all ranks in place (sum or mean).
+func (s *Session) AllReduceFloat64(ctx context.Context, buf []float64, op collective.Op) error {
+	return s.group.AllReduceFloat64(ctx, buf, op)
+}
+
+// Broadcast copies root's buf to every rank's buf (same length everywhere).
+func (s *Session) Broadcast(ctx context.Context, buf []byte, root int) error {
+	return s.group.Broadcast(ctx, buf, root)
+}
+
+// AllGather returns every rank's in, indexed by rank.
+func (s *Session) AllGather(ctx context.Context, in []byte) ([][]byte, error) {
+	return s.group.AllGather(ctx, in)
+}
+
+// Barrier returns once every rank has entered it.
+func (s *Session) Barrier(ctx context.Context) error { return s.group.Barrier(ctx) }
+
+// Sum and Mean are the all-reduce operations.
+const (
+	Sum  = collective.Sum
+	Mean = collective.Mean
+)

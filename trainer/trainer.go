@@ -1,0 +1,115 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// TrainFunc is the training function each worker runs (Ray's
+// train_loop_per_worker). It returns when training is done; an error fails
+// the run with this rank's error.
+type TrainFunc func(ctx context.Context, s *Session) error
+
+// Scaling says how many workers train together (Ray's ScalingConfig).
+type Scaling struct {
+	NumWorkers int  // workers in the gang; at least 1
+	UseGPU     bool // each worker gets a GPU (cluster runs)
+}
+
+// CheckpointConfig says which checkpoints to keep (Ray's CheckpointConfig).
+type CheckpointConfig struct {
+	NumToKeep      int    // 0 keeps every checkpoint
+	ScoreAttribute string // metric used to rank checkpoints; empty ranks by recency
+	ScoreOrder     string // "max" or "min" (default "max")
+}
+
+// Run names a run and where it keeps its results (Ray's RunConfig).
+type Run struct {
+	Name        string // run name; storage lives under StoragePath/Name
+	StoragePath string // root directory of run storage (default "./results")
+	Checkpoint  CheckpointConfig
+}
+
+// Trainer runs one training function on a gang of workers.
+type Trainer struct {
+	fn      TrainFunc
+	scaling Scaling
+	run     Run
+	config  any
+
+	// Command and Args start one worker process. They default to this
+	// program and its arguments; tests point Args at one test function.
+	Command string
+	Args    []string
+	// Stdout and Stderr receive the workers' output, each line prefixed with
+	// "[rank N] ". They default to os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+	// Logger receives the launcher's own log lines.
+	Logger hclog.Logger
+}
+
+// New returns a Trainer that runs fn on scaling.NumWorkers workers with the
+// given run settings. config is the training loop config; it reaches every
+// worker as JSON (Session.DecodeConfig).
+func New(fn TrainFunc, scaling Scaling, run Run, config any) *Trainer {
+	return &Trainer{fn: fn, scaling: scaling, run: run, config: config,
+		Stdout: os.Stdout, Stderr: os.Stderr, Logger: hclog.NewNullLogger()}
+}
+
+// Fit trains. In the launching process it starts the workers as copies of
+// this program, waits for them and returns the run's Result; in a worker
+// process it runs the training function and exits the process.
+func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
+	if workerenv.IsWorker() {
+		os.Exit(RunWorker(ctx, t.fn))
+	}
+	if t.scaling.NumWorkers < 1 {
+		return nil, fmt.Errorf("scaling: NumWorkers must be at least 1, got %d", t.scaling.NumWorkers)
+	}
+	if t.run.Name == "" {
+		return nil, errors.New("run: Name must be set")
+	}
+	storage := t.run.StoragePath
+	if storage == "" {
+		storage = "./results"
+	}
+	cfg, err := json.Marshal(t.config)
+	if err != nil {
+		return nil, fmt.Errorf("encode train config: %w", err)
+	}
+	exe, args := t.Command, t.Args
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+	}
+	if args == nil {
+		args = os.Args[1:]
+	}
+	policy := workerenv.CheckpointPolicy(t.run.Checkpoint)
+	out, err := local.Launch(ctx, local.Options{
+		Command:     exe,
+		Args:        args,
+		NumWorkers:  t.scaling.NumWorkers,
+		RunName:     t.run.Name,
+		StoragePath: storage,
+		Config:      cfg,
+		Checkpoint:  policy,
+		Stdout:      t.Stdout,
+		Stderr:      t.Stderr,
+		Logger:      t.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return LoadResult(storage, t.run.Name, policy, out)
+}
