@@ -1,0 +1,427 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// ErrPeerLost is returned, wrapped, by every collective on every surviving
+// rank when a peer dies, a ring connection breaks or a network deadline
+// passes. After it the Group is unusable; form a new one.
+var ErrPeerLost = errors.New("collective: peer lost")
+
+// ErrClosed is returned by a collective on a Group that was closed.
+var ErrClosed = errors.New("collective: group closed")
+
+// ErrProtocol is returned when a peer sends something the schedule does not
+// predict (a desync: ranks calling different collectives, lengths that differ
+// where they must agree, or corrupt frames). The Group is unusable after it,
+// and its peers see ErrPeerLost.
+var ErrProtocol = errors.New("collective: protocol violation")
+
+// ErrRefused describes a connection turned away while the ring forms: wrong
+// generation, gang size, rank or chunk size. Such connections are logged and
+// closed; New returns it if the peer we dial refuses us.
+var ErrRefused = errors.New("collective: connection refused")
+
+// Op is a reduction operator.
+type Op int
+
+const (
+	// Sum adds the buffers of all ranks.
+	Sum Op = iota
+	// Mean adds the buffers of all ranks and divides by the number of ranks.
+	Mean
+)
+
+// DefaultTimeout is the deadline for each network wait when Config.Timeout
+// is zero.
+const DefaultTimeout = 30 * time.Second
+
+// DefaultChunkBytes is the pipelining unit when Config.ChunkBytes is zero.
+const DefaultChunkBytes = 512 << 10
+
+// window is how many chunks may be in flight per direction at once.
+const window = 4
+
+// Config describes one rank's place in the gang.
+type Config struct {
+	// Rank is this process's index in [0, Size).
+	Rank int
+	// Size is the number of ranks in the gang.
+	Size int
+	// Listener is already listening at Peers[Rank] (its address was
+	// advertised through the rendezvous). New takes ownership and closes it
+	// once the ring is connected. It may be nil when Size is 1.
+	Listener net.Listener
+	// Peers holds every rank's listener address, "host:port", index = rank.
+	Peers []string
+	// Timeout bounds every network wait: forming the ring, and each read or
+	// write of a collective. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Secret is the run's shared secret; when non-empty every connection
+	// runs auth.Handshake first and strangers are refused.
+	Secret []byte
+	// Generation is the rendezvous generation; connections from another
+	// generation are refused.
+	Generation uint64
+	// ChunkBytes is the pipelining unit for all-reduce and broadcast; it must
+	// be the same on every rank (checked when the ring forms). Zero means
+	// DefaultChunkBytes.
+	ChunkBytes int
+	// Logger receives refused connections and failures; nil discards.
+	Logger hclog.Logger
+	// Dialer opens connections; nil means a net.Dialer.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Group is a connected ring of ranks that run collectives together. Its
+// collectives must be called by every rank in the same order; one at a time
+// per Group.
+type Group struct {
+	rank, size int
+	timeout    time.Duration
+	chunkBytes int
+	log        hclog.Logger
+	portable   bool // convert elements explicitly instead of reinterpreting memory
+
+	next, prev net.Conn // nil when size is 1
+
+	// Channels between the collective's goroutine and the socket owners:
+	// the writer owns writes to next, the reader reads from prev, the
+	// watcher reads next (only to notice its close).
+	sendq chan sendReq
+	sent  chan struct{}
+	recvq chan recvReq
+	recvd chan []byte
+	dead  chan struct{} // closed once the group fails or closes
+	wg    sync.WaitGroup
+
+	failOnce sync.Once
+	mu       sync.Mutex
+	err      error // guarded by mu: why the group stopped
+
+	opMu    sync.Mutex // held for a whole collective; guards the fields below
+	seq     uint64     // collectives run so far
+	scratch []uint64   // window chunk-sized receive buffers (8-byte aligned)
+	staging []byte     // portable path: window encoded send chunks
+}
+
+type sendReq struct {
+	hdr     [headerSize]byte
+	payload []byte
+}
+
+type recvReq struct {
+	kind   kind
+	seq    uint64
+	part   int
+	dst    []byte // read the payload here; nil with alloc
+	alloc  bool   // allocate a buffer of the announced length
+	length int
+}
+
+// New connects this rank into the ring: it dials rank (Rank+1)%Size and
+// accepts rank (Rank-1)%Size, refusing (and logging) every other connection,
+// and returns once both are made or the Timeout passes.
+func New(ctx context.Context, cfg Config) (*Group, error) {
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("collective: rank %d of size %d is out of range", cfg.Rank, cfg.Size)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.ChunkBytes <= 0 {
+		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	cfg.ChunkBytes = min(cfg.ChunkBytes, maxFrame)
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Dialer == nil {
+		d := &net.Dialer{}
+		cfg.Dialer = d.DialContext
+	}
+	log := cfg.Logger.Named("collective").With("rank", cfg.Rank, "gen", cfg.Generation)
+	g := &Group{
+		rank:       cfg.Rank,
+		size:       cfg.Size,
+		timeout:    cfg.Timeout,
+		chunkBytes: cfg.ChunkBytes,
+		log:        log,
+		portable:   !nativeLittleEndian,
+		dead:       make(chan struct{}),
+	}
+	if cfg.Size == 1 {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return g, nil
+	}
+	if cfg.Listener == nil || len(cfg.Peers) != cfg.Size {
+		return nil, fmt.Errorf("collective: need a listener and %d peer addresses, have %d", cfg.Size, len(cfg.Peers))
+	}
+	next, prev, err := connect(ctx, cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("collective: form ring: %w", err)
+	}
+	g.next, g.prev = next, prev
+	g.sendq = make(chan sendReq, window)
+	g.sent = make(chan struct{}, window)
+	g.recvq = make(chan recvReq, window)
+	g.recvd = make(chan []byte, window)
+	g.wg.Add(3)
+	go g.writeLoop()
+	go g.readLoop()
+	go g.watchNext()
+	log.Debug("ring connected", "next", next.RemoteAddr().String(), "prev", prev.RemoteAddr().String())
+	return g, nil
+}
+
+// Rank is this process's index in the gang.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks in the gang.
+func (g *Group) Size() int { return g.size }
+
+// Close tears the ring down. Peers still running a collective see
+// ErrPeerLost. Close is idempotent.
+func (g *Group) Close() error {
+	g.fail(ErrClosed)
+	g.wg.Wait()
+	return nil
+}
+
+// fail stops the group for good: it records why and closes both sockets, so
+// the neighbours notice at once and the failure runs around the ring.
+func (g *Group) fail(err error) {
+	g.failOnce.Do(func() {
+		g.mu.Lock()
+		g.err = err
+		g.mu.Unlock()
+		close(g.dead)
+		if g.next != nil {
+			g.next.Close()
+			g.prev.Close()
+		}
+		if !errors.Is(err, ErrClosed) {
+			g.log.Debug("group failed", "error", err)
+		}
+	})
+}
+
+// failure returns why the group stopped.
+func (g *Group) failure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// peerLost wraps a socket error as ErrPeerLost.
+func peerLost(what string, peer int, err error) error {
+	return fmt.Errorf("%w: %s rank %d: %v", ErrPeerLost, what, peer, err)
+}
+
+func (g *Group) nextRank() int { return mod(g.rank+1, g.size) }
+func (g *Group) prevRank() int { return mod(g.rank-1, g.size) }
+
+// ioPiece bounds one read or write call, so each gets a fresh deadline and a
+// huge payload does not need one long deadline.
+const ioPiece = 4 << 20
+
+// writeLoop owns writes to next: one frame at a time, header and the
+// first piece of the payload in one writev.
+func (g *Group) writeLoop() {
+	defer g.wg.Done()
+	vec := make(net.Buffers, 0, 2)
+	for {
+		var r sendReq
+		select {
+		case <-g.dead:
+			return
+		case r = <-g.sendq:
+		}
+		first := min(len(r.payload), ioPiece)
+		v := append(vec[:0], r.hdr[:], r.payload[:first])
+		err := g.next.SetWriteDeadline(time.Now().Add(g.timeout))
+		if err == nil {
+			_, err = v.WriteTo(g.next)
+		}
+		for rest := r.payload[first:]; err == nil && len(rest) > 0; {
+			n := min(len(rest), ioPiece)
+			if err = g.next.SetWriteDeadline(time.Now().Add(g.timeout)); err == nil {
+				_, err = g.next.Write(rest[:n])
+			}
+			rest = rest[n:]
+		}
+		if err != nil {
+			g.fail(peerLost("send to", g.nextRank(), err))
+			return
+		}
+		select {
+		case g.sent <- struct{}{}:
+		case <-g.dead:
+			return
+		}
+	}
+}
+
+// readFull reads len(b) bytes from prev, each piece within the timeout.
+func (g *Group) readFull(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), ioPiece)
+		if err := g.prev.SetReadDeadline(time.Now().Add(g.timeout)); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(g.prev, b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// readLoop owns reads from prev: for each request, one frame, checked
+// against what the schedule predicts, its payload read straight into the
+// requested buffer.
+func (g *Group) readLoop() {
+	defer g.wg.Done()
+	var hb [headerSize]byte
+	for {
+		var r recvReq
+		select {
+		case <-g.dead:
+			return
+		case r = <-g.recvq:
+		}
+		if err := g.readFull(hb[:]); err != nil {
+			g.fail(peerLost("receive from", g.prevRank(), err))
+			return
+		}
+		h, err := decodeHeader(hb[:])
+		if err == nil {
+			err = h.expect(r.kind, r.seq, r.part, r.length)
+		}
+		if err != nil {
+			g.fail(fmt.Errorf("%w: frame from rank %d: %v", ErrProtocol, g.prevRank(), err))
+			return
+		}
+		dst := r.dst
+		if r.alloc {
+			dst = make([]byte, h.Length)
+		}
+		if err := g.readFull(dst); err != nil {
+			g.fail(peerLost("receive from", g.prevRank(), err))
+			return
+		}
+		select {
+		case g.recvd <- dst:
+		case <-g.dead:
+			return
+		}
+	}
+}
+
+// watchNext reads the socket we only write to, to notice its peer going
+// away while we are idle. An orderly close (EOF) is left to the writer: a
+// peer that finished its last collective and closed is not a failure unless
+// we still have something to send it, and then the write fails. A reset
+// means the peer went away with data unread: fail at once.
+func (g *Group) watchNext() {
+	defer g.wg.Done()
+	var b [1]byte
+	n, err := g.next.Read(b[:])
+	select {
+	case <-g.dead:
+		return
+	default:
+	}
+	switch {
+	case n > 0:
+		g.fail(fmt.Errorf("%w: rank %d sent data on the wrong connection", ErrProtocol, g.nextRank()))
+	case errors.Is(err, io.EOF):
+		g.log.Debug("next rank closed its connection", "peer", g.nextRank())
+	default:
+		g.fail(peerLost("connection to", g.nextRank(), err))
+	}
+}
+
+// begin starts a collective: it takes the op lock and checks the group is
+// alive. The caller must call g.opMu.Unlock.
+func (g *Group) begin(ctx context.Context) (uint64, error) {
+	g.opMu.Lock()
+	if err := g.failure(); err != nil {
+		g.opMu.Unlock()
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		g.opMu.Unlock()
+		return 0, err
+	}
+	g.seq++
+	return g.seq, nil
+}
+
+// event is one completion the collective's goroutine waits for.
+type event struct {
+	sent bool   // a send finished (else a receive did)
+	data []byte // the received payload
+}
+
+// await returns the next send or receive completion. If ctx ends first the
+// group is failed (a half-done collective cannot be resumed) and the
+// context's error returned.
+func (g *Group) await(ctx context.Context) (event, error) {
+	select {
+	case <-g.sent:
+		return event{sent: true}, nil
+	case d := <-g.recvd:
+		return event{data: d}, nil
+	case <-g.dead:
+		return event{}, g.failure()
+	case <-ctx.Done():
+		g.fail(fmt.Errorf("%w: collective abandoned: %v", ErrPeerLost, ctx.Err()))
+		return event{}, fmt.Errorf("collective abandoned: %w", ctx.Err())
+	}
+}
+
+func (g *Group) post(k kind, seq uint64, part int, payload []byte) {
+	g.sendq <- sendReq{hdr: header{Kind: k, Seq: seq, Part: uint32(part), Length: uint32(len(payload))}.encode(), payload: payload}
+}
+
+func (g *Group) expect(k kind, seq uint64, part int, dst []byte) {
+	g.recvq <- recvReq{kind: k, seq: seq, part: part, dst: dst, length: len(dst)}
+}
+
+func (g *Group) expectAny(k kind, seq uint64, part int) {
+	g.recvq <- recvReq{kind: k, seq: seq, part: part, alloc: true, length: -1}
+}
+
+// scratchBytes returns at least n bytes of receive space, 8-byte aligned
+// (so it can be viewed as float64), reused across calls.
+func (g *Group) scratchBytes(n int) []byte {
+	words := (n + 7) / 8
+	if len(g.scratch) < words {
+		g.scratch = make([]uint64, words)
+	}
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(g.scratch))), n)
+}
+
+// stagingBytes returns n bytes of send space for the portable path.
+func (g *Group) stagingBytes(n int) []byte {
+	if len(g.staging) < n {
+		g.staging = make([]byte, n)
+	}
+	return g.staging[:n]
+}
