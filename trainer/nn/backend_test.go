@@ -94,16 +94,7 @@ func TestParallelLargeStepDoesNotAllocate(t *testing.T) {
 	m.SetBackend(par)
 	opt := NewAdam(m.Params(), m.Grads(), AdamConfig{LR: 1e-3})
 	x := randomInput(rng, 200, 100, 0)
-	y := NewMatrix(200, 10)
-	var g Matrix
-	step := func() {
-		m.ZeroGrad()
-		MSE(m.Forward(x), y, &g)
-		m.Backward(&g)
-		opt.Step()
-	}
-	step()
-	must.Eq(t, 0.0, testing.AllocsPerRun(10, step))
+	assertNoAllocs(t, stepper(m, opt, x, mseTo(NewMatrix(200, 10))))
 }
 
 func TestParallelCloseStopsWorkers(t *testing.T) {

@@ -18,13 +18,9 @@ func ckptModel(seed uint64) *Sequential {
 func trainSteps(m *Sequential, opt Optimizer, n int) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	x := randomInput(rng, 8, 3, 0)
-	labels := []int{0, 1, 1, 0, 1, 0, 0, 1}
-	var g Matrix
+	step := stepper(m, opt, x, crossEntropyTo([]int{0, 1, 1, 0, 1, 0, 0, 1}))
 	for i := 0; i < n; i++ {
-		m.ZeroGrad()
-		SoftmaxCrossEntropy(m.Forward(x), labels, &g)
-		m.Backward(&g)
-		opt.Step()
+		step()
 	}
 }
 

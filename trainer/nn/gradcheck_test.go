@@ -89,9 +89,7 @@ func TestGradCheckModel(t *testing.T) {
 	m := NewSequential(rng, NewLinear(3, 5), NewTanh(), NewLinear(5, 4), NewSigmoid(), NewLinear(4, 2))
 	x := randomInput(rng, 6, 3, 0)
 	labels := []int{0, 1, 1, 0, 1, 0}
-	assertGradOK(t, GradCheck(m, x, func(out, grad *Matrix) float64 {
-		return SoftmaxCrossEntropy(out, labels, grad)
-	}, GradCheckOptions{}))
+	assertGradOK(t, GradCheck(m, x, crossEntropyTo(labels), GradCheckOptions{}))
 }
 
 func TestGradCheckLosses(t *testing.T) {
@@ -103,10 +101,10 @@ func TestGradCheckLosses(t *testing.T) {
 		scale float32
 		loss  LossFunc
 	}{
-		{"MSE", 1, func(out, grad *Matrix) float64 { return MSE(out, target, grad) }},
-		{"CrossEntropy", 1, func(out, grad *Matrix) float64 { return SoftmaxCrossEntropy(out, labels, grad) }},
+		{"MSE", 1, mseTo(target)},
+		{"CrossEntropy", 1, crossEntropyTo(labels)},
 		// Logits around ±1000 would overflow a naive softmax.
-		{"CrossEntropy-large-logits", 1000, func(out, grad *Matrix) float64 { return SoftmaxCrossEntropy(out, labels, grad) }},
+		{"CrossEntropy-large-logits", 1000, crossEntropyTo(labels)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
