@@ -1,0 +1,108 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// activation holds what the element-wise layers share: no parameters, an
+// output buffer and an input-gradient buffer.
+type activation struct {
+	out Matrix
+	dx  Matrix
+}
+
+func (*activation) NumParams() int                 { return 0 }
+func (*activation) Bind(_, _ []float32, _ Backend) {}
+func (*activation) Init(*rand.Rand)                {}
+
+// forward applies f element-wise into the output buffer.
+func (a *activation) forward(x *Matrix, f func(float32) float32) *Matrix {
+	a.out.Resize(x.Rows, x.Cols)
+	for i, v := range x.Data {
+		a.out.Data[i] = f(v)
+	}
+	return &a.out
+}
+
+// backward writes dx[i] = dout[i] * d(y[i]) where d is the derivative
+// expressed through the cached output y.
+func (a *activation) backward(name string, dout *Matrix, d func(y float32) float32) *Matrix {
+	if dout.Rows != a.out.Rows || dout.Cols != a.out.Cols {
+		panic(fmt.Sprintf("nn: %s backward got %d×%d, forward produced %d×%d", name, dout.Rows, dout.Cols, a.out.Rows, a.out.Cols))
+	}
+	a.dx.Resize(dout.Rows, dout.Cols)
+	for i, g := range dout.Data {
+		a.dx.Data[i] = g * d(a.out.Data[i])
+	}
+	return &a.dx
+}
+
+// ReLU is max(0, x) element-wise. Its derivative at exactly 0 is taken as 0.
+type ReLU struct{ activation }
+
+// NewReLU returns a ReLU layer.
+func NewReLU() *ReLU { return &ReLU{} }
+
+// Forward implements Layer.
+func (r *ReLU) Forward(x *Matrix) *Matrix { return r.forward(x, relu) }
+
+// Backward implements Layer.
+func (r *ReLU) Backward(dout *Matrix) *Matrix { return r.backward("ReLU", dout, reluGrad) }
+
+// Signature implements Layer.
+func (*ReLU) Signature() string { return "ReLU" }
+
+func relu(v float32) float32 { return max(v, 0) }
+
+func reluGrad(y float32) float32 {
+	if y > 0 {
+		return 1
+	}
+	return 0
+}
+
+// Tanh is the hyperbolic tangent element-wise.
+type Tanh struct{ activation }
+
+// NewTanh returns a Tanh layer.
+func NewTanh() *Tanh { return &Tanh{} }
+
+// Forward implements Layer.
+func (t *Tanh) Forward(x *Matrix) *Matrix { return t.forward(x, tanh) }
+
+// Backward implements Layer.
+func (t *Tanh) Backward(dout *Matrix) *Matrix { return t.backward("Tanh", dout, tanhGrad) }
+
+// Signature implements Layer.
+func (*Tanh) Signature() string { return "Tanh" }
+
+func tanh(v float32) float32     { return float32(math.Tanh(float64(v))) }
+func tanhGrad(y float32) float32 { return 1 - y*y }
+
+// Sigmoid is 1/(1+e^-x) element-wise.
+type Sigmoid struct{ activation }
+
+// NewSigmoid returns a Sigmoid layer.
+func NewSigmoid() *Sigmoid { return &Sigmoid{} }
+
+// Forward implements Layer.
+func (s *Sigmoid) Forward(x *Matrix) *Matrix { return s.forward(x, sigmoid) }
+
+// Backward implements Layer.
+func (s *Sigmoid) Backward(dout *Matrix) *Matrix { return s.backward("Sigmoid", dout, sigmoidGrad) }
+
+// Signature implements Layer.
+func (*Sigmoid) Signature() string { return "Sigmoid" }
+
+func sigmoid(v float32) float32 {
+	// Both branches keep exp's argument non-positive so nothing overflows.
+	if v >= 0 {
+		return float32(1 / (1 + math.Exp(-float64(v))))
+	}
+	e := math.Exp(float64(v))
+	return float32(e / (1 + e))
+}
+
+func sigmoidGrad(y float32) float32 { return y * (1 - y) }
