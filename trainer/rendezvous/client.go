@@ -1,0 +1,327 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/internal/auth"
+)
+
+// Client is a Store reached over TCP from a Server. Calls share one
+// connection and may run concurrently: each carries a request ID and a
+// blocking Wait does not hold up the others. Leases granted through a Client
+// are revoked by the server when the Client closes or its process dies.
+type Client struct {
+	conn   net.Conn
+	logger hclog.Logger
+	clock  Clock
+
+	wmu sync.Mutex // serializes frame writes
+
+	done   chan struct{} // closed when the reading goroutine ends
+	stop   chan struct{} // closed by Close
+	closer sync.Once
+	wg     sync.WaitGroup
+
+	mu sync.Mutex
+	// guarded by mu:
+	nextID  uint64
+	pending map[uint64]chan response
+	err     error // why the connection ended
+}
+
+// Dial connects to a Server at addr ("host:port") and, when secret is not
+// empty, proves it holds the secret. logger may be nil.
+func Dial(ctx context.Context, addr string, secret []byte, logger hclog.Logger) (*Client, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	d := net.Dialer{KeepAlive: 15 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial rendezvous store %s: %w", addr, err)
+	}
+	timeout := defaultHandshakeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if err := auth.Handshake(conn, secret, auth.Dialer, timeout); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("authenticate to rendezvous store %s: %w", addr, err)
+	}
+	c := &Client{
+		conn:    conn,
+		logger:  logger.Named("rendezvous-client"),
+		clock:   RealClock{},
+		done:    make(chan struct{}),
+		stop:    make(chan struct{}),
+		pending: make(map[uint64]chan response),
+	}
+	c.wg.Add(2)
+	go c.readLoop()
+	go c.pingLoop()
+	return c, nil
+}
+
+// readLoop owns the connection's reads and hands each response to its caller.
+func (c *Client) readLoop() {
+	defer c.wg.Done()
+	var err error
+	for {
+		if err = c.conn.SetReadDeadline(time.Now().Add(3 * pingInterval)); err != nil {
+			break
+		}
+		var body []byte
+		body, err = readFrame(c.conn)
+		if err != nil {
+			break
+		}
+		var resp response
+		resp, err = decodeResponse(body)
+		if err != nil {
+			break
+		}
+		c.mu.Lock()
+		ch := c.pending[resp.ID]
+		delete(c.pending, resp.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp // buffered, one response per request
+		}
+	}
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+	c.conn.Close()
+	close(c.done)
+}
+
+// pingLoop keeps the server from timing the connection out while the
+// client has nothing to ask.
+func (c *Client) pingLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), pingInterval)
+			_, err := c.call(ctx, request{Op: opPing})
+			cancel()
+			if err != nil && !errors.Is(err, ErrClosed) {
+				c.logger.Warn("ping failed, closing connection", "error", err)
+				c.conn.Close()
+			}
+		case <-c.stop:
+			return
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *Client) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %v", ErrClosed, c.err)
+}
+
+func (c *Client) write(frame []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return err
+	}
+	_, err := c.conn.Write(frame)
+	return err
+}
+
+// call sends req and waits for its response or for ctx.
+func (c *Client) call(ctx context.Context, req request) (response, error) {
+	if err := ctx.Err(); err != nil {
+		return response{}, err
+	}
+	ch := make(chan response, 1)
+	c.mu.Lock()
+	select {
+	case <-c.done:
+		c.mu.Unlock()
+		return response{}, c.closedErr()
+	default:
+	}
+	c.nextID++
+	req.ID = c.nextID
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+
+	frame, err := encodeFrame(req)
+	if err == nil {
+		err = c.write(frame)
+	}
+	if err != nil {
+		c.forget(req.ID)
+		c.conn.Close()
+		return response{}, fmt.Errorf("send %s request: %w", req.Op, err)
+	}
+	select {
+	case resp := <-ch:
+		return resp, resp.respErr()
+	case <-ctx.Done():
+		c.forget(req.ID)
+		if frame, err := encodeFrame(request{ID: req.ID, Op: opCancel, Target: req.ID}); err == nil {
+			_ = c.write(frame) // best effort: the server also ends waits on its own
+		}
+		return response{}, ctx.Err()
+	case <-c.done:
+		return response{}, c.closedErr()
+	}
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// Get implements Store.
+func (c *Client) Get(ctx context.Context, key string) (Value, error) {
+	resp, err := c.call(ctx, request{Op: opGet, Key: key})
+	if err != nil {
+		return Value{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	return Value{Data: resp.Data, Version: resp.Version}, nil
+}
+
+// CompareAndSet implements Store.
+func (c *Client) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (uint64, bool, error) {
+	resp, err := c.call(ctx, request{Op: opCAS, Key: key, Data: data, Version: version})
+	if err != nil {
+		return 0, false, fmt.Errorf("compare-and-set %s: %w", key, err)
+	}
+	return resp.Version, resp.OK, nil
+}
+
+// Delete implements Store.
+func (c *Client) Delete(ctx context.Context, key string) error {
+	if _, err := c.call(ctx, request{Op: opDelete, Key: key}); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// wireWait is how long to ask the server to hold a wait: no longer than
+// ctx allows, nor than maxWireWait.
+func wireWait(ctx context.Context) int64 {
+	d := maxWireWait
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(d.Milliseconds(), 1)
+}
+
+// Wait implements Store.
+func (c *Client) Wait(ctx context.Context, key string, after uint64) (Value, error) {
+	for {
+		resp, err := c.call(ctx, request{Op: opWait, Key: key, Version: after, WaitMs: wireWait(ctx)})
+		if err != nil {
+			return Value{}, fmt.Errorf("wait on %s: %w", key, err)
+		}
+		if resp.Version != after {
+			return Value{Data: resp.Data, Version: resp.Version}, nil
+		}
+	}
+}
+
+// List implements Store.
+func (c *Client) List(ctx context.Context, prefix string) ([]KeyValue, uint64, error) {
+	resp, err := c.call(ctx, request{Op: opList, Key: prefix})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	return resp.KVs, resp.Index, nil
+}
+
+// WaitPrefix implements Store.
+func (c *Client) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]KeyValue, uint64, error) {
+	for {
+		resp, err := c.call(ctx, request{Op: opWaitPrefix, Key: prefix, Version: after, WaitMs: wireWait(ctx)})
+		if err != nil {
+			return nil, 0, fmt.Errorf("wait on prefix %s: %w", prefix, err)
+		}
+		if resp.Index != after {
+			return resp.KVs, resp.Index, nil
+		}
+	}
+}
+
+// Grant implements Store.
+func (c *Client) Grant(ctx context.Context, ttl time.Duration) (Lease, error) {
+	if ttl <= 0 || ttl > maxTTL {
+		return nil, fmt.Errorf("grant lease: ttl %v out of range", ttl)
+	}
+	ms := max(ttl.Milliseconds(), 1)
+	resp, err := c.call(ctx, request{Op: opGrant, TTLms: ms})
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	return &clientLease{c: c, id: resp.Lease, ttl: time.Duration(resp.TTLms) * time.Millisecond}, nil
+}
+
+// PutEphemeral implements Store.
+func (c *Client) PutEphemeral(ctx context.Context, lease Lease, key string, data []byte) error {
+	if _, err := c.call(ctx, request{Op: opPutEphemeral, Key: key, Data: data, Lease: lease.ID()}); err != nil {
+		return fmt.Errorf("put ephemeral %s: %w", key, err)
+	}
+	return nil
+}
+
+// Close closes the connection; the server revokes this client's leases.
+func (c *Client) Close() error {
+	c.closer.Do(func() {
+		close(c.stop)
+		c.conn.Close()
+	})
+	c.wg.Wait()
+	return nil
+}
+
+// clientLease is a lease held on the server through a Client.
+type clientLease struct {
+	c   *Client
+	id  string
+	ttl time.Duration
+}
+
+// ID implements Lease.
+func (l *clientLease) ID() string { return l.id }
+
+// TTL implements Lease.
+func (l *clientLease) TTL() time.Duration { return l.ttl }
+
+// Renew implements Lease.
+func (l *clientLease) Renew(ctx context.Context) error {
+	if _, err := l.c.call(ctx, request{Op: opRenew, Lease: l.id}); err != nil {
+		return fmt.Errorf("renew lease: %w", err)
+	}
+	return nil
+}
+
+// KeepAlive implements Lease.
+func (l *clientLease) KeepAlive(ctx context.Context) error { return keepAlive(ctx, l.c.clock, l) }
+
+// Revoke implements Lease.
+func (l *clientLease) Revoke(ctx context.Context) error {
+	if _, err := l.c.call(ctx, request{Op: opRevoke, Lease: l.id}); err != nil {
+		return fmt.Errorf("revoke lease: %w", err)
+	}
+	return nil
+}

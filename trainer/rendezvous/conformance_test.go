@@ -1,0 +1,107 @@
+package rendezvous_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/rendezvoustest"
+)
+
+// memFixture is a MemStore on a fake clock, shared by every handle.
+func memFixture(t *testing.T) rendezvoustest.Fixture {
+	clock := rendezvoustest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	st := rendezvous.NewMemStore(clock)
+	t.Cleanup(func() { st.Close() })
+	return rendezvoustest.Fixture{
+		Connect: func(*testing.T) rendezvous.Store { return rendezvoustest.Handle(st) },
+		Advance: clock.Advance,
+	}
+}
+
+// wallMemFixture is a MemStore on the wall clock with a short TTL.
+func wallMemFixture(t *testing.T) rendezvoustest.Fixture {
+	st := rendezvous.NewMemStore(nil)
+	t.Cleanup(func() { st.Close() })
+	return rendezvoustest.Fixture{
+		Connect: func(*testing.T) rendezvous.Store { return rendezvoustest.Handle(st) },
+		TTL:     300 * time.Millisecond,
+	}
+}
+
+var testSecret = []byte("conformance-secret")
+
+// serve starts a Server for st on a loopback port and returns its address.
+func serve(t *testing.T, st *rendezvous.MemStore, secret []byte, logger hclog.Logger) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	srv, err := rendezvous.NewServer(st, rendezvous.ServerConfig{Listener: ln, Secret: secret, Logger: logger})
+	must.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		must.NoError(t, <-done)
+	})
+	return srv.Addr()
+}
+
+func dial(t *testing.T, addr string, secret []byte) *rendezvous.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := rendezvous.Dial(ctx, addr, secret, nil)
+	must.NoError(t, err)
+	return c
+}
+
+// tcpFixture serves a MemStore on a fake clock; each handle is its own
+// authenticated connection.
+func tcpFixture(t *testing.T) rendezvoustest.Fixture {
+	clock := rendezvoustest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	st := rendezvous.NewMemStore(clock)
+	t.Cleanup(func() { st.Close() })
+	addr := serve(t, st, testSecret, nil)
+	return rendezvoustest.Fixture{
+		Connect: func(t *testing.T) rendezvous.Store { return dial(t, addr, testSecret) },
+		Advance: clock.Advance,
+	}
+}
+
+// wallTCPFixture is tcpFixture on the wall clock.
+func wallTCPFixture(t *testing.T) rendezvoustest.Fixture {
+	st := rendezvous.NewMemStore(nil)
+	t.Cleanup(func() { st.Close() })
+	addr := serve(t, st, testSecret, nil)
+	return rendezvoustest.Fixture{
+		Connect: func(t *testing.T) rendezvous.Store { return dial(t, addr, testSecret) },
+		TTL:     300 * time.Millisecond,
+	}
+}
+
+func TestMemStoreConformance(t *testing.T) { rendezvoustest.RunStoreConformance(t, memFixture) }
+
+func TestMemStoreWallClockConformance(t *testing.T) {
+	rendezvoustest.RunStoreConformance(t, wallMemFixture)
+}
+
+func TestTCPStoreConformance(t *testing.T) { rendezvoustest.RunStoreConformance(t, tcpFixture) }
+
+func TestTCPStoreWallClockConformance(t *testing.T) {
+	rendezvoustest.RunStoreConformance(t, wallTCPFixture)
+}
+
+func TestMemRendezvousConformance(t *testing.T) {
+	rendezvoustest.RunRendezvousConformance(t, memFixture)
+}
+
+func TestTCPRendezvousConformance(t *testing.T) {
+	rendezvoustest.RunRendezvousConformance(t, tcpFixture)
+}

@@ -1,0 +1,372 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/internal/auth"
+)
+
+// Timing defaults of the wire protocol.
+const (
+	defaultHandshakeTimeout = 5 * time.Second
+	defaultIdleTimeout      = 30 * time.Second // three missed client pings
+	pingInterval            = 10 * time.Second
+	writeTimeout            = 10 * time.Second
+	maxServerWait           = 10 * time.Minute // longest a server holds one wait
+	maxWireWait             = time.Minute      // longest a client asks for
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Listener accepts the connections; the server closes it when Serve ends.
+	Listener net.Listener
+	// Secret, when not empty, is required of every connection through the
+	// auth handshake; strangers are refused and logged.
+	Secret []byte
+	// Logger receives connection events (default: none).
+	Logger hclog.Logger
+	// HandshakeTimeout bounds the auth handshake (default 5s).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection that sent nothing, not even a ping,
+	// for this long (default 30s; clients ping every 10s).
+	IdleTimeout time.Duration
+}
+
+// Server serves a MemStore over TCP to Clients. Leases granted over a
+// connection are revoked when that connection closes, so a killed worker's
+// ephemeral keys vanish at once, not only at TTL expiry.
+type Server struct {
+	store     *MemStore
+	ln        net.Listener
+	secret    []byte
+	logger    hclog.Logger
+	handshake time.Duration
+	idle      time.Duration
+
+	wg sync.WaitGroup // connection goroutines
+
+	mu sync.Mutex
+	// guarded by mu:
+	conns map[net.Conn]struct{}
+}
+
+// NewServer returns a server for store on cfg.Listener.
+func NewServer(store *MemStore, cfg ServerConfig) (*Server, error) {
+	if store == nil || cfg.Listener == nil {
+		return nil, errors.New("new rendezvous server: store and listener are required")
+	}
+	s := &Server{
+		store:     store,
+		ln:        cfg.Listener,
+		secret:    cfg.Secret,
+		logger:    cfg.Logger,
+		handshake: cfg.HandshakeTimeout,
+		idle:      cfg.IdleTimeout,
+		conns:     make(map[net.Conn]struct{}),
+	}
+	if s.logger == nil {
+		s.logger = hclog.NewNullLogger()
+	}
+	s.logger = s.logger.Named("rendezvous-server")
+	if s.handshake <= 0 {
+		s.handshake = defaultHandshakeTimeout
+	}
+	if s.idle <= 0 {
+		s.idle = defaultIdleTimeout
+	}
+	return s, nil
+}
+
+// Addr is the host:port the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve accepts connections until ctx is done, then closes the listener and
+// every connection and returns nil once they are all finished.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.ln.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+	})
+	defer stop()
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			s.wg.Wait()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("accept rendezvous connection: %w", err)
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			s.mu.Unlock()
+			conn.Close()
+			continue
+		}
+		s.conns[conn] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(ctx, conn)
+			s.mu.Lock()
+			delete(s.conns, conn)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// serverConn is one client connection. The reading goroutine owns reads;
+// writes are serialized by wmu; each request runs in its own goroutine.
+type serverConn struct {
+	s      *Server
+	conn   net.Conn
+	logger hclog.Logger
+
+	wmu sync.Mutex // serializes frame writes
+
+	mu sync.Mutex
+	// guarded by mu:
+	leases map[string]Lease
+	ops    map[uint64]context.CancelFunc
+}
+
+func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	logger := s.logger.With("remote", conn.RemoteAddr().String())
+	if err := auth.Handshake(conn, s.secret, auth.Acceptor, s.handshake); err != nil {
+		logger.Warn("refused connection", "error", err)
+		return
+	}
+	sc := &serverConn{
+		s:      s,
+		conn:   conn,
+		logger: logger,
+		leases: make(map[string]Lease),
+		ops:    make(map[uint64]context.CancelFunc),
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	var ops sync.WaitGroup
+	defer func() {
+		cancel()
+		conn.Close()
+		ops.Wait()
+		sc.revokeAll()
+	}()
+	for {
+		if err := conn.SetReadDeadline(time.Now().Add(s.idle)); err != nil {
+			return
+		}
+		body, err := readFrame(conn)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+				logger.Debug("connection ended", "error", err)
+			}
+			return
+		}
+		req, err := decodeRequest(body)
+		if err != nil {
+			logger.Warn("closing connection after a bad request", "error", err)
+			return
+		}
+		switch req.Op {
+		case opCancel:
+			sc.cancelOp(req.Target)
+		case opPing:
+			sc.send(response{ID: req.ID})
+		default:
+			octx, ocancel := context.WithCancel(cctx)
+			sc.mu.Lock()
+			sc.ops[req.ID] = ocancel
+			sc.mu.Unlock()
+			ops.Add(1)
+			go func() {
+				defer ops.Done()
+				resp := sc.handle(octx, req)
+				sc.cancelOp(req.ID)
+				if cctx.Err() == nil {
+					sc.send(resp)
+				}
+			}()
+		}
+	}
+}
+
+func (sc *serverConn) cancelOp(id uint64) {
+	sc.mu.Lock()
+	cancel := sc.ops[id]
+	delete(sc.ops, id)
+	sc.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// send writes one response; a failed write closes the connection, which
+// ends the reading loop.
+func (sc *serverConn) send(resp response) {
+	frame, err := encodeFrame(resp)
+	if err != nil {
+		resp = response{ID: resp.ID, Code: codeOther, Err: err.Error()}
+		frame, _ = encodeFrame(resp)
+	}
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	if err := sc.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err == nil {
+		_, err = sc.conn.Write(frame)
+		if err == nil {
+			return
+		}
+	}
+	sc.conn.Close()
+}
+
+// revokeAll revokes the leases granted over this connection.
+func (sc *serverConn) revokeAll() {
+	sc.mu.Lock()
+	leases := sc.leases
+	sc.leases = nil
+	sc.mu.Unlock()
+	for id, l := range leases {
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		err := l.Revoke(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrClosed) {
+			sc.logger.Warn("revoke lease of closed connection", "lease", id, "error", err)
+		} else if err == nil {
+			sc.logger.Debug("revoked lease of closed connection", "lease", id)
+		}
+	}
+}
+
+func (sc *serverConn) lease(id string) (Lease, error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	l, ok := sc.leases[id]
+	if !ok {
+		return nil, ErrLeaseNotFound
+	}
+	return l, nil
+}
+
+// handle runs one request against the store.
+func (sc *serverConn) handle(ctx context.Context, req request) response {
+	resp := response{ID: req.ID}
+	fail := func(err error) response {
+		return response{ID: req.ID, Code: errorCode(err), Err: err.Error()}
+	}
+	st := sc.s.store
+	switch req.Op {
+	case opGet:
+		v, err := st.Get(ctx, req.Key)
+		if err != nil {
+			return fail(err)
+		}
+		resp.Data, resp.Version = v.Data, v.Version
+	case opCAS:
+		nv, ok, err := st.CompareAndSet(ctx, req.Key, req.Data, req.Version)
+		if err != nil {
+			return fail(err)
+		}
+		resp.Version, resp.OK = nv, ok
+	case opDelete:
+		if err := st.Delete(ctx, req.Key); err != nil {
+			return fail(err)
+		}
+	case opWait:
+		wctx, cancel := waitContext(ctx, req.WaitMs)
+		defer cancel()
+		v, err := st.Wait(wctx, req.Key, req.Version)
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			v, err = st.Get(ctx, req.Key) // held long enough: answer unchanged
+		}
+		if err != nil {
+			return fail(err)
+		}
+		resp.Data, resp.Version = v.Data, v.Version
+	case opList, opWaitPrefix:
+		var kvs []KeyValue
+		var idx uint64
+		var err error
+		if req.Op == opList {
+			kvs, idx, err = st.List(ctx, req.Key)
+		} else {
+			wctx, cancel := waitContext(ctx, req.WaitMs)
+			defer cancel()
+			kvs, idx, err = st.WaitPrefix(wctx, req.Key, req.Version)
+			if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+				kvs, idx, err = st.List(ctx, req.Key)
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		resp.KVs, resp.Index = kvs, idx
+	case opGrant:
+		l, err := st.Grant(ctx, time.Duration(req.TTLms)*time.Millisecond)
+		if err != nil {
+			return fail(err)
+		}
+		sc.mu.Lock()
+		if sc.leases == nil { // connection already closing
+			sc.mu.Unlock()
+			_ = l.Revoke(context.Background())
+			return fail(ErrClosed)
+		}
+		sc.leases[l.ID()] = l
+		sc.mu.Unlock()
+		resp.Lease, resp.TTLms = l.ID(), l.TTL().Milliseconds()
+	case opPutEphemeral:
+		l, err := sc.lease(req.Lease)
+		if err == nil {
+			err = st.PutEphemeral(ctx, l, req.Key, req.Data)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	case opRenew:
+		l, err := sc.lease(req.Lease)
+		if err == nil {
+			err = l.Renew(ctx)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	case opRevoke:
+		l, err := sc.lease(req.Lease)
+		if err == nil {
+			err = l.Revoke(ctx)
+			sc.mu.Lock()
+			delete(sc.leases, req.Lease)
+			sc.mu.Unlock()
+		}
+		if err != nil {
+			return fail(err)
+		}
+	default:
+		return fail(fmt.Errorf("unsupported op %q", req.Op))
+	}
+	return resp
+}
+
+// waitContext bounds one server-side wait to what the client asked for, and
+// never beyond maxServerWait.
+func waitContext(ctx context.Context, waitMs int64) (context.Context, context.CancelFunc) {
+	d := maxServerWait
+	if waitMs > 0 && waitMs < d.Milliseconds() {
+		d = time.Duration(waitMs) * time.Millisecond
+	}
+	return context.WithTimeout(ctx, d)
+}

@@ -1,0 +1,148 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors a Store returns for conditions callers test.
+var (
+	// ErrLeaseNotFound is returned when a lease has expired, was revoked, or
+	// never existed.
+	ErrLeaseNotFound = errors.New("lease not found")
+	// ErrClosed is returned by a Store that has been closed, or whose
+	// connection to its server is gone.
+	ErrClosed = errors.New("store closed")
+)
+
+// Value is one key's data and version. Version 0 means the key is absent.
+// Versions come from a store-wide monotonic index, as Consul's ModifyIndex.
+type Value struct {
+	Data    []byte
+	Version uint64
+}
+
+// KeyValue is one entry of a List.
+type KeyValue struct {
+	Key     string `json:"key"`
+	Data    []byte `json:"data,omitempty"`
+	Version uint64 `json:"version"`
+}
+
+// Store is the small key-value contract the rendezvous runs on. It is shaped
+// after Consul KV with TTL sessions: versions are modify indexes,
+// CompareAndSet is a CAS on the modify index, waits are blocking queries, and
+// leases are sessions with behaviour "delete".
+//
+// Waits may return early with nothing changed (spurious wake-ups) and
+// versions may go backwards (index resets); callers compare data and loop.
+type Store interface {
+	// Get returns the key's current value; an absent key gives Version 0 and
+	// no error.
+	Get(ctx context.Context, key string) (Value, error)
+	// CompareAndSet writes data if the key's version is still version
+	// (version 0: only if the key is absent). ok is false, with no error,
+	// when the version did not match.
+	CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (newVersion uint64, ok bool, err error)
+	// Delete removes the key whatever its version. Deleting an absent key
+	// is not an error.
+	Delete(ctx context.Context, key string) error
+	// Wait blocks until the key's version differs from after (deletion
+	// included) and returns the current value, or returns ctx's error.
+	Wait(ctx context.Context, key string, after uint64) (Value, error)
+	// List returns the keys under prefix in key order and the prefix's
+	// index, to pass to WaitPrefix.
+	List(ctx context.Context, prefix string) ([]KeyValue, uint64, error)
+	// WaitPrefix blocks until the prefix's index differs from after (a key
+	// under it was written or deleted) and returns what List returns.
+	WaitPrefix(ctx context.Context, prefix string, after uint64) ([]KeyValue, uint64, error)
+	// Grant creates a lease that expires unless renewed within ttl.
+	Grant(ctx context.Context, ttl time.Duration) (Lease, error)
+	// PutEphemeral writes key bound to lease: the key is deleted when the
+	// lease expires or is revoked.
+	PutEphemeral(ctx context.Context, lease Lease, key string, data []byte) error
+	// Close releases the store's resources; leases granted through it are
+	// revoked where the store can tell (a closed connection).
+	Close() error
+}
+
+// Lease is a liveness token (a Consul TTL session). Keys bound to it vanish
+// when it expires or is revoked.
+type Lease interface {
+	// ID names the lease.
+	ID() string
+	// TTL is how long the lease lives without a renewal.
+	TTL() time.Duration
+	// Renew extends the lease once; ErrLeaseNotFound if it is gone.
+	Renew(ctx context.Context) error
+	// KeepAlive renews the lease every TTL/3 until ctx is done (then it
+	// returns nil) or a renewal fails (then it returns the error).
+	KeepAlive(ctx context.Context) error
+	// Revoke ends the lease now and deletes its keys.
+	Revoke(ctx context.Context) error
+}
+
+// Clock is the time source of stores and sessions; tests inject a fake one.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// AfterFunc calls f once d has passed (the wall clock calls it in its own
+	// goroutine). It must not call f before returning.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// AfterFunc wraps time.AfterFunc.
+func (RealClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+func orRealClock(c Clock) Clock {
+	if c == nil {
+		return RealClock{}
+	}
+	return c
+}
+
+// sleep waits d on clock or until ctx is done.
+func sleep(ctx context.Context, clock Clock, d time.Duration) error {
+	fired := make(chan struct{})
+	t := clock.AfterFunc(d, func() { close(fired) })
+	defer t.Stop()
+	select {
+	case <-fired:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// keepAlive is the KeepAlive loop shared by every Lease implementation.
+func keepAlive(ctx context.Context, clock Clock, l Lease) error {
+	every := l.TTL() / 3
+	if every <= 0 {
+		every = time.Second
+	}
+	for {
+		if err := sleep(ctx, clock, every); err != nil {
+			return nil
+		}
+		if err := l.Renew(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("renew lease %s: %w", l.ID(), err)
+		}
+	}
+}
