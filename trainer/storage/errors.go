@@ -1,0 +1,45 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors callers test with errors.Is.
+var (
+	// ErrUnsupportedScheme is returned by Open for a storage path with a URI
+	// scheme other than file:// (for example s3:// or gs://).
+	ErrUnsupportedScheme = errors.New("unsupported storage scheme")
+	// ErrLocked is returned by Open when another process holds the run's
+	// writer lock.
+	ErrLocked = errors.New("run is locked by another writer")
+	// ErrReadOnly is returned by the mutating methods of a Run opened with
+	// OpenReadOnly.
+	ErrReadOnly = errors.New("run is open read-only")
+	// ErrClosed is returned by the methods of a closed Run.
+	ErrClosed = errors.New("run is closed")
+	// ErrStagedDone is returned when a Staged checkpoint is used after it was
+	// committed or aborted.
+	ErrStagedDone = errors.New("staged checkpoint already committed or aborted")
+	// ErrInvalidRecord is returned when a record cannot be written (a NaN
+	// metric, a checkpoint name set by the caller, a step going backwards).
+	ErrInvalidRecord = errors.New("invalid record")
+	// ErrExists is returned by Staged.AddDir when a file it would move is
+	// already in the staging directory.
+	ErrExists = errors.New("file already staged")
+)
+
+// CorruptError reports a line of progress.jsonl that is not a valid record
+// and is not a torn last line. Line counts from 1.
+type CorruptError struct {
+	Line int
+	Err  error
+}
+
+// Error implements error.
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("progress line %d is corrupt: %v", e.Line, e.Err)
+}
+
+// Unwrap returns the reason the line was rejected.
+func (e *CorruptError) Unwrap() error { return e.Err }

@@ -1,0 +1,28 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// lockRun takes the exclusive writer lock of a run. flock(2) locks belong
+// to the open file, so the kernel drops them when the process dies, and on
+// NFSv4 they are held by the server.
+func lockRun(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening writer lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return f, nil
+}

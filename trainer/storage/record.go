@@ -1,0 +1,139 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// ProgressFile is the name of the metrics history inside a run directory.
+const ProgressFile = "progress.jsonl"
+
+// Record is one report of a training run: one line of progress.jsonl.
+//
+// On the wire it is a JSON object:
+//
+//	{"step":12,"time":"2026-12-02T15:04:05.123456789Z","metrics":{"loss":0.25},
+//	 "checkpoint":"checkpoint_000004","generation":2,"attempt":1}
+//
+// Metrics hold any JSON; numbers read back from a file are float64.
+type Record struct {
+	// Step is the training step (or iteration) the report belongs to.
+	Step int64
+	// Time is when the report was made; Append and Commit fill in the
+	// current time when it is zero.
+	Time time.Time
+	// Metrics are the reported values, keyed by name.
+	Metrics map[string]any
+	// Checkpoint names the checkpoint directory committed with this report,
+	// or is empty. Commit sets it; Append requires it empty.
+	Checkpoint string
+	// Generation is the rendezvous generation the report was made in.
+	Generation uint64
+	// Attempt counts restarts of the run (0 for the first attempt).
+	Attempt int
+}
+
+// wireRecord is Record as it is written; pointers mark required fields.
+type wireRecord struct {
+	Step       *int64         `json:"step"`
+	Time       *time.Time     `json:"time"`
+	Metrics    map[string]any `json:"metrics"`
+	Checkpoint string         `json:"checkpoint,omitempty"`
+	Generation uint64         `json:"generation"`
+	Attempt    int            `json:"attempt"`
+}
+
+// encodeRecord renders rec as one newline-terminated line. encoding/json
+// escapes control characters inside strings, so the line holds exactly one
+// newline, at its end.
+func encodeRecord(rec Record) ([]byte, error) {
+	w := wireRecord{
+		Step:       &rec.Step,
+		Time:       &rec.Time,
+		Metrics:    rec.Metrics,
+		Checkpoint: rec.Checkpoint,
+		Generation: rec.Generation,
+		Attempt:    rec.Attempt,
+	}
+	if w.Metrics == nil {
+		w.Metrics = map[string]any{}
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding step %d: %w", ErrInvalidRecord, rec.Step, err)
+	}
+	return append(b, '\n'), nil
+}
+
+// decodeRecord parses one line (without its newline).
+func decodeRecord(line []byte) (Record, error) {
+	var w wireRecord
+	if err := json.Unmarshal(line, &w); err != nil {
+		return Record{}, err
+	}
+	if w.Step == nil {
+		return Record{}, errors.New(`missing "step"`)
+	}
+	if w.Time == nil {
+		return Record{}, errors.New(`missing "time"`)
+	}
+	if w.Checkpoint != "" {
+		if _, ok := checkpointIndex(w.Checkpoint); !ok {
+			return Record{}, fmt.Errorf("invalid checkpoint name %q", w.Checkpoint)
+		}
+	}
+	return Record{
+		Step:       *w.Step,
+		Time:       *w.Time,
+		Metrics:    w.Metrics,
+		Checkpoint: w.Checkpoint,
+		Generation: w.Generation,
+		Attempt:    w.Attempt,
+	}, nil
+}
+
+// parseProgress decodes the contents of progress.jsonl. It returns the
+// records and the length of the prefix holding them: bytes after the last
+// newline are a torn line (a writer killed mid-append, or a partly flushed
+// block) and are left out. Any complete line that is not a record, and any
+// checkpoint named twice, is a *CorruptError.
+func parseProgress(data []byte) (recs []Record, valid int, err error) {
+	valid = bytes.LastIndexByte(data, '\n') + 1
+	seen := map[string]int{}
+	lineNo := 0
+	for rest := data[:valid]; len(rest) > 0; {
+		lineNo++
+		i := bytes.IndexByte(rest, '\n')
+		line := rest[:i]
+		rest = rest[i+1:]
+		rec, err := decodeRecord(line)
+		if err != nil {
+			return nil, 0, &CorruptError{Line: lineNo, Err: err}
+		}
+		if rec.Checkpoint != "" {
+			if prev, dup := seen[rec.Checkpoint]; dup {
+				return nil, 0, &CorruptError{Line: lineNo, Err: fmt.Errorf("checkpoint %s already recorded on line %d", rec.Checkpoint, prev)}
+			}
+			seen[rec.Checkpoint] = lineNo
+		}
+		recs = append(recs, rec)
+	}
+	return recs, valid, nil
+}
+
+// ReadProgress decodes a progress.jsonl stream. A torn last line (no
+// terminating newline, as left by a writer killed mid-append or still
+// appending) is ignored; any other malformed line is a *CorruptError naming
+// its line number.
+func ReadProgress(r io.Reader) ([]Record, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading progress: %w", err)
+	}
+	recs, _, err := parseProgress(data)
+	return recs, err
+}

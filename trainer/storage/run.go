@@ -1,0 +1,645 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Crash points: where a test hook may stop the writer to simulate a crash.
+const (
+	pointSynced        = "synced"         // staging fsynced, not renamed
+	pointRenamed       = "renamed"        // renamed and run dir fsynced, no record
+	pointRecordPartial = "record-partial" // half of the record line written
+	pointRecorded      = "recorded"       // record written, retention not run
+	pointTrashed       = "trashed"        // pruned checkpoint renamed to trash, not removed
+)
+
+// Option configures Open and OpenReadOnly.
+type Option func(*options)
+
+type options struct {
+	log hclog.Logger
+	now func() time.Time
+}
+
+// WithLogger sets the logger for recovery and retention messages.
+func WithLogger(l hclog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock sets the clock that stamps records with a zero Time.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// Recovery describes what Open repaired in a run directory.
+type Recovery struct {
+	// TornBytes is the length of the torn last line cut from progress.jsonl.
+	TornBytes int
+	// Removed lists scratch entries (staging, trash, temporary files) and
+	// uncommitted checkpoint directories that Open deleted.
+	Removed []string
+	// Pruned lists committed checkpoints that retention deleted during Open
+	// (a crash had interrupted it).
+	Pruned []string
+}
+
+// Run is the storage of one training run: its progress history and its
+// checkpoints under <storage path>/<run name>/. A Run opened with Open is
+// the run's single writer; its methods are safe for concurrent use.
+type Run struct {
+	dir      string
+	policy   Policy
+	readOnly bool
+	log      hclog.Logger
+	now      func() time.Time
+	hook     func(point string) // tests stop the process here; nil in production
+
+	mu sync.Mutex
+	// Guarded by mu (writer only):
+	progress *os.File        // progress.jsonl, append-only
+	size     int64           // bytes of progress.jsonl that hold records
+	lock     *os.File        // holds the writer lock
+	recs     []Record        // every record, in file order
+	live     map[string]bool // recorded checkpoints whose directory exists
+	next     int64           // index of the next checkpoint
+	broken   error           // sticky: the file may differ from recs
+	closed   bool
+	recovery Recovery
+}
+
+// Open opens the run named run under the storage path root as its writer,
+// creating the directories when needed and recovering from a crash of the
+// previous writer: it cuts a torn last line off progress.jsonl, removes
+// staging and trash directories and checkpoint directories that no record
+// commits, and finishes interrupted retention. Only one process may hold a
+// run open for writing (ErrLocked otherwise).
+func Open(root, run string, p Policy, opts ...Option) (*Run, error) {
+	r, err := newRun(root, run, p, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.openWriter(); err != nil {
+		r.closeFiles()
+		return nil, fmt.Errorf("opening run %s: %w", r.dir, err)
+	}
+	return r, nil
+}
+
+// OpenReadOnly opens a run for reading without taking the writer lock or
+// repairing anything, for ranks that only load checkpoints. Every read
+// re-reads progress.jsonl, so a reader follows a live writer; a torn last
+// line is skipped. The run directory must exist.
+func OpenReadOnly(root, run string, opts ...Option) (*Run, error) {
+	r, err := newRun(root, run, Policy{}, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(r.dir); err != nil {
+		return nil, fmt.Errorf("opening run read-only: %w", err)
+	}
+	return r, nil
+}
+
+func newRun(root, run string, p Policy, readOnly bool, opts []Option) (*Run, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid storage policy: %w", err)
+	}
+	dir, err := localRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRunName(run); err != nil {
+		return nil, err
+	}
+	o := options{log: hclog.NewNullLogger(), now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Run{
+		dir:      filepath.Join(dir, run),
+		policy:   p,
+		readOnly: readOnly,
+		log:      o.log.Named("storage").With("run", run),
+		now:      o.now,
+		live:     map[string]bool{},
+	}, nil
+}
+
+// openWriter creates, locks and recovers the run directory.
+func (r *Run) openWriter() error {
+	_, statErr := os.Stat(r.dir)
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return fmt.Errorf("creating run directory: %w", err)
+	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		if err := syncDir(filepath.Dir(r.dir)); err != nil {
+			return err
+		}
+	}
+	lock, err := lockRun(filepath.Join(r.dir, lockFile))
+	if err != nil {
+		return err
+	}
+	r.lock = lock
+	if err := r.recoverProgress(); err != nil {
+		return err
+	}
+	if err := r.recoverDir(); err != nil {
+		return err
+	}
+	for _, name := range Prune(r.liveRecords(), r.policy) {
+		if err := r.removeCheckpoint(name); err != nil {
+			return err
+		}
+		r.recovery.Pruned = append(r.recovery.Pruned, name)
+	}
+	if len(r.recovery.Removed)+len(r.recovery.Pruned) > 0 {
+		r.log.Info("recovered run directory", "removed", r.recovery.Removed, "pruned", r.recovery.Pruned)
+		return syncDir(r.dir)
+	}
+	return nil
+}
+
+// recoverProgress opens progress.jsonl, cuts a torn last line and loads the
+// records.
+func (r *Run) recoverProgress() error {
+	path := filepath.Join(r.dir, ProgressFile)
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening progress: %w", err)
+	}
+	r.progress = f
+	if errors.Is(statErr, fs.ErrNotExist) {
+		if err := syncDir(r.dir); err != nil {
+			return err
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("reading progress: %w", err)
+	}
+	recs, valid, err := parseProgress(data)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", path, err)
+	}
+	if torn := len(data) - valid; torn > 0 {
+		if err := f.Truncate(int64(valid)); err != nil {
+			return fmt.Errorf("cutting torn progress line: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("syncing progress: %w", err)
+		}
+		r.recovery.TornBytes = torn
+		r.log.Warn("cut torn last line of progress", "bytes", torn, "records", len(recs))
+	}
+	r.recs, r.size = recs, int64(valid)
+	return nil
+}
+
+// recoverDir removes scratch entries and uncommitted checkpoints, and finds
+// the live checkpoints and the next index.
+func (r *Run) recoverDir() error {
+	recorded := map[string]bool{}
+	for _, rec := range r.recs {
+		if rec.Checkpoint != "" {
+			recorded[rec.Checkpoint] = true
+			idx, _ := checkpointIndex(rec.Checkpoint)
+			r.next = max(r.next, idx+1)
+		}
+	}
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return fmt.Errorf("listing run directory: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		idx, isCkpt := checkpointIndex(name)
+		switch {
+		case strings.HasPrefix(name, stagingPrefix) || strings.HasPrefix(name, trashPrefix) || strings.HasPrefix(name, tempPrefix):
+			if err := os.RemoveAll(filepath.Join(r.dir, name)); err != nil {
+				return fmt.Errorf("removing scratch entry: %w", err)
+			}
+			r.recovery.Removed = append(r.recovery.Removed, name)
+		case isCkpt && recorded[name] && e.IsDir():
+			r.live[name] = true
+		case isCkpt && !recorded[name]:
+			r.next = max(r.next, idx+1)
+			if err := r.discard(name); err != nil {
+				return err
+			}
+			r.recovery.Removed = append(r.recovery.Removed, name)
+		}
+	}
+	return nil
+}
+
+// discard deletes an entry of the run directory so that no crash leaves it
+// half-deleted under its name: rename to a trash name, then remove.
+func (r *Run) discard(name string) error {
+	trash := filepath.Join(r.dir, scratchName(trashPrefix, name))
+	if err := os.Rename(filepath.Join(r.dir, name), trash); err != nil {
+		return fmt.Errorf("moving %s to trash: %w", name, err)
+	}
+	r.callHook(pointTrashed)
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("removing %s: %w", name, err)
+	}
+	return nil
+}
+
+// removeCheckpoint deletes a live checkpoint.
+func (r *Run) removeCheckpoint(name string) error {
+	err := r.discard(name)
+	if _, statErr := os.Lstat(filepath.Join(r.dir, name)); errors.Is(statErr, fs.ErrNotExist) {
+		delete(r.live, name) // gone under its name, even if the trash remains
+	}
+	return err
+}
+
+func (r *Run) callHook(point string) {
+	if r.hook != nil {
+		r.hook(point)
+	}
+}
+
+// Dir returns the run directory.
+func (r *Run) Dir() string { return r.dir }
+
+// Recovery reports what Open repaired.
+func (r *Run) Recovery() Recovery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Recovery{
+		TornBytes: r.recovery.TornBytes,
+		Removed:   append([]string(nil), r.recovery.Removed...),
+		Pruned:    append([]string(nil), r.recovery.Pruned...),
+	}
+}
+
+// writable reports why the writer cannot write, if it cannot. mu is held.
+func (r *Run) writable() error {
+	switch {
+	case r.readOnly:
+		return ErrReadOnly
+	case r.closed:
+		return ErrClosed
+	case r.broken != nil:
+		return fmt.Errorf("run storage needs reopening after an earlier failure: %w", r.broken)
+	}
+	return nil
+}
+
+// Append records a report that has no checkpoint. The record is flushed
+// before Append returns when the policy is FsyncEveryRecord.
+func (r *Run) Append(rec Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return err
+	}
+	if rec.Checkpoint != "" {
+		return fmt.Errorf("%w: Append with checkpoint %q (use Commit)", ErrInvalidRecord, rec.Checkpoint)
+	}
+	if rec.Time.IsZero() {
+		rec.Time = r.now()
+	}
+	line, err := encodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	return r.appendLine(rec, line, r.policy.Fsync == FsyncEveryRecord)
+}
+
+// appendLine writes one record line with one write call, restoring the
+// file's length if the write fails. mu is held.
+func (r *Run) appendLine(rec Record, line []byte, sync bool) error {
+	var err error
+	if r.hook != nil && len(line) > 1 {
+		// Tests stop the process between two halves of the line.
+		half := len(line) / 2
+		if _, err = r.progress.Write(line[:half]); err == nil {
+			r.callHook(pointRecordPartial)
+			_, err = r.progress.Write(line[half:])
+		}
+	} else {
+		_, err = r.progress.Write(line)
+	}
+	if err != nil {
+		if terr := r.progress.Truncate(r.size); terr != nil {
+			r.broken = errors.Join(err, terr)
+		}
+		return fmt.Errorf("appending progress record: %w", err)
+	}
+	if sync {
+		if err := r.progress.Sync(); err != nil {
+			// After a failed fsync the file's contents are unknown.
+			r.broken = err
+			return fmt.Errorf("syncing progress: %w", err)
+		}
+	}
+	r.size += int64(len(line))
+	r.recs = append(r.recs, rec)
+	return nil
+}
+
+// Stage starts a checkpoint: a new staging directory inside the run
+// directory, invisible to readers until Commit.
+func (r *Run) Stage() (*Staged, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(r.dir, stagingPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("creating staging directory: %w", err)
+	}
+	return &Staged{run: r, dir: dir}, nil
+}
+
+// Commit makes a staged checkpoint durable and visible, then applies
+// retention. It flushes every staged file and directory, renames the
+// staging directory to checkpoint_NNNNNN, flushes the run directory and
+// appends rec naming the checkpoint: that record is the commit point. It
+// returns the checkpoint's name. rec.Checkpoint must be empty.
+//
+// A failure before the record is written leaves the previous checkpoint
+// latest; the Staged can then still be aborted. A failure to delete old
+// checkpoints is logged, not returned: the commit stands, and Open retries.
+func (r *Run) Commit(s *Staged, rec Record) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return "", err
+	}
+	switch {
+	case s.run != r:
+		return "", fmt.Errorf("committing a checkpoint staged by another run")
+	case s.done:
+		return "", ErrStagedDone
+	case rec.Checkpoint != "":
+		return "", fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
+	}
+	name := checkpointName(r.next)
+	rec.Checkpoint = name
+	if rec.Time.IsZero() {
+		rec.Time = r.now()
+	}
+	line, err := encodeRecord(rec)
+	if err != nil {
+		return "", err
+	}
+	if err := syncTree(s.dir); err != nil {
+		return "", fmt.Errorf("flushing staged checkpoint: %w", err)
+	}
+	r.callHook(pointSynced)
+	final := filepath.Join(r.dir, name)
+	if _, err := os.Lstat(final); !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("checkpoint directory %s already exists (err %v)", name, err)
+	}
+	if err := os.Rename(s.dir, final); err != nil {
+		return "", fmt.Errorf("renaming staged checkpoint: %w", err)
+	}
+	r.next++
+	s.done = true
+	if err := syncDir(r.dir); err != nil {
+		return "", r.uncommit(name, err)
+	}
+	r.callHook(pointRenamed)
+	if err := r.appendLine(rec, line, true); err != nil {
+		return "", r.uncommit(name, err)
+	}
+	r.live[name] = true
+	r.callHook(pointRecorded)
+	r.prune()
+	return name, nil
+}
+
+// uncommit removes a renamed checkpoint whose record could not be written.
+// Without its record it is garbage; Open would remove it too.
+func (r *Run) uncommit(name string, cause error) error {
+	if err := r.discard(name); err != nil {
+		r.broken = err
+		return fmt.Errorf("committing %s: %w (and removing it: %w)", name, cause, err)
+	}
+	return fmt.Errorf("committing %s: %w", name, cause)
+}
+
+// prune deletes the checkpoints retention no longer keeps. mu is held.
+func (r *Run) prune() {
+	for _, name := range Prune(r.liveRecords(), r.policy) {
+		if err := r.removeCheckpoint(name); err != nil {
+			r.log.Warn("retention could not delete checkpoint", "checkpoint", name, "error", err)
+		}
+	}
+}
+
+// liveRecords returns the records of live checkpoints in commit order.
+// mu is held.
+func (r *Run) liveRecords() []Record {
+	var out []Record
+	for _, rec := range r.recs {
+		if rec.Checkpoint != "" && r.live[rec.Checkpoint] {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// snapshot returns the records and the live checkpoints' records: the
+// writer's own view, or a fresh read for a read-only Run.
+func (r *Run) snapshot() (recs, live []Record, err error) {
+	if r.readOnly {
+		return r.readSnapshot()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, nil, ErrClosed
+	}
+	return cloneRecords(r.recs), cloneRecords(r.liveRecords()), nil
+}
+
+func (r *Run) readSnapshot() (recs, live []Record, err error) {
+	data, err := os.ReadFile(filepath.Join(r.dir, ProgressFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading progress: %w", err)
+	}
+	recs, err = ReadProgress(bytes.NewReader(data))
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, rec := range recs {
+		if rec.Checkpoint == "" {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(r.dir, rec.Checkpoint)); err == nil && fi.IsDir() {
+			live = append(live, rec)
+		}
+	}
+	return recs, live, nil
+}
+
+func cloneRecords(recs []Record) []Record {
+	out := make([]Record, len(recs))
+	for i, rec := range recs {
+		rec.Metrics = maps.Clone(rec.Metrics)
+		out[i] = rec
+	}
+	return out
+}
+
+// Records returns every record in the order written. The metric maps are
+// copies; values nested inside them are shared.
+func (r *Run) Records() ([]Record, error) {
+	recs, _, err := r.snapshot()
+	return recs, err
+}
+
+// Latest returns the most recent committed checkpoint that exists: its name
+// and directory. ok is false when there is none.
+func (r *Run) Latest() (name, path string, ok bool, err error) {
+	_, live, err := r.snapshot()
+	if err != nil || len(live) == 0 {
+		return "", "", false, err
+	}
+	name = live[len(live)-1].Checkpoint
+	return name, filepath.Join(r.dir, name), true, nil
+}
+
+// Best returns the records of up to n existing checkpoints, best first
+// under the policy's score attribute and order (most recent first without
+// one). n <= 0 returns all of them.
+func (r *Run) Best(n int) ([]Record, error) {
+	_, live, err := r.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	ranked := Rank(live, r.policy)
+	if n > 0 && n < len(ranked) {
+		ranked = ranked[:n]
+	}
+	return ranked, nil
+}
+
+// CheckpointPath returns the directory of a checkpoint name.
+func (r *Run) CheckpointPath(name string) string { return filepath.Join(r.dir, name) }
+
+// TruncateAfter rolls the history back to step: it atomically replaces
+// progress.jsonl by the records whose Step is at most step (write a
+// temporary file, flush, rename, flush the directory), then deletes the
+// checkpoints only the dropped records committed. Used on resume, to drop
+// reports made after the checkpoint the run restarts from.
+func (r *Run) TruncateAfter(step int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return err
+	}
+	var keep, drop []Record
+	var buf bytes.Buffer
+	for _, rec := range r.recs {
+		if rec.Step > step {
+			drop = append(drop, rec)
+			continue
+		}
+		line, err := encodeRecord(rec)
+		if err != nil {
+			return err
+		}
+		buf.Write(line)
+		keep = append(keep, rec)
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	path := filepath.Join(r.dir, ProgressFile)
+	tmp := filepath.Join(r.dir, scratchName(tempPrefix, ProgressFile))
+	if err := writeFileSync(tmp, buf.Bytes()); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replacing progress: %w", err)
+	}
+	// From here the file on disk is the truncated one.
+	if err := syncDir(r.dir); err != nil {
+		r.broken = err
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		r.broken = err
+		return fmt.Errorf("reopening progress: %w", err)
+	}
+	r.progress.Close()
+	r.progress, r.size, r.recs = f, int64(buf.Len()), keep
+	for _, rec := range drop {
+		if rec.Checkpoint != "" && r.live[rec.Checkpoint] {
+			if err := r.removeCheckpoint(rec.Checkpoint); err != nil {
+				return fmt.Errorf("deleting rolled-back checkpoint: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// writeFileSync creates path with data and flushes it.
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// Close releases the progress file and the writer lock. Staging
+// directories not committed or aborted are removed by the next Open.
+func (r *Run) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.closeFiles()
+}
+
+func (r *Run) closeFiles() error {
+	var errs []error
+	if r.progress != nil {
+		errs = append(errs, r.progress.Close())
+	}
+	if r.lock != nil {
+		errs = append(errs, r.lock.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("closing run: %w", err)
+	}
+	return nil
+}
