@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/nomad-train/nomad-train/scheduler/local"
@@ -88,14 +87,9 @@ func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out 
 	if out == nil || !out.Failed() {
 		return res, nil
 	}
-	for _, r := range out.Ranks {
-		if r.ExitCode != 0 {
-			res.Errors = append(res.Errors, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
-		}
+	for _, r := range out.Failures() {
+		res.Errors = append(res.Errors, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
 	}
-	sort.SliceStable(res.Errors, func(i, j int) bool {
-		return out.Ranks[res.Errors[i].Rank].Order < out.Ranks[res.Errors[j].Rank].Order
-	})
 	msgs := make([]string, len(res.Errors))
 	for i, e := range res.Errors {
 		msgs[i] = e.Error()

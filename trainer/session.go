@@ -13,7 +13,6 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer/collective"
 	"github.com/nomad-train/nomad-train/trainer/storage"
-	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // Session is one worker's view of the run, handed to the training function

@@ -27,6 +27,7 @@ import (
 // only the calling test, in which Fit runs fn and exits.
 func fit(t *testing.T, fn trainer.TrainFunc, n int, run trainer.Run, config any) (*trainer.Result, error, string) {
 	t.Helper()
+	t.Setenv("GORACE", "atexit_sleep_ms=0") // workers under -race exit at once
 	if run.StoragePath == "" {
 		run.StoragePath = t.TempDir()
 	}

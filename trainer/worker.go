@@ -22,13 +22,13 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
-// Exit codes of a worker process. Launchers read them: a user error is not
-// worth a retry, an infrastructure error may be.
+// Exit codes of a worker process (see package workerenv).
 const (
-	ExitOK         = 0
-	ExitUserError  = 1 // the training function returned an error or panicked
-	ExitBadEnv     = 2 // the worker environment is malformed
-	ExitInfraError = 3 // rendezvous, collectives or storage failed
+	ExitOK         = workerenv.ExitOK
+	ExitUserError  = workerenv.ExitUserError
+	ExitBadEnv     = workerenv.ExitBadEnv
+	ExitInfraError = workerenv.ExitInfraError
+	ExitPeerLost   = workerenv.ExitPeerLost
 )
 
 // ErrUser marks a failure of the training function itself.
@@ -60,8 +60,11 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 		return ExitOK
 	}
 	code := ExitInfraError
-	if errors.Is(err, ErrUser) {
+	switch {
+	case errors.Is(err, ErrUser):
 		code = ExitUserError
+	case errors.Is(err, collective.ErrPeerLost):
+		code = ExitPeerLost
 	}
 	ev.emit("worker_failed", err.Error(), map[string]string{"exit_code": fmt.Sprint(code)})
 	fmt.Fprintf(os.Stderr, "nomad-train worker: %v\n", err)

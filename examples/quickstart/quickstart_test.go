@@ -20,6 +20,7 @@ const finalLossBound = 0.05
 
 func fit(t *testing.T, storagePath string, cfg quickstart.Config) (*trainer.Result, string) {
 	t.Helper()
+	t.Setenv("GORACE", "atexit_sleep_ms=0") // workers under -race exit at once
 	tr := trainer.New(quickstart.Train, trainer.Scaling{NumWorkers: 4},
 		trainer.Run{Name: "quickstart", StoragePath: storagePath,
 			Checkpoint: trainer.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"}},

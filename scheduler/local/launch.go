@@ -2,6 +2,8 @@ package local
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,7 +21,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/nomad-train/nomad-train/trainer/internal/auth"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -70,9 +72,32 @@ func (r RankOutcome) Message() string {
 	}
 }
 
+// Secondary reports whether the worker ended only because another one was
+// lost, so that it is not the cause of a failed run.
+func (r RankOutcome) Secondary() bool { return r.ExitCode == workerenv.ExitPeerLost }
+
 // Outcome is how every worker of a run ended, indexed by rank.
 type Outcome struct {
 	Ranks []RankOutcome
+}
+
+// Failures lists the workers that ended badly, causes first: workers that
+// failed by themselves before those that lost a peer, each group in the
+// order they ended.
+func (o *Outcome) Failures() []RankOutcome {
+	var f []RankOutcome
+	for _, r := range o.Ranks {
+		if r.ExitCode != 0 {
+			f = append(f, r)
+		}
+	}
+	sort.SliceStable(f, func(i, j int) bool {
+		if f[i].Secondary() != f[j].Secondary() {
+			return !f[i].Secondary()
+		}
+		return f[i].Order < f[j].Order
+	})
+	return f
 }
 
 // Failed reports whether any worker ended badly.
@@ -99,7 +124,10 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		return nil, fmt.Errorf("launch: make run scratch dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	secret := auth.NewSecret()
+	secret, err := newSecret()
+	if err != nil {
+		return nil, err
+	}
 	secretFile := filepath.Join(tmp, "secret")
 	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
 		return nil, fmt.Errorf("launch: write run secret: %w", err)
@@ -109,10 +137,14 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch: listen for rendezvous: %w", err)
 	}
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	srv := rendezvous.NewServer(rendezvous.NewMemStore(nil), rendezvous.ServerConfig{
+	srv, err := rendezvous.NewServer(rendezvous.NewMemStore(nil), rendezvous.ServerConfig{
 		Listener: ln, Secret: []byte(secret), Logger: o.Logger.Named("rendezvous"),
 	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("launch: rendezvous server: %w", err)
+	}
+	srvCtx, stopSrv := context.WithCancel(context.Background())
 	srvDone := make(chan struct{})
 	go func() { defer close(srvDone); srv.Serve(srvCtx) }()
 	defer func() { stopSrv(); <-srvDone }()
@@ -354,6 +386,16 @@ func lastFailure(path string) string {
 			msg = ev.Message
 		}
 	}
+}
+
+// newSecret makes the run's shared secret: workers prove they hold it on
+// every rendezvous and collective connection.
+func newSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("launch: make run secret: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 func mustJSON(v any) string {

@@ -41,7 +41,17 @@ func fakeWorker(mode string) int {
 		fmt.Fprintf(os.Stderr, "to stderr %d\n", rank)
 		return 0
 	case "fail-rank1":
+		dir := os.Getenv("LOCAL_TEST_PIDS")
 		if rank == 1 {
+			// Fail only once the others listen for SIGTERM.
+			for _, r := range []string{"ready-0", "ready-2"} {
+				for {
+					if _, err := os.Stat(filepath.Join(dir, r)); err == nil {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
 			ev, _ := json.Marshal(workerenv.Event{Kind: "worker_failed", Message: "bad thing on rank 1"})
 			os.WriteFile(os.Getenv(workerenv.Events), append(ev, '\n'), 0o644)
 			return 5
@@ -49,6 +59,7 @@ func fakeWorker(mode string) int {
 		// Others wait to be told to stop, and stop cleanly.
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("ready-%d", rank)), nil, 0o644)
 		<-ch
 		return 0
 	case "ignore-term":
@@ -88,7 +99,9 @@ func opts(t *testing.T, mode string, n int) (Options, *safeBuffer, string) {
 	var out safeBuffer
 	return Options{
 		Command: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:        []string{"LOCAL_TEST_MODE=" + mode, "LOCAL_TEST_PIDS=" + pids},
+		// The race runtime sleeps 1 s at exit unless told otherwise, which
+		// would eat the stop grace period.
+		Env:        []string{"LOCAL_TEST_MODE=" + mode, "LOCAL_TEST_PIDS=" + pids, "GORACE=atexit_sleep_ms=0"},
 		NumWorkers: n, RunName: "t", StoragePath: t.TempDir(),
 		FailGrace: 500 * time.Millisecond, StopGrace: time.Second,
 		Stdout: &out, Stderr: &out,
@@ -98,8 +111,14 @@ func opts(t *testing.T, mode string, n int) (Options, *safeBuffer, string) {
 // noneLeft asserts that no process the test recorded is still alive.
 func noneLeft(t *testing.T, pidDir string) {
 	t.Helper()
-	entries, err := os.ReadDir(pidDir)
+	all, err := os.ReadDir(pidDir)
 	must.NoError(t, err)
+	var entries []os.DirEntry
+	for _, e := range all {
+		if !strings.HasPrefix(e.Name(), "ready-") {
+			entries = append(entries, e)
+		}
+	}
 	must.SliceNotEmpty(t, entries)
 	deadline := time.Now().Add(5 * time.Second)
 	for _, e := range entries {
@@ -141,7 +160,7 @@ func TestFailedWorkerStopsTheRest(t *testing.T) {
 	must.Eq(t, 5, res.Ranks[1].ExitCode)
 	must.Eq(t, "bad thing on rank 1", res.Ranks[1].Message())
 	must.Eq(t, 0, res.Ranks[1].Order)
-	must.Eq(t, 0, res.Ranks[0].ExitCode) // stopped cleanly by SIGTERM
+	must.Eq(t, 0, res.Ranks[0].ExitCode, must.Sprintf("%+v", res.Ranks)) // stopped cleanly by SIGTERM
 	must.Eq(t, 0, res.Ranks[2].ExitCode)
 	noneLeft(t, pids)
 }
@@ -173,4 +192,20 @@ func TestBadCommand(t *testing.T) {
 	o.Command = filepath.Join(t.TempDir(), "no-such-binary")
 	_, err := Launch(context.Background(), o)
 	must.ErrorContains(t, err, "start worker 0")
+}
+
+// The cause of a failed run comes first: a worker that failed by itself
+// before the workers that only lost it, even when those ended earlier.
+func TestFailuresCausesFirst(t *testing.T) {
+	o := &Outcome{Ranks: []RankOutcome{
+		{Rank: 0, ExitCode: workerenv.ExitPeerLost, Order: 0},
+		{Rank: 1, ExitCode: 0, Order: 1},
+		{Rank: 2, ExitCode: workerenv.ExitUserError, Order: 3},
+		{Rank: 3, ExitCode: 128 + 9, Signal: "SIGKILL", Order: 2},
+	}}
+	var ranks []int
+	for _, f := range o.Failures() {
+		ranks = append(ranks, f.Rank)
+	}
+	must.Eq(t, []int{3, 2, 0}, ranks)
 }

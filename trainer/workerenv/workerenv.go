@@ -185,3 +185,14 @@ func durVar(getenv func(string) string, name string, def time.Duration) (time.Du
 	}
 	return d, nil
 }
+
+// Exit codes of a worker process, read by launchers: a user error is not
+// worth a retry, an infrastructure error may be, and a worker that ended
+// only because a peer was lost is a consequence, not a cause.
+const (
+	ExitOK         = 0
+	ExitUserError  = 1 // the training function returned an error or panicked
+	ExitBadEnv     = 2 // the worker environment is malformed
+	ExitInfraError = 3 // rendezvous, collectives or storage failed
+	ExitPeerLost   = 4 // a peer was lost: the gang broke elsewhere
+)
