@@ -134,14 +134,14 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	if attr := a["meta"]; d.strMap(attr, &s.Meta) {
 		for _, k := range sortedKeys(s.Meta) {
 			if strings.HasPrefix(k, ReservedMetaPrefix) {
-				d.errorf(attr, "Reserved meta key", "Meta keys starting with %q are set by nomad-train; rename %q.", ReservedMetaPrefix, k)
+				d.keyErrorf(attr, k, "Reserved meta key", "Meta keys starting with %q are set by nomad-train; rename %q.", ReservedMetaPrefix, k)
 			}
 		}
 	}
 	if attr := a["env"]; d.strMap(attr, &s.Env) {
 		for _, k := range sortedKeys(s.Env) {
 			if strings.HasPrefix(k, ReservedEnvPrefix) {
-				d.errorf(attr, "Reserved environment variable", "Variables starting with %q are set by nomad-train; rename %q.", ReservedEnvPrefix, k)
+				d.keyErrorf(attr, k, "Reserved environment variable", "Variables starting with %q are set by nomad-train; rename %q.", ReservedEnvPrefix, k)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 )
@@ -73,7 +74,7 @@ func (d *decoder) rangeErrorf(rng hcl.Range, summary, format string, args ...any
 // value evaluates attr and converts it to ty. ok is false when attr is nil,
 // the value is null or unknown (a variable without a value), or an error was
 // recorded.
-func (d *decoder) value(attr *hcl.Attribute, ty cty.Type, want string) (cty.Value, bool) {
+func (d *decoder) value(attr *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
 	if attr == nil {
 		return cty.NilVal, false
 	}
@@ -84,7 +85,7 @@ func (d *decoder) value(attr *hcl.Attribute, ty cty.Type, want string) (cty.Valu
 	}
 	cv, err := convert.Convert(val, ty)
 	if err != nil {
-		d.diags = append(d.diags, typeError(attr, d.ctx, want, err))
+		d.diags = append(d.diags, typeError(attr, d.ctx, err))
 		return cty.NilVal, false
 	}
 	return cv, true
@@ -92,11 +93,11 @@ func (d *decoder) value(attr *hcl.Attribute, ty cty.Type, want string) (cty.Valu
 
 // typeError is the diagnostic for a value that does not convert to the type
 // an attribute wants.
-func typeError(attr *hcl.Attribute, ctx *hcl.EvalContext, want string, err error) *hcl.Diagnostic {
+func typeError(attr *hcl.Attribute, ctx *hcl.EvalContext, err error) *hcl.Diagnostic {
 	return &hcl.Diagnostic{
 		Severity:    hcl.DiagError,
 		Summary:     "Incorrect attribute value type",
-		Detail:      fmt.Sprintf("Inappropriate value for attribute %q: %s required; %s.", attr.Name, want, err),
+		Detail:      fmt.Sprintf("Inappropriate value for attribute %q: %s.", attr.Name, err),
 		Subject:     attr.Expr.Range().Ptr(),
 		Context:     attr.Range.Ptr(),
 		Expression:  attr.Expr,
@@ -105,7 +106,7 @@ func typeError(attr *hcl.Attribute, ctx *hcl.EvalContext, want string, err error
 }
 
 func (d *decoder) str(attr *hcl.Attribute, dst *string) bool {
-	v, ok := d.value(attr, cty.String, "a string")
+	v, ok := d.value(attr, cty.String)
 	if ok {
 		*dst = v.AsString()
 	}
@@ -127,7 +128,7 @@ func (d *decoder) nonEmpty(attr *hcl.Attribute, dst *string) bool {
 }
 
 func (d *decoder) boolean(attr *hcl.Attribute, dst *bool) bool {
-	v, ok := d.value(attr, cty.Bool, "a bool")
+	v, ok := d.value(attr, cty.Bool)
 	if ok {
 		*dst = v.True()
 	}
@@ -136,7 +137,7 @@ func (d *decoder) boolean(attr *hcl.Attribute, dst *bool) bool {
 
 // integer reads a whole number within [lo, hi].
 func (d *decoder) integer(attr *hcl.Attribute, dst *int, lo, hi int) bool {
-	v, ok := d.value(attr, cty.Number, "a number")
+	v, ok := d.value(attr, cty.Number)
 	if !ok {
 		return false
 	}
@@ -182,7 +183,7 @@ func (d *decoder) enum(attr *hcl.Attribute, dst *string, allowed ...string) bool
 }
 
 func (d *decoder) strList(attr *hcl.Attribute, dst *[]string) bool {
-	v, ok := d.value(attr, cty.List(cty.String), "a list of strings")
+	v, ok := d.value(attr, cty.List(cty.String))
 	if !ok {
 		return false
 	}
@@ -200,7 +201,7 @@ func (d *decoder) strList(attr *hcl.Attribute, dst *[]string) bool {
 }
 
 func (d *decoder) strMap(attr *hcl.Attribute, dst *map[string]string) bool {
-	v, ok := d.value(attr, cty.Map(cty.String), "a map of strings")
+	v, ok := d.value(attr, cty.Map(cty.String))
 	if !ok {
 		return false
 	}
@@ -215,6 +216,27 @@ func (d *decoder) strMap(attr *hcl.Attribute, dst *map[string]string) bool {
 	}
 	*dst = out
 	return true
+}
+
+// keyErrorf records an error about one key of a map attribute, pointing at
+// the key when the map is written out in the spec.
+func (d *decoder) keyErrorf(attr *hcl.Attribute, key, summary, format string, args ...any) {
+	rng := attr.Expr.Range()
+	if obj, ok := attr.Expr.(*hclsyntax.ObjectConsExpr); ok {
+		for _, item := range obj.Items {
+			k, diags := item.KeyExpr.Value(d.ctx)
+			if !diags.HasErrors() && k.Type() == cty.String && k.IsKnown() && !k.IsNull() && k.AsString() == key {
+				rng = item.KeyExpr.Range()
+			}
+		}
+	}
+	d.diags = append(d.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  rng.Ptr(),
+		Context:  attr.Range.Ptr(),
+	})
 }
 
 // suggest returns ` Did you mean "x"?` for the closest of options, or "".

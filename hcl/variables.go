@@ -152,7 +152,7 @@ func decodeVariable(b *hcl.Block) (*variable, hcl.Diagnostics) {
 		diags = append(diags, ddiags...)
 		if !ddiags.HasErrors() {
 			if _, err := convert.Convert(val, cty.String); err != nil {
-				diags = append(diags, typeError(attr, nil, "a string", err))
+				diags = append(diags, typeError(attr, nil, err))
 			}
 		}
 	}
@@ -162,7 +162,7 @@ func decodeVariable(b *hcl.Block) (*variable, hcl.Diagnostics) {
 		if !ddiags.HasErrors() {
 			cv, err := convert.Convert(val, v.typ)
 			if err != nil {
-				diags = append(diags, typeError(attr, nil, typeexpr.TypeString(v.typ), err))
+				diags = append(diags, typeError(attr, nil, err))
 			} else {
 				v.value = cv
 			}
@@ -178,24 +178,31 @@ func rawVariableValue(v *variable, raw, source string) (cty.Value, hcl.Diagnosti
 		return cty.StringVal(raw), nil
 	}
 	expr, diags := hclsyntax.ParseExpression([]byte(raw), "<"+source+">", hcl.InitialPos)
-	if diags.HasErrors() {
-		return cty.NilVal, diags
+	var val cty.Value
+	if !diags.HasErrors() {
+		val, diags = expr.Value(nil)
 	}
-	val, vdiags := expr.Value(nil)
-	diags = append(diags, vdiags...)
-	if diags.HasErrors() {
-		return cty.NilVal, diags
+	var err error
+	if !diags.HasErrors() {
+		if val, err = convert.Convert(val, v.typ); err != nil {
+			diags = diags.Append(&hcl.Diagnostic{Severity: hcl.DiagError, Summary: err.Error(), Subject: expr.Range().Ptr()})
+		}
 	}
-	cv, err := convert.Convert(val, v.typ)
-	if err != nil {
-		return cty.NilVal, append(diags, &hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid value for variable",
-			Detail:   fmt.Sprintf("The value given by %s is not a valid %s: %s.", source, typeexpr.TypeString(v.typ), err),
-			Subject:  expr.Range().Ptr(),
-		})
+	if !diags.HasErrors() {
+		return val, diags
 	}
-	return cv, diags
+	first := diags.Errs()[0].(*hcl.Diagnostic)
+	rng := cliRange(source)
+	if first.Subject != nil {
+		rng = *first.Subject
+	}
+	return cty.NilVal, hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Invalid value for variable",
+		Detail: fmt.Sprintf("The value %q given by %s is not a valid %s (a typed variable takes an HCL expression, such as 3 or [\"a\", \"b\"]): %s.",
+			raw, source, typeexpr.TypeString(v.typ), strings.TrimSuffix(first.Summary, ".")),
+		Subject: rng.Ptr(),
+	}}
 }
 
 func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parser) hcl.Diagnostics {
@@ -237,7 +244,7 @@ func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parse
 		}
 		cv, err := convert.Convert(val, v.typ)
 		if err != nil {
-			diags = append(diags, typeError(attr, nil, typeexpr.TypeString(v.typ), err))
+			diags = append(diags, typeError(attr, nil, err))
 			continue
 		}
 		v.value = cv
