@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	hcl2 "github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+)
+
+// Exit codes of the spec commands.
+const (
+	exitOK    = 0
+	exitSpec  = 1 // the spec has errors, or fmt -check found unformatted files
+	exitUsage = 2
+)
+
+func init() {
+	register("validate", "Check a train.hcl spec and report every error", runValidate)
+	register("compile", "Compile a train.hcl spec into a Nomad job (HCL or JSON)", runCompile)
+	register("fmt", "Rewrite train.hcl files in canonical format", runFmt)
+}
+
+// varFlags collects repeated -var name=value flags.
+type varFlags map[string]string
+
+func (v varFlags) String() string { return "" }
+
+func (v varFlags) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("-var wants name=value, got %q", s)
+	}
+	v[name] = value
+	return nil
+}
+
+// listFlag collects a repeated string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// specFlags are the flags every command that reads a spec takes.
+type specFlags struct {
+	vars     varFlags
+	varFiles listFlag
+}
+
+func (f *specFlags) register(fs *flag.FlagSet) {
+	f.vars = varFlags{}
+	fs.Var(f.vars, "var", "set a variable: -var name=value (repeatable)")
+	fs.Var(&f.varFiles, "var-file", "read variables from an HCL file (repeatable)")
+}
+
+// newFlagSet is a flag set that reports to stderr and does not exit.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: nomad-train %s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags and wants exactly one spec path.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", exitOK
+		}
+		return "", exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "nomad-train %s: want one spec file, got %d arguments\n", fs.Name(), fs.NArg())
+		fs.Usage()
+		return "", exitUsage
+	}
+	return fs.Arg(0), -1
+}
+
+// loadSpec parses and compiles the spec at path, printing diagnostics
+// (with source snippets) to stderr. The job is nil when there were errors.
+func loadSpec(path string, f *specFlags, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
+	parser := hclparse.NewParser()
+	spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{
+		Vars:     f.vars,
+		VarFiles: f.varFiles,
+		Getenv:   os.Getenv,
+		Parser:   parser,
+	})
+	var hclOut, jsonOut []byte
+	if !diags.HasErrors() {
+		job, cdiags := trainhcl.Compile(spec)
+		diags = append(diags, cdiags...)
+		if !diags.HasErrors() {
+			hclOut = trainhcl.RenderHCL(job)
+			var err error
+			if jsonOut, err = trainhcl.RenderJSON(job); err != nil {
+				fmt.Fprintf(stderr, "nomad-train: %v\n", err)
+				return nil, nil, nil, false
+			}
+		}
+	}
+	printDiagnostics(stderr, parser, diags)
+	return spec, hclOut, jsonOut, !diags.HasErrors()
+}
+
+func printDiagnostics(w io.Writer, parser *hclparse.Parser, diags hcl2.Diagnostics) {
+	if len(diags) == 0 {
+		return
+	}
+	tw := hcl2.NewDiagnosticTextWriter(w, parser.Files(), 78, false)
+	_ = tw.WriteDiagnostics(diags) // best effort: the exit code carries the outcome
+	if n := len(diags.Errs()); n > 0 {
+		fmt.Fprintf(w, "%d error(s)\n", n)
+	}
+}
+
+func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", "validate [-var name=value] [-var-file file] <train.hcl>", stderr)
+	var sf specFlags
+	sf.register(fs)
+	path, code := parseArgs(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	spec, _, _, ok := loadSpec(path, &sf, stderr)
+	if !ok {
+		return exitSpec
+	}
+	fmt.Fprintf(stdout, "%s: train %q is valid (%d workers)\n", path, spec.Name, spec.Scaling.NumWorkers)
+	return exitOK
+}
+
+func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("compile", "compile [-json] [-o file] [-var name=value] [-var-file file] <train.hcl>", stderr)
+	var sf specFlags
+	sf.register(fs)
+	asJSON := fs.Bool("json", false, "write the job as JSON ({\"Job\": ...}) instead of HCL")
+	out := fs.String("o", "", "write the job to this file instead of stdout")
+	path, code := parseArgs(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	_, hclOut, jsonOut, ok := loadSpec(path, &sf, stderr)
+	if !ok {
+		return exitSpec
+	}
+	b := hclOut
+	if *asJSON {
+		b = jsonOut
+	}
+	if *out == "" {
+		if _, err := stdout.Write(b); err != nil {
+			fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
+			return exitSpec
+		}
+		return exitOK
+	}
+	if err := os.WriteFile(*out, b, 0o644); err != nil {
+		fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
+		return exitSpec
+	}
+	return exitOK
+}
+
+func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("fmt", "fmt [-check | -write] <file>...\n\nWithout a flag, prints each file formatted.", stderr)
+	check := fs.Bool("check", false, "list files that are not formatted and exit 1 if any")
+	write := fs.Bool("write", false, "rewrite files in place and list those changed")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if *check && *write {
+		fmt.Fprintln(stderr, "nomad-train fmt: -check and -write exclude each other")
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "nomad-train fmt: want at least one file")
+		fs.Usage()
+		return exitUsage
+	}
+	paths := fs.Args()
+	sort.Strings(paths)
+	code := exitOK
+	parser := hclparse.NewParser()
+	for _, path := range paths {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
+			code = exitSpec
+			continue
+		}
+		out, diags := trainhcl.Format(src, path)
+		if diags.HasErrors() {
+			parser.AddFile(path, &hcl2.File{Bytes: src})
+			printDiagnostics(stderr, parser, diags)
+			code = exitSpec
+			continue
+		}
+		changed := !bytes.Equal(src, out)
+		switch {
+		case *check:
+			if changed {
+				fmt.Fprintln(stdout, path)
+				code = exitSpec
+			}
+		case *write:
+			if changed {
+				if err := os.WriteFile(path, out, 0o644); err != nil {
+					fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
+					code = exitSpec
+					continue
+				}
+				fmt.Fprintln(stdout, path)
+			}
+		default:
+			if _, err := stdout.Write(out); err != nil {
+				fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
+				return exitSpec
+			}
+		}
+	}
+	return code
+}

@@ -1,0 +1,37 @@
+# The quickstart: four workers train the built-in regression model with ring
+# all-reduce. Runs on a laptop with `nomad-train run`, and on a cluster as is.
+train "quickstart" {
+  entrypoint {
+    builtin = "quickstart"
+  }
+
+  # The train loop config reaches every worker as JSON.
+  config = {
+    epochs        = 20
+    batch_size    = 64
+    learning_rate = 0.05
+  }
+
+  scaling {
+    num_workers = 4
+
+    resources_per_worker {
+      cpu    = 500
+      memory = 256
+    }
+  }
+
+  run {
+    storage_path = "./results"
+
+    checkpoint {
+      num_to_keep     = 2
+      score_attribute = "loss"
+      score_order     = "min"
+    }
+
+    failure {
+      max_failures = 2
+    }
+  }
+}

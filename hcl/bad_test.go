@@ -1,0 +1,124 @@
+package hcl
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// TestBadSpecs decodes every file in testdata/bad and asserts the exact
+// diagnostics: range (file:line:col-line:col), severity, summary and detail,
+// in order. Every bad file must be listed here, so a new one cannot go
+// unchecked.
+func TestBadSpecs(t *testing.T) {
+	cases := []struct {
+		file string
+		want []string
+	}{
+		{"artifact_for_builtin.hcl", []string{
+			"artifact_for_builtin.hcl:4:5-4:13: error: Artifact for a builtin; An artifact fetches a command's files; a builtin ships inside the task driver.",
+			"artifact_for_builtin.hcl:4:14-4:14: error: Missing required argument; The argument \"source\" is required, but no definition was found.",
+		}},
+		{"bad_checkpoint.hcl", []string{
+			"bad_checkpoint.hcl:5:21-5:23: error: Invalid value; num_to_keep must be at least 0; got -1.",
+			"bad_checkpoint.hcl:6:21-6:27: error: Invalid value; score_order must be one of \"max\" or \"min\"; got \"best\".",
+			"bad_checkpoint.hcl:9:22-9:24: error: Invalid value; max_failures must be at least -1; got -2.",
+		}},
+		{"bad_enum.hcl", []string{
+			"bad_enum.hcl:4:26-4:34: error: Invalid value; placement_strategy must be one of \"PACK\", \"SPREAD\" or \"STRICT_SPREAD\"; got \"spread\". Did you mean \"SPREAD\"?",
+		}},
+		{"bad_memory.hcl", []string{
+			"bad_memory.hcl:6:16-6:25: error: Invalid memory size; \"16 gigs\" is not a memory size; write a number of MiB or a string such as \"512 MiB\" or \"16 GiB\".",
+			"bad_memory.hcl:10:21-10:22: error: Invalid value; weight must be between -100 and 100 and not 0.",
+		}},
+		{"bad_name.hcl", []string{
+			"bad_name.hcl:1:7-1:17: error: Invalid run name; The run name \"my_model\" must be 1 to 56 letters, digits or dashes, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.",
+		}},
+		{"bad_timeout.hcl", []string{
+			"bad_timeout.hcl:4:15-4:21: error: Invalid value; backend must be one of \"embedded\" or \"consul\"; got \"etcd\".",
+			"bad_timeout.hcl:5:15-5:26: error: Invalid duration; timeout must be a duration such as \"30s\" or \"5m\"; \"5 minutes\" is not one.",
+		}},
+		{"builtin_and_command.hcl", []string{
+			"builtin_and_command.hcl:4:5-4:12: error: Conflicting entrypoint; Set either builtin or command, not both.",
+		}},
+		{"config_not_object.hcl", []string{
+			"config_not_object.hcl:3:12-3:21: error: Incorrect attribute value type; config must be an object, such as { lr = 0.01, epochs = 10 }; got tuple.",
+		}},
+		{"cpu_and_cores.hcl", []string{
+			"cpu_and_cores.hcl:6:7-6:12: error: Conflicting CPU settings; Set either cpu (MHz) or cores (dedicated cores), not both: Nomad rejects a task with both.",
+		}},
+		{"duplicate_block.hcl", []string{
+			"duplicate_block.hcl:6:3-6:10: error: Duplicate scaling block; Only one scaling block is allowed here; the first was defined at duplicate_block.hcl:3,3-10.",
+		}},
+		{"empty_entrypoint.hcl", []string{
+			"empty_entrypoint.hcl:2:3-2:13: error: Missing entrypoint; The entrypoint block needs builtin (one of \"quickstart\") or command.",
+		}},
+		{"gpu_without_use_gpu.hcl", []string{
+			"gpu_without_use_gpu.hcl:6:7-6:10: error: GPU requested without use_gpu; resources_per_worker sets gpu, but scaling.use_gpu is not true. Set use_gpu = true in the scaling block.",
+			"gpu_without_use_gpu.hcl:7:7-7:21: error: GPU requested without use_gpu; resources_per_worker sets gpu_constraint, but scaling.use_gpu is not true. Set use_gpu = true in the scaling block.",
+		}},
+		{"many_errors.hcl", []string{
+			"many_errors.hcl:2:14-2:17: error: Invalid value; priority must be between 1 and 100; got 500.",
+			"many_errors.hcl:5:5-5:9: error: Arguments for a builtin; args are passed to a command; a builtin takes its settings from config.",
+			"many_errors.hcl:8:19-8:22: error: Invalid value; num_workers must be a whole number; got 1.5.",
+			"many_errors.hcl:11:20-11:47: error: Unsupported storage path; file URL \"file://fileserver/results\" names host \"fileserver\"; only local files are supported.",
+		}},
+		{"missing_entrypoint.hcl", []string{
+			"missing_entrypoint.hcl:1:1-1:10: error: Missing entrypoint block; A train block needs an entrypoint block: entrypoint { builtin = \"quickstart\" } or entrypoint { command = \"...\" }.",
+		}},
+		{"missing_train.hcl", []string{
+			"missing_train.hcl:1:1-1:1: error: Missing train block; A spec needs one train \"<name>\" {} block.",
+		}},
+		{"reserved_meta.hcl", []string{
+			"reserved_meta.hcl:4:5-4:20: error: Reserved meta key; Meta keys starting with \"nomad_train_\" are set by nomad-train; rename \"nomad_train_run\".",
+			"reserved_meta.hcl:7:5-7:20: error: Reserved environment variable; Variables starting with \"NOMAD_TRAIN_\" are set by nomad-train; rename \"NOMAD_TRAIN_RUN\".",
+		}},
+		{"s3_storage.hcl", []string{
+			"s3_storage.hcl:4:20-4:41: error: Unsupported storage path; storage scheme \"s3\" is not supported; use a local or mounted shared directory, or a file:// URL.",
+		}},
+		{"syntax_error.hcl", []string{
+			"syntax_error.hcl:2:38-3:1: error: Invalid single-argument block definition; An argument definition on the same line as its containing block creates a single-line block definition, which must also be closed on the same line. Place the block's closing brace immediately after the argument definition.",
+		}},
+		{"undeclared_variable.hcl", []string{
+			"undeclared_variable.hcl:8:22-8:29: error: Unsupported attribute; This object does not have an attribute named \"worker\".",
+		}},
+		{"unknown_attribute.hcl", []string{
+			"unknown_attribute.hcl:4:5-4:15: error: Unsupported argument; An argument named \"num_worker\" is not expected here. Did you mean \"num_workers\"?",
+		}},
+		{"unknown_block.hcl", []string{
+			"unknown_block.hcl:3:3-3:11: error: Unsupported block type; Blocks of type \"scalling\" are not expected here. Did you mean \"scaling\"?",
+		}},
+		{"unknown_builtin.hcl", []string{
+			"unknown_builtin.hcl:3:15-3:27: error: Unknown builtin; There is no builtin \"quickstrat\"; known builtins are \"quickstart\". Did you mean \"quickstart\"?",
+		}},
+		{"unknown_function.hcl", []string{
+			"unknown_function.hcl:3:15-3:19: error: Call to unknown function; There is no function named \"file\". Did you mean \"title\"?",
+		}},
+		{"variable_without_value.hcl", []string{
+			"variable_without_value.hcl:1:1-1:19: error: No value for variable; Variable \"workers\" has no default. Set it with -var workers=..., in a -var-file, or with the environment variable NOMAD_VAR_workers.",
+		}},
+		{"wrong_type.hcl", []string{
+			"wrong_type.hcl:4:19-4:25: error: Incorrect attribute value type; Inappropriate value for attribute \"num_workers\": a number is required.",
+			"wrong_type.hcl:5:19-5:31: error: Incorrect attribute value type; Inappropriate value for attribute \"use_gpu\": a bool is required.",
+		}},
+		{"zero_workers.hcl", []string{
+			"zero_workers.hcl:4:19-4:20: error: Invalid value; num_workers must be at least 1; got 0.",
+		}},
+	}
+	files, err := filepath.Glob("testdata/bad/*.hcl")
+	must.NoError(t, err)
+	must.Eq(t, len(files), len(cases), must.Sprint("every testdata/bad file needs a case"))
+	must.GreaterEq(t, 15, len(files)) // the issue asks for at least 15 bad specs
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("testdata/bad", tc.file))
+			must.NoError(t, err)
+			spec, diags := Parse(src, tc.file, ParseOptions{})
+			must.Nil(t, spec)
+			must.True(t, diags.HasErrors())
+			must.Eq(t, tc.want, diagLines(diags))
+		})
+	}
+}

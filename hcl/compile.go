@@ -1,0 +1,271 @@
+package hcl
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Names in the compiled job.
+const (
+	// Driver is the Nomad task driver that runs workers.
+	Driver = "train"
+	// PortLabel is the dynamic port label for the collectives.
+	PortLabel = "train"
+	// WorkerGroup and WorkerTask name the workers' group and task.
+	WorkerGroup = "worker"
+	WorkerTask  = "worker"
+	// ControllerGroup and ControllerTask name the controller's group and
+	// task, compiled when the spec has trainer_resources.
+	ControllerGroup = "controller"
+	ControllerTask  = "controller"
+	// ControllerBuiltin is the builtin the controller task runs.
+	ControllerBuiltin = "controller"
+	// GPUDevice is the one device block GPUs are requested in.
+	GPUDevice = "nvidia/gpu"
+	// SpreadAttribute is what SPREAD placement spreads workers across.
+	SpreadAttribute = "${node.unique.id}"
+)
+
+// Job meta keys set by Compile.
+const (
+	MetaRun         = ReservedMetaPrefix + "run"
+	MetaStoragePath = ReservedMetaPrefix + "storage_path"
+	MetaSpecSHA256  = ReservedMetaPrefix + "spec_sha256"
+)
+
+// Restart and reschedule timing. Nomad's default restart delay (15 s) would
+// dominate recovery; 5 s is its floor for reschedule delays.
+const (
+	restartDelay      = time.Second
+	rescheduleDelay   = 5 * time.Second
+	policyInterval    = 24 * time.Hour
+	unlimitedAttempts = 10
+	unlimitedInterval = 10 * time.Minute
+	maxRescheduleWait = time.Minute
+	checkInterval     = 10 * time.Second
+	checkTimeout      = 2 * time.Second
+)
+
+// Compile turns a spec into a Nomad batch job: one worker group of
+// NumWorkers tasks run by the train driver, plus a controller group when the
+// spec has trainer_resources. Warnings (never errors, for a spec Parse
+// accepted) come back as diagnostics.
+func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
+	var diags hcl.Diagnostics
+	backend := s.Rendezvous.Backend
+	if backend == "" {
+		backend = BackendConsul
+	}
+	if backend == BackendEmbedded && s.Rendezvous.Address == "" {
+		rng := s.ranges.backend
+		if rng == (hcl.Range{}) {
+			rng = s.ranges.block
+		}
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "Embedded rendezvous without an address",
+			Detail:   "On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = \"consul\".",
+			Subject:  rng.Ptr(),
+		})
+	}
+
+	job := api.NewBatchJob(s.Name, s.Name, s.Region, s.Priority)
+	if s.Region == "" {
+		job.Region = nil
+	}
+	job.Datacenters = s.Datacenters
+	if s.Namespace != "" {
+		job.Namespace = new(s.Namespace)
+	}
+	if s.NodePool != "" {
+		job.NodePool = new(s.NodePool)
+	}
+	job.Meta = map[string]string{}
+	for k, v := range s.Meta {
+		job.Meta[k] = v
+	}
+	job.Meta[MetaRun] = s.Name
+	job.Meta[MetaStoragePath] = s.Run.StoragePath
+	job.Meta[MetaSpecSHA256] = s.SHA256()
+
+	provider := "consul"
+	if backend == BackendEmbedded {
+		provider = "nomad"
+	}
+	workers := newGroup(WorkerGroup, s.Scaling.NumWorkers, s.Run.Failure.MaxFailures)
+	workers.Services = []*api.Service{{
+		Name:      s.Name + "-worker",
+		PortLabel: PortLabel,
+		Provider:  provider,
+		Tags:      []string{"nomad-train", "run=" + s.Name},
+		Checks: []api.ServiceCheck{{
+			Name:      "collective port",
+			Type:      "tcp",
+			PortLabel: PortLabel,
+			Interval:  checkInterval,
+			Timeout:   checkTimeout,
+		}},
+	}}
+	switch s.Scaling.PlacementStrategy {
+	case PlacementSpread:
+		workers.Spreads = []*api.Spread{api.NewSpread(SpreadAttribute, 100, nil)}
+	case PlacementStrictSpread:
+		workers.Constraints = []*api.Constraint{api.NewConstraint("", "distinct_hosts", "true")}
+	}
+	task := api.NewTask(WorkerTask, Driver)
+	task.Config = taskConfig(s, backend)
+	ep := s.Entrypoint
+	if ep.Builtin != "" {
+		task.Config["builtin"] = ep.Builtin
+	} else {
+		task.Config["command"] = ep.Command
+		if len(ep.Args) > 0 {
+			task.Config["args"] = ep.Args
+		}
+	}
+	if len(s.Env) > 0 {
+		task.Env = s.Env
+	}
+	if a := ep.Artifact; a != nil {
+		art := &api.TaskArtifact{GetterSource: new(a.Source), GetterOptions: a.Options}
+		if a.Destination != "" {
+			art.RelativeDest = new(a.Destination)
+		}
+		if a.Mode != "" {
+			art.GetterMode = new(a.Mode)
+		}
+		task.Artifacts = []*api.TaskArtifact{art}
+	}
+	task.Resources = resources(s.Scaling.ResourcesPerWorker)
+	workers.Tasks = []*api.Task{task}
+	job.TaskGroups = []*api.TaskGroup{workers}
+
+	if tr := s.Scaling.TrainerResources; tr != nil {
+		ctrl := newGroup(ControllerGroup, 1, s.Run.Failure.MaxFailures)
+		t := api.NewTask(ControllerTask, Driver)
+		t.Config = taskConfig(s, backend)
+		t.Config["builtin"] = ControllerBuiltin
+		if len(s.Env) > 0 {
+			t.Env = s.Env
+		}
+		t.Resources = resources(*tr)
+		ctrl.Tasks = []*api.Task{t}
+		job.TaskGroups = append(job.TaskGroups, ctrl)
+	}
+	return job, diags
+}
+
+// newGroup is a task group with the collective port and the restart and
+// reschedule policies derived from the failure budget.
+func newGroup(name string, count, maxFailures int) *api.TaskGroup {
+	g := api.NewTaskGroup(name, count)
+	g.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: PortLabel}}}}
+	g.RestartPolicy, g.ReschedulePolicy = policies(maxFailures)
+	return g
+}
+
+// policies derives Nomad's restart and reschedule policies from
+// max_failures: each worker may be restarted in place, then rescheduled,
+// as often as the whole gang may fail (the gang's budget is enforced by the
+// workers' rendezvous); 0 fails the task at once, -1 never gives up.
+func policies(maxFailures int) (*api.RestartPolicy, *api.ReschedulePolicy) {
+	if maxFailures < 0 {
+		return &api.RestartPolicy{
+				Attempts: new(unlimitedAttempts),
+				Interval: new(unlimitedInterval),
+				Delay:    new(restartDelay),
+				Mode:     new("delay"),
+			}, &api.ReschedulePolicy{
+				Delay:         new(rescheduleDelay),
+				DelayFunction: new("exponential"),
+				MaxDelay:      new(maxRescheduleWait),
+				Unlimited:     new(true),
+			}
+	}
+	restartInterval := max(policyInterval, time.Duration(maxFailures)*restartDelay)
+	rescheduleInterval := max(policyInterval, time.Duration(maxFailures)*rescheduleDelay)
+	return &api.RestartPolicy{
+			Attempts: new(maxFailures),
+			Interval: new(restartInterval),
+			Delay:    new(restartDelay),
+			Mode:     new("fail"),
+		}, &api.ReschedulePolicy{
+			Attempts:      new(maxFailures),
+			Interval:      new(rescheduleInterval),
+			Delay:         new(rescheduleDelay),
+			DelayFunction: new("constant"),
+			Unlimited:     new(false),
+		}
+}
+
+// taskConfig is the train driver's config block (see the driver's schema):
+// nested blocks are lists of one map, as Nomad's decoders represent them.
+func taskConfig(s *Spec, backend string) map[string]any {
+	rdzv := map[string]any{
+		"backend": backend,
+		"timeout": FormatDuration(s.Rendezvous.Timeout),
+	}
+	if s.Rendezvous.Address != "" {
+		rdzv["address"] = s.Rendezvous.Address
+	}
+	ckpt := map[string]any{
+		"num_to_keep": s.Run.Checkpoint.NumToKeep,
+		"score_order": s.Run.Checkpoint.ScoreOrder,
+	}
+	if s.Run.Checkpoint.ScoreAttribute != "" {
+		ckpt["score_attribute"] = s.Run.Checkpoint.ScoreAttribute
+	}
+	cfg := string(s.ConfigJSON)
+	if cfg == "" {
+		cfg = "{}"
+	}
+	return map[string]any{
+		"run_name":     s.Name,
+		"world_size":   s.Scaling.NumWorkers,
+		"train_config": cfg,
+		"storage_path": s.Run.StoragePath,
+		"port":         PortLabel,
+		"rendezvous":   []map[string]any{rdzv},
+		"checkpoint":   []map[string]any{ckpt},
+		"failure":      []map[string]any{{"max_failures": s.Run.Failure.MaxFailures}},
+	}
+}
+
+func resources(r Resources) *api.Resources {
+	out := &api.Resources{MemoryMB: new(r.MemoryMB)}
+	if r.Cores > 0 {
+		out.Cores = new(r.Cores)
+	} else {
+		out.CPU = new(r.CPU)
+	}
+	if r.GPU > 0 {
+		dev := &api.RequestedDevice{Name: GPUDevice, Count: new(uint64(r.GPU))}
+		for _, c := range r.GPUConstraints {
+			dev.Constraints = append(dev.Constraints, api.NewConstraint(c.Attribute, c.Operator, c.Value))
+		}
+		for _, a := range r.GPUAffinities {
+			dev.Affinities = append(dev.Affinities, api.NewAffinity(a.Attribute, a.Operator, a.Value, int8(a.Weight)))
+		}
+		out.Devices = []*api.RequestedDevice{dev}
+	}
+	return out
+}
+
+// FormatDuration writes d the short way a person would: "5m", "24h",
+// "1h30m", "1.5s".
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0 && d < time.Hour:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0 && d < time.Minute:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}

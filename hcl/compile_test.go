@@ -1,0 +1,219 @@
+package hcl
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+func mustCompile(t *testing.T, src string) (*api.Job, []string) {
+	t.Helper()
+	job, diags := Compile(mustParse(t, src, ParseOptions{}))
+	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
+	return job, diagLines(diags)
+}
+
+// TestTaskConfigContract pins the driver's config exactly (see the driver's
+// schema): names, types and the list-of-one-map form of blocks.
+func TestTaskConfigContract(t *testing.T) {
+	job, warnings := mustCompile(t, `train "contract" {
+  entrypoint {
+    command = "local/bin/train"
+    args    = ["-v", "2"]
+  }
+  config = { lr = 0.1 }
+  scaling { num_workers = 3 }
+  run {
+    storage_path = "/data/runs"
+    checkpoint {
+      num_to_keep     = 4
+      score_attribute = "loss"
+      score_order     = "min"
+    }
+    failure { max_failures = 2 }
+  }
+  rendezvous {
+    backend = "consul"
+    address = "127.0.0.1:8500"
+    timeout = "90s"
+  }
+}`)
+	must.SliceEmpty(t, warnings)
+	must.Len(t, 1, job.TaskGroups)
+	g := job.TaskGroups[0]
+	must.Eq(t, WorkerGroup, *g.Name)
+	must.Eq(t, 3, *g.Count)
+	must.Len(t, 1, g.Tasks)
+	task := g.Tasks[0]
+	must.Eq(t, "train", task.Driver)
+	must.Eq(t, map[string]any{
+		"command":      "local/bin/train",
+		"args":         []string{"-v", "2"},
+		"run_name":     "contract",
+		"world_size":   3,
+		"train_config": `{"lr":0.1}`,
+		"storage_path": "/data/runs",
+		"port":         "train",
+		"rendezvous":   []map[string]any{{"backend": "consul", "address": "127.0.0.1:8500", "timeout": "1m30s"}},
+		"checkpoint":   []map[string]any{{"num_to_keep": 4, "score_attribute": "loss", "score_order": "min"}},
+		"failure":      []map[string]any{{"max_failures": 2}},
+	}, task.Config)
+	must.Eq(t, []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "train"}}}}, g.Networks)
+	must.Len(t, 1, g.Services)
+	must.Eq(t, "contract-worker", g.Services[0].Name)
+	must.Eq(t, "train", g.Services[0].PortLabel)
+	must.Eq(t, "consul", g.Services[0].Provider)
+	must.Eq(t, "batch", *job.Type)
+	must.Eq(t, map[string]string{
+		MetaRun:         "contract",
+		MetaStoragePath: "/data/runs",
+		MetaSpecSHA256:  job.Meta[MetaSpecSHA256],
+	}, job.Meta)
+	must.Eq(t, 64, len(job.Meta[MetaSpecSHA256]))
+}
+
+func TestFailurePolicies(t *testing.T) {
+	cases := []struct {
+		maxFailures string
+		restart     api.RestartPolicy
+		reschedule  api.ReschedulePolicy
+	}{
+		{"0",
+			api.RestartPolicy{Attempts: new(0), Interval: new(24 * time.Hour), Delay: new(time.Second), Mode: new("fail")},
+			api.ReschedulePolicy{Attempts: new(0), Interval: new(24 * time.Hour), Delay: new(5 * time.Second), DelayFunction: new("constant"), Unlimited: new(false)}},
+		{"3",
+			api.RestartPolicy{Attempts: new(3), Interval: new(24 * time.Hour), Delay: new(time.Second), Mode: new("fail")},
+			api.ReschedulePolicy{Attempts: new(3), Interval: new(24 * time.Hour), Delay: new(5 * time.Second), DelayFunction: new("constant"), Unlimited: new(false)}},
+		{"100000", // more attempts than fit in a day at the delay: the interval grows
+			api.RestartPolicy{Attempts: new(100000), Interval: new(100000 * time.Second), Delay: new(time.Second), Mode: new("fail")},
+			api.ReschedulePolicy{Attempts: new(100000), Interval: new(500000 * time.Second), Delay: new(5 * time.Second), DelayFunction: new("constant"), Unlimited: new(false)}},
+		{"-1",
+			api.RestartPolicy{Attempts: new(10), Interval: new(10 * time.Minute), Delay: new(time.Second), Mode: new("delay")},
+			api.ReschedulePolicy{Delay: new(5 * time.Second), DelayFunction: new("exponential"), MaxDelay: new(time.Minute), Unlimited: new(true)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.maxFailures, func(t *testing.T) {
+			job, _ := mustCompile(t, `train "f" {
+  entrypoint { builtin = "quickstart" }
+  run {
+    failure { max_failures = `+tc.maxFailures+` }
+  }
+}`)
+			g := job.TaskGroups[0]
+			must.Eq(t, tc.restart, *g.RestartPolicy)
+			must.Eq(t, tc.reschedule, *g.ReschedulePolicy)
+			// Nomad's validation: attempts × delay fit in the interval; reschedule delay ≥ 5 s.
+			if r := g.RestartPolicy; *r.Mode == "fail" {
+				must.LessEq(t, *r.Interval, time.Duration(*r.Attempts)**r.Delay)
+			}
+			must.GreaterEq(t, 5*time.Second, *g.ReschedulePolicy.Delay)
+		})
+	}
+}
+
+func TestPlacement(t *testing.T) {
+	spec := func(strategy string) string {
+		return `train "p" {
+  entrypoint { builtin = "quickstart" }
+  scaling { placement_strategy = "` + strategy + `" }
+}`
+	}
+	job, _ := mustCompile(t, spec(PlacementPack))
+	must.SliceEmpty(t, job.TaskGroups[0].Spreads)
+	must.SliceEmpty(t, job.TaskGroups[0].Constraints)
+
+	job, _ = mustCompile(t, spec(PlacementSpread))
+	must.Eq(t, []*api.Spread{{Attribute: "${node.unique.id}", Weight: new(int8(100))}}, job.TaskGroups[0].Spreads)
+
+	job, _ = mustCompile(t, spec(PlacementStrictSpread))
+	must.Eq(t, []*api.Constraint{{Operand: "distinct_hosts", RTarget: "true"}}, job.TaskGroups[0].Constraints)
+}
+
+// TestOneGPUDevice wants every GPU setting in one device "nvidia/gpu" block
+// (Nomad mis-handles several).
+func TestOneGPUDevice(t *testing.T) {
+	job, _ := mustCompile(t, `train "gpu" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    use_gpu = true
+    resources_per_worker {
+      gpu       = 4
+      gpu_model = "H100"
+      gpu_constraint {
+        attribute = "memory"
+        operator  = ">="
+        value     = "40 GiB"
+      }
+      gpu_constraint {
+        attribute = "vendor"
+        value     = "nvidia"
+      }
+    }
+  }
+}`)
+	devs := job.TaskGroups[0].Tasks[0].Resources.Devices
+	must.Len(t, 1, devs)
+	must.Eq(t, "nvidia/gpu", devs[0].Name)
+	must.Eq(t, uint64(4), *devs[0].Count)
+	must.Eq(t, []*api.Constraint{
+		{LTarget: "${device.model}", Operand: "=", RTarget: "H100"},
+		{LTarget: "${device.attr.memory}", Operand: ">=", RTarget: "40 GiB"},
+		{LTarget: "${device.vendor}", Operand: "=", RTarget: "nvidia"},
+	}, devs[0].Constraints)
+}
+
+func TestControllerGroup(t *testing.T) {
+	job, _ := mustCompile(t, `train "ctl" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    num_workers = 2
+    trainer_resources { cpu = 250 }
+  }
+}`)
+	must.Len(t, 2, job.TaskGroups)
+	ctrl := job.TaskGroups[1]
+	must.Eq(t, ControllerGroup, *ctrl.Name)
+	must.Eq(t, 1, *ctrl.Count)
+	task := ctrl.Tasks[0]
+	must.Eq(t, ControllerBuiltin, task.Config["builtin"])
+	must.Eq(t, 2, task.Config["world_size"])
+	must.Eq(t, &api.Resources{CPU: new(250), MemoryMB: new(DefaultTrainerMemoryMB)}, task.Resources)
+
+	job, _ = mustCompile(t, minimal)
+	must.Len(t, 1, job.TaskGroups)
+}
+
+func TestEmbeddedRendezvousOnNomad(t *testing.T) {
+	job, warnings := mustCompile(t, `train "e" {
+  entrypoint { builtin = "quickstart" }
+  rendezvous { backend = "embedded" }
+}`)
+	must.Eq(t, []string{
+		`train.hcl:3:16-3:36: warning: Embedded rendezvous without an address; On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = "consul".`,
+	}, warnings)
+	must.Eq(t, "nomad", job.TaskGroups[0].Services[0].Provider)
+
+	job, warnings = mustCompile(t, `train "e" {
+  entrypoint { builtin = "quickstart" }
+  rendezvous {
+    backend = "embedded"
+    address = "10.0.0.1:4000"
+  }
+}`)
+	must.SliceEmpty(t, warnings)
+	must.Eq(t, "embedded", job.TaskGroups[0].Tasks[0].Config["rendezvous"].([]map[string]any)[0]["backend"])
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", time.Second: "1s", 90 * time.Second: "1m30s", 5 * time.Minute: "5m",
+		24 * time.Hour: "24h", 90 * time.Minute: "1h30m0s", 1500 * time.Millisecond: "1.5s",
+	} {
+		must.Eq(t, want, FormatDuration(d))
+		back, err := time.ParseDuration(want)
+		must.NoError(t, err)
+		must.Eq(t, d, back)
+	}
+}

@@ -1,0 +1,523 @@
+package hcl
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+)
+
+// ParseFile reads and decodes the spec at path. All errors are returned
+// together as diagnostics with source ranges; the Spec is nil when any of
+// them is an error.
+func ParseFile(path string, opts ParseOptions) (*Spec, hcl.Diagnostics) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Failed to read spec",
+			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, err),
+		}}
+	}
+	return Parse(src, path, opts)
+}
+
+// Parse decodes the spec in src; filename names it in diagnostics.
+func Parse(src []byte, filename string, opts ParseOptions) (*Spec, hcl.Diagnostics) {
+	parser := opts.Parser
+	if parser == nil {
+		parser = hclparse.NewParser()
+	}
+	file, diags := parser.ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	spec, ddiags := decodeFile(file, opts, parser)
+	diags = append(diags, ddiags...)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return spec, diags
+}
+
+var rootSchema = &hcl.BodySchema{
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "train", LabelNames: []string{"name"}},
+		{Type: "variable", LabelNames: []string{"name"}},
+	},
+}
+
+func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
+	d := &decoder{}
+	root := d.content(file.Body, rootSchema)
+	vars, vdiags := decodeVariables(root.Blocks.OfType("variable"), opts, parser)
+	d.diags = append(d.diags, vdiags...)
+	d.ctx = &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": vars},
+		Functions: Functions(),
+	}
+	train := d.single(root, "train")
+	if train == nil {
+		start := hcl.Range{Filename: file.Body.MissingItemRange().Filename, Start: hcl.InitialPos, End: hcl.InitialPos}
+		d.rangeErrorf(start, "Missing train block", `A spec needs one train "<name>" {} block.`)
+		return nil, d.diags
+	}
+	spec := d.train(train)
+	return spec, d.diags
+}
+
+var trainSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "datacenters"}, {Name: "namespace"}, {Name: "region"}, {Name: "node_pool"},
+		{Name: "priority"}, {Name: "meta"}, {Name: "env"}, {Name: "config"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "entrypoint"}, {Type: "scaling"}, {Type: "run"}, {Type: "rendezvous"},
+	},
+}
+
+// namePattern keeps run names usable as a Nomad job ID, a directory name and
+// (with "-worker") an RFC 1123 Consul service name.
+var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,54}[a-zA-Z0-9])?$`)
+
+// ReservedMetaPrefix and ReservedEnvPrefix start the meta keys and
+// environment variables nomad-train sets itself; a spec may not set them.
+const (
+	ReservedMetaPrefix = "nomad_train_"
+	ReservedEnvPrefix  = "NOMAD_TRAIN_"
+)
+
+func (d *decoder) train(b *hcl.Block) *Spec {
+	s := &Spec{
+		Name:       b.Labels[0],
+		Priority:   DefaultPriority,
+		ConfigJSON: []byte("{}"),
+		Scaling: Scaling{
+			NumWorkers:         DefaultNumWorkers,
+			ResourcesPerWorker: Resources{Cores: DefaultWorkerCores, MemoryMB: DefaultWorkerMemoryMB},
+			PlacementStrategy:  PlacementPack,
+		},
+		Run: Run{
+			StoragePath: DefaultStoragePath,
+			Checkpoint:  Checkpoint{ScoreOrder: ScoreMax},
+		},
+		Rendezvous: Rendezvous{Timeout: DefaultRendezvousTimeout},
+		ranges:     specRanges{block: b.DefRange},
+	}
+	if !namePattern.MatchString(s.Name) {
+		d.rangeErrorf(b.LabelRanges[0], "Invalid run name",
+			"The run name %q must be 1 to 56 letters, digits or dashes, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.", s.Name)
+	}
+	c := d.content(b.Body, trainSchema)
+	a := c.Attributes
+	if attr := a["datacenters"]; d.strList(attr, &s.Datacenters) {
+		for _, dc := range s.Datacenters {
+			if dc == "" {
+				d.errorf(attr, "Invalid value", "datacenters must not contain an empty name.")
+			}
+		}
+	}
+	d.nonEmpty(a["namespace"], &s.Namespace)
+	d.nonEmpty(a["region"], &s.Region)
+	d.nonEmpty(a["node_pool"], &s.NodePool)
+	d.integer(a["priority"], &s.Priority, 1, 100)
+	if attr := a["meta"]; d.strMap(attr, &s.Meta) {
+		for _, k := range sortedKeys(s.Meta) {
+			if strings.HasPrefix(k, ReservedMetaPrefix) {
+				d.keyErrorf(attr, k, "Reserved meta key", "Meta keys starting with %q are set by nomad-train; rename %q.", ReservedMetaPrefix, k)
+			}
+		}
+	}
+	if attr := a["env"]; d.strMap(attr, &s.Env) {
+		for _, k := range sortedKeys(s.Env) {
+			if strings.HasPrefix(k, ReservedEnvPrefix) {
+				d.keyErrorf(attr, k, "Reserved environment variable", "Variables starting with %q are set by nomad-train; rename %q.", ReservedEnvPrefix, k)
+			}
+		}
+	}
+	if attr := a["config"]; attr != nil {
+		if js, ok := d.config(attr); ok {
+			s.ConfigJSON = js
+		}
+	}
+
+	if ep := d.single(c, "entrypoint"); ep != nil {
+		d.entrypoint(ep, &s.Entrypoint)
+	} else {
+		d.rangeErrorf(b.DefRange, "Missing entrypoint block",
+			"A train block needs an entrypoint block: entrypoint { builtin = %q } or entrypoint { command = \"...\" }.", BuiltinQuickstart)
+	}
+	if sc := d.single(c, "scaling"); sc != nil {
+		d.scaling(sc, &s.Scaling)
+	}
+	if r := d.single(c, "run"); r != nil {
+		d.run(r, &s.Run)
+	}
+	if r := d.single(c, "rendezvous"); r != nil {
+		d.rendezvous(r, &s.Rendezvous, &s.ranges)
+	}
+	return s
+}
+
+// config converts the train loop config to JSON.
+func (d *decoder) config(attr *hcl.Attribute) ([]byte, bool) {
+	val, diags := attr.Expr.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+	if diags.HasErrors() || val.IsNull() || !val.IsWhollyKnown() {
+		return nil, false
+	}
+	if ty := val.Type(); !ty.IsObjectType() && !ty.IsMapType() {
+		d.errorf(attr, "Incorrect attribute value type", "config must be an object, such as { lr = 0.01, epochs = 10 }; got %s.", ty.FriendlyName())
+		return nil, false
+	}
+	js, err := ctyjson.Marshal(val, val.Type())
+	if err != nil {
+		d.errorf(attr, "Invalid config", "config cannot be written as JSON: %s.", err)
+		return nil, false
+	}
+	return js, true
+}
+
+var (
+	entrypointSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "builtin"}, {Name: "command"}, {Name: "args"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "artifact"}},
+	}
+	artifactSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "source", Required: true}, {Name: "destination"}, {Name: "mode"}, {Name: "options"},
+		},
+	}
+)
+
+func (d *decoder) entrypoint(b *hcl.Block, ep *Entrypoint) {
+	c := d.content(b.Body, entrypointSchema)
+	a := c.Attributes
+	builtin, command := a["builtin"], a["command"]
+	switch {
+	case builtin != nil && command != nil:
+		d.rangeErrorf(command.NameRange, "Conflicting entrypoint", "Set either builtin or command, not both.")
+	case builtin == nil && command == nil:
+		d.rangeErrorf(b.DefRange, "Missing entrypoint",
+			"The entrypoint block needs builtin (one of %s) or command.", quoteList(KnownBuiltins()))
+	case builtin != nil:
+		if d.str(builtin, &ep.Builtin) && !slices.Contains(KnownBuiltins(), ep.Builtin) {
+			d.errorf(builtin, "Unknown builtin", "There is no builtin %q; known builtins are %s.%s",
+				ep.Builtin, quoteList(KnownBuiltins()), suggest(ep.Builtin, KnownBuiltins()))
+		}
+		if attr := a["args"]; attr != nil {
+			d.rangeErrorf(attr.NameRange, "Arguments for a builtin", "args are passed to a command; a builtin takes its settings from config.")
+		}
+	default:
+		d.nonEmpty(command, &ep.Command)
+		d.strList(a["args"], &ep.Args)
+	}
+	if art := d.single(c, "artifact"); art != nil {
+		if builtin != nil {
+			d.rangeErrorf(art.DefRange, "Artifact for a builtin", "An artifact fetches a command's files; a builtin ships inside the task driver.")
+		}
+		ep.Artifact = d.artifact(art)
+	}
+}
+
+func (d *decoder) artifact(b *hcl.Block) *Artifact {
+	c := d.content(b.Body, artifactSchema)
+	a := &Artifact{}
+	d.nonEmpty(c.Attributes["source"], &a.Source)
+	d.nonEmpty(c.Attributes["destination"], &a.Destination)
+	d.enum(c.Attributes["mode"], &a.Mode, "any", "file", "dir")
+	d.strMap(c.Attributes["options"], &a.Options)
+	return a
+}
+
+var (
+	scalingSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "num_workers"}, {Name: "use_gpu"}, {Name: "placement_strategy"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "resources_per_worker"}, {Type: "trainer_resources"}},
+	}
+	workerResourcesSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "cpu"}, {Name: "cores"}, {Name: "memory"}, {Name: "gpu"}, {Name: "gpu_model"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "gpu_constraint"}, {Type: "gpu_affinity"}},
+	}
+	trainerResourcesSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "cpu"}, {Name: "cores"}, {Name: "memory"}},
+	}
+	deviceConstraintSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "attribute", Required: true}, {Name: "operator"}, {Name: "value"},
+		},
+	}
+	deviceAffinitySchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "attribute", Required: true}, {Name: "operator"}, {Name: "value"}, {Name: "weight"},
+		},
+	}
+)
+
+func (d *decoder) scaling(b *hcl.Block, sc *Scaling) {
+	c := d.content(b.Body, scalingSchema)
+	a := c.Attributes
+	d.integer(a["num_workers"], &sc.NumWorkers, 1, math.MaxInt32)
+	d.boolean(a["use_gpu"], &sc.UseGPU)
+	if attr := a["placement_strategy"]; attr != nil {
+		d.enum(attr, &sc.PlacementStrategy, PlacementPack, PlacementSpread, PlacementStrictSpread)
+	}
+	if rb := d.single(c, "resources_per_worker"); rb != nil {
+		d.workerResources(rb, sc)
+	}
+	if sc.UseGPU && sc.ResourcesPerWorker.GPU == 0 {
+		sc.ResourcesPerWorker.GPU = 1
+	}
+	if tb := d.single(c, "trainer_resources"); tb != nil {
+		r := Resources{}
+		rc := d.content(tb.Body, trainerResourcesSchema)
+		d.cpuMemory(rc, &r, DefaultTrainerCores, DefaultTrainerMemoryMB)
+		sc.TrainerResources = &r
+	}
+}
+
+func (d *decoder) workerResources(b *hcl.Block, sc *Scaling) {
+	r := &sc.ResourcesPerWorker
+	c := d.content(b.Body, workerResourcesSchema)
+	a := c.Attributes
+	d.cpuMemory(c, r, DefaultWorkerCores, DefaultWorkerMemoryMB)
+
+	// GPU settings: every one of them needs use_gpu.
+	needGPU := func(rng hcl.Range, what string) {
+		if !sc.UseGPU {
+			d.rangeErrorf(rng, "GPU requested without use_gpu",
+				"resources_per_worker sets %s, but scaling.use_gpu is not true. Set use_gpu = true in the scaling block.", what)
+		}
+	}
+	if attr := a["gpu"]; attr != nil {
+		if d.integer(attr, &r.GPU, 1, math.MaxInt32) {
+			needGPU(attr.NameRange, "gpu")
+		}
+	}
+	if attr := a["gpu_model"]; attr != nil {
+		var model string
+		if d.nonEmpty(attr, &model) {
+			needGPU(attr.NameRange, "gpu_model")
+			r.GPUConstraints = append(r.GPUConstraints, DeviceConstraint{Attribute: "${device.model}", Operator: "=", Value: model})
+		}
+	}
+	for _, cb := range c.Blocks {
+		affinity := cb.Type == "gpu_affinity"
+		dc, ok := d.deviceConstraint(cb, affinity)
+		if !ok {
+			continue
+		}
+		needGPU(cb.DefRange, cb.Type)
+		if affinity {
+			r.GPUAffinities = append(r.GPUAffinities, dc)
+		} else {
+			r.GPUConstraints = append(r.GPUConstraints, dc)
+		}
+	}
+}
+
+// cpuMemory reads cpu, cores and memory, with defaults for unset ones.
+func (d *decoder) cpuMemory(c *hcl.BodyContent, r *Resources, defCores, defMemoryMB int) {
+	a := c.Attributes
+	r.CPU, r.Cores, r.MemoryMB = 0, 0, defMemoryMB
+	cpu, cores := a["cpu"], a["cores"]
+	d.integer(cpu, &r.CPU, 1, math.MaxInt32)
+	d.integer(cores, &r.Cores, 1, math.MaxInt32)
+	switch {
+	case cpu != nil && cores != nil:
+		d.rangeErrorf(cores.NameRange, "Conflicting CPU settings", "Set either cpu (MHz) or cores (dedicated cores), not both: Nomad rejects a task with both.")
+	case cpu == nil && cores == nil:
+		r.Cores = defCores
+	}
+	if attr := a["memory"]; attr != nil {
+		d.memory(attr, &r.MemoryMB)
+	}
+}
+
+// memory reads a memory size: a number of MiB, or a string with a MiB or
+// GiB unit such as "16 GiB".
+func (d *decoder) memory(attr *hcl.Attribute, dst *int) {
+	val, diags := attr.Expr.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+	if diags.HasErrors() || val.IsNull() || !val.IsWhollyKnown() {
+		return
+	}
+	if val.Type() != cty.String {
+		d.integer(attr, dst, 1, math.MaxInt32)
+		return
+	}
+	mb, err := parseMemory(val.AsString())
+	if err != nil {
+		d.errorf(attr, "Invalid memory size", "%s; write a number of MiB or a string such as \"512 MiB\" or \"16 GiB\".", err)
+		return
+	}
+	*dst = mb
+}
+
+var memoryPattern = regexp.MustCompile(`^\s*([0-9]+)\s*(MiB|MB|GiB|GB)?\s*$`)
+
+func parseMemory(s string) (int, error) {
+	m := memoryPattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a memory size", s)
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	switch m[2] {
+	case "GiB", "GB": // Nomad's MB are MiB; GB is read the same way
+		if n > math.MaxInt32/1024 {
+			return 0, fmt.Errorf("%q is too large", s)
+		}
+		n *= 1024
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("%q is not positive", s)
+	}
+	return n, nil
+}
+
+// Device attribute names that are not under ${device.attr.*}.
+var deviceTopLevel = []string{"ids", "model", "type", "vendor"}
+
+var (
+	deviceOperators   = []string{"=", "!=", ">", ">=", "<", "<=", "regexp", "version", "semver", "set_contains", "set_contains_all", "set_contains_any", "is_set", "is_not_set"}
+	attributeNameExpr = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_.-]*$`)
+)
+
+func (d *decoder) deviceConstraint(b *hcl.Block, affinity bool) (DeviceConstraint, bool) {
+	schema := deviceConstraintSchema
+	if affinity {
+		schema = deviceAffinitySchema
+	}
+	c := d.content(b.Body, schema)
+	a := c.Attributes
+	dc := DeviceConstraint{Operator: "="}
+	before := len(d.diags.Errs())
+	if attr := a["attribute"]; d.nonEmpty(attr, &dc.Attribute) {
+		switch {
+		case strings.HasPrefix(dc.Attribute, "${"):
+		case slices.Contains(deviceTopLevel, dc.Attribute):
+			dc.Attribute = "${device." + dc.Attribute + "}"
+		case attributeNameExpr.MatchString(dc.Attribute):
+			dc.Attribute = "${device.attr." + dc.Attribute + "}"
+		default:
+			d.errorf(attr, "Invalid device attribute", "%q is not a device attribute name such as \"memory\" or \"model\".", dc.Attribute)
+		}
+	}
+	d.enum(a["operator"], &dc.Operator, deviceOperators...)
+	if attr := a["value"]; attr != nil {
+		d.str(attr, &dc.Value)
+	} else if dc.Operator != "is_set" && dc.Operator != "is_not_set" {
+		d.rangeErrorf(b.DefRange, "Missing value", "A %s with operator %q needs a value.", b.Type, dc.Operator)
+	}
+	if affinity {
+		dc.Weight = DefaultGPUAffinityWeight
+		if attr := a["weight"]; d.integer(attr, &dc.Weight, -100, 100) && dc.Weight == 0 {
+			d.errorf(attr, "Invalid value", "weight must be between -100 and 100 and not 0.")
+		}
+	}
+	return dc, len(d.diags.Errs()) == before
+}
+
+var (
+	runSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "storage_path"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "checkpoint"}, {Type: "failure"}},
+	}
+	checkpointSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}},
+	}
+	failureSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "max_failures"}},
+	}
+)
+
+func (d *decoder) run(b *hcl.Block, r *Run) {
+	c := d.content(b.Body, runSchema)
+	if attr := c.Attributes["storage_path"]; attr != nil {
+		var p string
+		if d.nonEmpty(attr, &p) {
+			if local, err := localStoragePath(p); err != nil {
+				d.errorf(attr, "Unsupported storage path", "%s.", err)
+			} else {
+				r.StoragePath = local
+			}
+		}
+	}
+	if cb := d.single(c, "checkpoint"); cb != nil {
+		cc := d.content(cb.Body, checkpointSchema)
+		d.integer(cc.Attributes["num_to_keep"], &r.Checkpoint.NumToKeep, 0, math.MaxInt32)
+		d.nonEmpty(cc.Attributes["score_attribute"], &r.Checkpoint.ScoreAttribute)
+		d.enum(cc.Attributes["score_order"], &r.Checkpoint.ScoreOrder, ScoreMax, ScoreMin)
+	}
+	if fb := d.single(c, "failure"); fb != nil {
+		fc := d.content(fb.Body, failureSchema)
+		d.integer(fc.Attributes["max_failures"], &r.Failure.MaxFailures, -1, math.MaxInt32)
+	}
+}
+
+// localStoragePath accepts a local path or a file:// URL and returns the
+// path. Other schemes (s3://, gs://, ...) are not supported yet.
+func localStoragePath(p string) (string, error) {
+	i := strings.Index(p, "://")
+	if i < 0 {
+		return p, nil
+	}
+	scheme := p[:i]
+	if !strings.EqualFold(scheme, "file") {
+		return "", fmt.Errorf("storage scheme %q is not supported; use a local or mounted shared directory, or a file:// URL", scheme)
+	}
+	u, err := url.Parse(p)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a valid file URL: %w", p, err)
+	}
+	if u.Host != "" && u.Host != "localhost" {
+		return "", fmt.Errorf("file URL %q names host %q; only local files are supported", p, u.Host)
+	}
+	if u.Path == "" || u.Path == "/" {
+		return "", fmt.Errorf("file URL %q has no directory", p)
+	}
+	return u.Path, nil
+}
+
+var rendezvousSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}},
+}
+
+func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
+	c := d.content(b.Body, rendezvousSchema)
+	if attr := c.Attributes["backend"]; attr != nil {
+		if d.enum(attr, &r.Backend, BackendEmbedded, BackendConsul) {
+			ranges.backend = attr.Range
+		}
+	}
+	d.nonEmpty(c.Attributes["address"], &r.Address)
+	if attr := c.Attributes["timeout"]; attr != nil {
+		var s string
+		if d.str(attr, &s) {
+			t, err := time.ParseDuration(s)
+			switch {
+			case err != nil:
+				d.errorf(attr, "Invalid duration", "timeout must be a duration such as \"30s\" or \"5m\"; %q is not one.", s)
+			case t <= 0:
+				d.errorf(attr, "Invalid duration", "timeout must be positive; got %q.", s)
+			default:
+				r.Timeout = t
+			}
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package hcl
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+func mustParse(t *testing.T, src string, opts ParseOptions) *Spec {
+	t.Helper()
+	spec, diags := Parse([]byte(src), "train.hcl", opts)
+	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
+	must.NotNil(t, spec)
+	return spec
+}
+
+const minimal = `
+train "tiny" {
+  entrypoint { builtin = "quickstart" }
+}
+`
+
+func TestDefaults(t *testing.T) {
+	s := mustParse(t, minimal, ParseOptions{})
+	must.Eq(t, &Spec{
+		Name:       "tiny",
+		Priority:   DefaultPriority,
+		Entrypoint: Entrypoint{Builtin: "quickstart"},
+		ConfigJSON: []byte("{}"),
+		Scaling: Scaling{
+			NumWorkers:         1,
+			ResourcesPerWorker: Resources{Cores: 1, MemoryMB: 1024},
+			PlacementStrategy:  PlacementPack,
+		},
+		Run: Run{
+			StoragePath: "./results",
+			Checkpoint:  Checkpoint{NumToKeep: 0, ScoreOrder: ScoreMax},
+			Failure:     Failure{MaxFailures: 0},
+		},
+		Rendezvous: Rendezvous{Backend: "", Timeout: 5 * time.Minute},
+		ranges:     s.ranges,
+	}, s)
+}
+
+const withVars = `
+variable "workers" {
+  type    = number
+  default = 2
+}
+variable "name" {
+  default = "from-default"
+}
+variable "sizes" {
+  type    = list(number)
+  default = [1]
+}
+train "vars" {
+  entrypoint {
+    command = "train"
+    args    = [var.name, jsonencode(var.sizes)]
+  }
+  scaling { num_workers = var.workers }
+}
+`
+
+// TestVariablePrecedence checks Nomad's order: default < NOMAD_VAR_ env <
+// -var-file (in order) < -var.
+func TestVariablePrecedence(t *testing.T) {
+	dir := t.TempDir()
+	fileA := filepath.Join(dir, "a.hcl")
+	fileB := filepath.Join(dir, "b.json")
+	must.NoError(t, os.WriteFile(fileA, []byte("workers = 4\nname = \"from-file-a\"\nsizes = [2, 3]\n"), 0o644))
+	must.NoError(t, os.WriteFile(fileB, []byte(`{"name": "from-file-b"}`), 0o644))
+	env := map[string]string{"NOMAD_VAR_workers": "3", "NOMAD_VAR_name": "from-env", "NOMAD_VAR_sizes": "[9]"}
+
+	cases := []struct {
+		name        string
+		opts        ParseOptions
+		workers     int
+		first, json string
+	}{
+		{"defaults", ParseOptions{}, 2, "from-default", "[1]"},
+		{"env", ParseOptions{Getenv: mapEnv(env)}, 3, "from-env", "[9]"},
+		{"var file over env", ParseOptions{Getenv: mapEnv(env), VarFiles: []string{fileA}}, 4, "from-file-a", "[2,3]"},
+		{"later var file wins", ParseOptions{VarFiles: []string{fileA, fileB}}, 4, "from-file-b", "[2,3]"},
+		{"-var over all", ParseOptions{Getenv: mapEnv(env), VarFiles: []string{fileA}, Vars: map[string]string{"workers": "5", "name": "from-flag", "sizes": "[5, 6]"}}, 5, "from-flag", "[5,6]"},
+		{"-var string is literal", ParseOptions{Vars: map[string]string{"name": `"quoted" [x]`}}, 2, `"quoted" [x]`, "[1]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParse(t, withVars, tc.opts)
+			must.Eq(t, tc.workers, s.Scaling.NumWorkers)
+			must.Eq(t, []string{tc.first, tc.json}, s.Entrypoint.Args)
+		})
+	}
+}
+
+func mapEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestVariableErrors(t *testing.T) {
+	dir := t.TempDir()
+	extra := filepath.Join(dir, "extra.hcl")
+	must.NoError(t, os.WriteFile(extra, []byte("workerz = 4\n"), 0o644))
+	badType := filepath.Join(dir, "bad.hcl")
+	must.NoError(t, os.WriteFile(badType, []byte("workers = \"many\"\n"), 0o644))
+
+	cases := []struct {
+		name string
+		opts ParseOptions
+		want []string
+	}{
+		{"undeclared -var", ParseOptions{Vars: map[string]string{"worker": "3"}}, []string{
+			`<-var worker>:1:1-1:1: error: Undeclared variable; A value for variable "worker" was given with -var, but the spec declares no variable "worker". Did you mean "workers"?`,
+		}},
+		{"-var not a number", ParseOptions{Vars: map[string]string{"workers": "three"}}, []string{
+			`<-var workers>:1:1-1:6: error: Invalid value for variable; The value "three" given by -var workers is not a valid number (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Variables not allowed.`,
+		}},
+		{"-var not an expression", ParseOptions{Vars: map[string]string{"sizes": "[1,"}}, []string{
+			`<-var sizes>:1:4-1:4: error: Invalid value for variable; The value "[1," given by -var sizes is not a valid list(number) (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Missing expression.`,
+		}},
+		{"-var wrong type", ParseOptions{Vars: map[string]string{"sizes": `["a"]`}}, []string{
+			`<-var sizes>:1:1-1:6: error: Invalid value for variable; The value "[\"a\"]" given by -var sizes is not a valid list(number) (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): a number is required.`,
+		}},
+		{"env not a number", ParseOptions{Getenv: mapEnv(map[string]string{"NOMAD_VAR_workers": "lots"})}, []string{
+			`<NOMAD_VAR_workers>:1:1-1:5: error: Invalid value for variable; The value "lots" given by NOMAD_VAR_workers is not a valid number (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Variables not allowed.`,
+		}},
+		{"var file wrong type", ParseOptions{VarFiles: []string{badType}}, []string{
+			badType + `:1:11-1:17: error: Incorrect attribute value type; Inappropriate value for attribute "workers": a number is required.`,
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, diags := Parse([]byte(withVars), "train.hcl", tc.opts)
+			must.Nil(t, spec)
+			must.Eq(t, tc.want, diagLines(diags))
+		})
+	}
+
+	t.Run("undeclared in var file is a warning", func(t *testing.T) {
+		spec, diags := Parse([]byte(withVars), "train.hcl", ParseOptions{VarFiles: []string{extra}})
+		must.NotNil(t, spec)
+		must.Eq(t, []string{
+			extra + `:1:1-1:8: warning: Undeclared variable; The var file sets "workerz", but the spec declares no such variable; the value is ignored. Did you mean "workers"?`,
+		}, diagLines(diags))
+	})
+	t.Run("missing var file", func(t *testing.T) {
+		_, diags := Parse([]byte(withVars), "train.hcl", ParseOptions{VarFiles: []string{filepath.Join(dir, "nope.hcl")}})
+		must.True(t, diags.HasErrors())
+	})
+}
+
+func TestResourcesAndGPU(t *testing.T) {
+	s := mustParse(t, `
+train "g" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    use_gpu = true
+    resources_per_worker {
+      memory    = "2 GiB"
+      gpu_model = "A100"
+      gpu_affinity {
+        attribute = "$${device.attr.cores_clock}"
+        operator  = ">"
+        value     = "1000 MHz"
+      }
+    }
+    trainer_resources {}
+  }
+}`, ParseOptions{})
+	must.Eq(t, Resources{
+		Cores: 1, MemoryMB: 2048, GPU: 1,
+		GPUConstraints: []DeviceConstraint{{Attribute: "${device.model}", Operator: "=", Value: "A100"}},
+		GPUAffinities:  []DeviceConstraint{{Attribute: "${device.attr.cores_clock}", Operator: ">", Value: "1000 MHz", Weight: 50}},
+	}, s.Scaling.ResourcesPerWorker)
+	must.Eq(t, &Resources{Cores: DefaultTrainerCores, MemoryMB: DefaultTrainerMemoryMB}, s.Scaling.TrainerResources)
+}
+
+func TestParseMemory(t *testing.T) {
+	for in, want := range map[string]int{"512": 512, "512 MiB": 512, "512MB": 512, "16 GiB": 16384, " 1GB ": 1024} {
+		got, err := parseMemory(in)
+		must.NoError(t, err)
+		must.Eq(t, want, got, must.Sprint(in))
+	}
+	for _, in := range []string{"", "0", "1.5 GiB", "16 TiB", "-1", "99999999999 GiB", "3000000 GiB"} {
+		_, err := parseMemory(in)
+		must.Error(t, err, must.Sprint(in))
+	}
+}
+
+func TestLocalStoragePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"./results":               "./results",
+		"/mnt/shared":             "/mnt/shared",
+		"file:///mnt/shared/runs": "/mnt/shared/runs",
+		"file://localhost/srv":    "/srv",
+	} {
+		got, err := localStoragePath(in)
+		must.NoError(t, err)
+		must.Eq(t, want, got)
+	}
+	for _, in := range []string{"s3://b/k", "gs://b", "file://host/x", "file://", "HTTPS://x"} {
+		_, err := localStoragePath(in)
+		must.Error(t, err, must.Sprint(in))
+	}
+}
+
+// TestSHA256 wants the hash to follow the decoded settings, not the text.
+func TestSHA256(t *testing.T) {
+	a := mustParse(t, minimal, ParseOptions{})
+	b := mustParse(t, "# a comment\ntrain \"tiny\" {\n    entrypoint {\n builtin = \"quick${\"start\"}\"\n}\n}\n", ParseOptions{})
+	c := mustParse(t, `train "tiny" {
+  entrypoint { builtin = "quickstart" }
+  scaling { num_workers = 2 }
+}`, ParseOptions{})
+	must.Eq(t, a.SHA256(), b.SHA256())
+	must.NotEq(t, a.SHA256(), c.SHA256())
+	must.Eq(t, 64, len(a.SHA256()))
+}
+
+func TestConfigJSON(t *testing.T) {
+	s := mustParse(t, `train "c" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    z      = 1
+    a      = [true, null, "x"]
+    nested = { lr = 0.5, name = upper("adam") }
+    big    = 12345678901234567890
+  }
+}`, ParseOptions{})
+	must.Eq(t, `{"a":[true,null,"x"],"big":12345678901234567890,"nested":{"lr":0.5,"name":"ADAM"},"z":1}`, string(s.ConfigJSON))
+}
+
+func TestFunctionsAllowList(t *testing.T) {
+	names := FunctionNames()
+	for _, want := range []string{"format", "jsonencode", "lower", "upper"} {
+		must.SliceContains(t, names, want)
+	}
+	for _, banned := range []string{"file", "range", "pow", "timestamp", "env"} {
+		must.SliceNotContains(t, names, banned)
+	}
+}

@@ -1,0 +1,193 @@
+package hcl
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Builtin training functions an entrypoint may name with builtin = "...".
+const (
+	// BuiltinQuickstart is the small built-in regression run used by the
+	// quickstart example.
+	BuiltinQuickstart = "quickstart"
+)
+
+// KnownBuiltins lists, sorted, the values entrypoint { builtin = ... } accepts.
+func KnownBuiltins() []string { return []string{BuiltinQuickstart} }
+
+// Rendezvous backends.
+const (
+	// BackendEmbedded is the rendezvous store served by the local launcher.
+	BackendEmbedded = "embedded"
+	// BackendConsul is the Consul KV and session rendezvous used on clusters.
+	BackendConsul = "consul"
+)
+
+// Placement strategies (scaling { placement_strategy = ... }), named as in Ray.
+const (
+	// PlacementPack leaves placement to Nomad's bin packing (the default).
+	PlacementPack = "PACK"
+	// PlacementSpread prefers distinct nodes: a spread on ${node.unique.id}.
+	PlacementSpread = "SPREAD"
+	// PlacementStrictSpread requires distinct nodes: a distinct_hosts constraint.
+	PlacementStrictSpread = "STRICT_SPREAD"
+)
+
+// Checkpoint score orders.
+const (
+	// ScoreMax keeps the checkpoints with the highest score.
+	ScoreMax = "max"
+	// ScoreMin keeps the checkpoints with the lowest score.
+	ScoreMin = "min"
+)
+
+// Defaults applied to a spec that leaves a setting out.
+const (
+	DefaultNumWorkers        = 1
+	DefaultStoragePath       = "./results"
+	DefaultRendezvousTimeout = 5 * time.Minute
+	DefaultWorkerCores       = 1    // Ray's resources_per_worker {"CPU": 1}
+	DefaultWorkerMemoryMB    = 1024 // per worker
+	DefaultTrainerCores      = 1    // Ray's trainer_resources {"CPU": 1}
+	DefaultTrainerMemoryMB   = 256
+	DefaultPriority          = 50 // Nomad's default job priority
+	DefaultGPUAffinityWeight = 50
+)
+
+// Spec is a decoded, validated train "<name>" {} block with every default
+// applied. Its fields are plain Go values; Compile turns it into a Nomad job
+// and the local launcher runs it directly.
+type Spec struct {
+	// Name is the run name (the block label); it is also the Nomad job ID and
+	// the directory under Run.StoragePath.
+	Name        string
+	Datacenters []string          `json:",omitempty"`
+	Namespace   string            `json:",omitempty"`
+	Region      string            `json:",omitempty"`
+	NodePool    string            `json:",omitempty"`
+	Priority    int               // 1..100, DefaultPriority when unset
+	Meta        map[string]string `json:",omitempty"` // job meta
+	Env         map[string]string `json:",omitempty"` // worker environment
+
+	Entrypoint Entrypoint
+	// ConfigJSON is the train loop config (config = {...}) as JSON text; "{}"
+	// when unset. Object keys are sorted.
+	ConfigJSON []byte
+	Scaling    Scaling
+	Run        Run
+	Rendezvous Rendezvous
+
+	// ranges remembers where some settings were written, for diagnostics
+	// raised after decoding (by Compile).
+	ranges specRanges
+}
+
+type specRanges struct {
+	block   hcl.Range // train "name" header
+	backend hcl.Range
+}
+
+// Entrypoint says what each worker runs: a builtin, or a user's command
+// (optionally fetched with an artifact). Exactly one of Builtin and Command is
+// set.
+type Entrypoint struct {
+	Builtin  string    `json:",omitempty"`
+	Command  string    `json:",omitempty"`
+	Args     []string  `json:",omitempty"`
+	Artifact *Artifact `json:",omitempty"`
+}
+
+// Artifact is a file or archive Nomad downloads into the task directory
+// before the command starts (go-getter syntax).
+type Artifact struct {
+	Source      string
+	Destination string            `json:",omitempty"` // relative to the task dir; Nomad defaults to "local/"
+	Mode        string            `json:",omitempty"` // "any", "file" or "dir"
+	Options     map[string]string `json:",omitempty"`
+}
+
+// Scaling is how many workers run and what each needs, as in Ray's
+// ScalingConfig.
+type Scaling struct {
+	NumWorkers         int
+	UseGPU             bool
+	ResourcesPerWorker Resources
+	// TrainerResources is set when the spec has a trainer_resources block;
+	// the compiled job then has a controller group with these resources.
+	TrainerResources  *Resources `json:",omitempty"`
+	PlacementStrategy string     // PlacementPack, PlacementSpread or PlacementStrictSpread
+}
+
+// Resources is what one worker (or the controller) asks Nomad for.
+type Resources struct {
+	CPU      int `json:",omitempty"` // MHz; exclusive with Cores
+	Cores    int `json:",omitempty"` // dedicated cores; exclusive with CPU
+	MemoryMB int
+	// GPU is the number of GPUs, requested in one device "nvidia/gpu" block.
+	GPU int `json:",omitempty"`
+	// GPUConstraints and GPUAffinities select GPUs by device attribute;
+	// gpu_model is folded in as a ${device.model} constraint.
+	GPUConstraints []DeviceConstraint `json:",omitempty"`
+	GPUAffinities  []DeviceConstraint `json:",omitempty"`
+}
+
+// DeviceConstraint is one constraint or affinity on a GPU device. Attribute
+// is already in Nomad's form, such as "${device.attr.memory}".
+type DeviceConstraint struct {
+	Attribute string
+	Operator  string
+	Value     string `json:",omitempty"`
+	Weight    int    `json:",omitempty"` // affinities only, -100..100
+}
+
+// Run holds where results go and the checkpoint and failure policies, as in
+// Ray's RunConfig.
+type Run struct {
+	// StoragePath is a local (or shared, mounted) directory; a file:// URL in
+	// the spec is turned into its path.
+	StoragePath string
+	Checkpoint  Checkpoint
+	Failure     Failure
+}
+
+// Checkpoint is the checkpoint retention policy.
+type Checkpoint struct {
+	NumToKeep      int    // 0 keeps all
+	ScoreAttribute string `json:",omitempty"`
+	ScoreOrder     string // ScoreMax or ScoreMin
+}
+
+// Failure is the gang's failure budget.
+type Failure struct {
+	// MaxFailures is how many worker failures the run survives; 0 none, -1
+	// unlimited.
+	MaxFailures int
+}
+
+// Rendezvous configures how workers find each other.
+type Rendezvous struct {
+	// Backend is BackendEmbedded, BackendConsul, or "" for the default of the
+	// place the run goes: embedded locally, consul on Nomad.
+	Backend string `json:",omitempty"`
+	// Address is the store's address when it is not the default one.
+	Address string `json:",omitempty"`
+	Timeout time.Duration
+}
+
+// SHA256 is the hex SHA-256 of the spec's canonical JSON form: two specs
+// with the same decoded settings have the same hash, whatever their
+// formatting, comments or variable sources.
+func (s *Spec) SHA256() string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		// Unreachable: a Spec holds only strings, integers, booleans, byte
+		// slices, string maps and slices of those.
+		panic("hcl: marshal spec: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

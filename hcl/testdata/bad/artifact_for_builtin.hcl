@@ -1,0 +1,8 @@
+train "x" {
+  entrypoint {
+    builtin = "quickstart"
+    artifact {
+      destination = "local/"
+    }
+  }
+}

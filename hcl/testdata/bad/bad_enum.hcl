@@ -1,0 +1,6 @@
+train "x" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    placement_strategy = "spread"
+  }
+}

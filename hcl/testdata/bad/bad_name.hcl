@@ -1,0 +1,3 @@
+train "my_model" {
+  entrypoint { builtin = "quickstart" }
+}

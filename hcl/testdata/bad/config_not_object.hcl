@@ -1,0 +1,4 @@
+train "x" {
+  entrypoint { builtin = "quickstart" }
+  config = [1, 2, 3]
+}

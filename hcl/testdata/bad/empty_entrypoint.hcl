@@ -1,0 +1,4 @@
+train "x" {
+  entrypoint {
+  }
+}

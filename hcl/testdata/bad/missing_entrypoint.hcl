@@ -1,0 +1,5 @@
+train "x" {
+  scaling {
+    num_workers = 2
+  }
+}

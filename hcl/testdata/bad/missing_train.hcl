@@ -1,0 +1,3 @@
+variable "workers" {
+  default = 2
+}

@@ -1,0 +1,3 @@
+train "x" {
+  entrypoint { builtin = "quickstart"
+}

@@ -1,0 +1,10 @@
+variable "workers" {
+  default = 2
+}
+
+train "x" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    num_workers = var.worker
+  }
+}

@@ -1,0 +1,6 @@
+train "x" {
+  entrypoint { builtin = "quickstart" }
+  scalling {
+    num_workers = 4
+  }
+}

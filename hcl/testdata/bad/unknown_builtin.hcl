@@ -1,0 +1,5 @@
+train "x" {
+  entrypoint {
+    builtin = "quickstrat"
+  }
+}

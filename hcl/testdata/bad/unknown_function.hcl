@@ -1,0 +1,5 @@
+train "x" {
+  entrypoint {
+    command = file("train.sh")
+  }
+}

@@ -1,0 +1,6 @@
+train "x" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    num_workers = 0
+  }
+}

@@ -1,0 +1,151 @@
+job "resnet-gpu" {
+  type        = "batch"
+  namespace   = "ml"
+  datacenters = ["dc1", "dc2"]
+  node_pool   = "gpu"
+  priority    = 70
+  meta {
+    nomad_train_run          = "resnet-gpu"
+    nomad_train_spec_sha256  = "d3d97f970d558abd37c1ca27fc68561aa37e1362fe432295c72a4d1e2e27f7fb"
+    nomad_train_storage_path = "/mnt/shared/results"
+    team                     = "vision"
+  }
+
+  group "worker" {
+    count = 8
+    network {
+      port "train" {
+      }
+    }
+    service {
+      name     = "resnet-gpu-worker"
+      port     = "train"
+      provider = "consul"
+      tags     = ["nomad-train", "run=resnet-gpu"]
+      check {
+        name     = "collective port"
+        type     = "tcp"
+        port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+    restart {
+      attempts = 10
+      interval = "10m"
+      delay    = "1s"
+      mode     = "delay"
+    }
+    reschedule {
+      delay          = "5s"
+      delay_function = "exponential"
+      max_delay      = "1m"
+      unlimited      = true
+    }
+    spread {
+      attribute = "$${node.unique.id}"
+      weight    = 100
+    }
+
+    task "worker" {
+      driver = "train"
+      config {
+        builtin      = "quickstart"
+        port         = "train"
+        run_name     = "resnet-gpu"
+        storage_path = "/mnt/shared/results"
+        train_config = "{\"epochs\":90,\"learning_rate\":0.001,\"model\":\"resnet50\",\"schedule\":{\"decay\":[30,60,80],\"warmup\":5}}"
+        world_size   = 8
+        checkpoint {
+          num_to_keep     = 3
+          score_attribute = "accuracy"
+          score_order     = "max"
+        }
+        failure {
+          max_failures = -1
+        }
+        rendezvous {
+          backend = "consul"
+          timeout = "10m"
+        }
+      }
+      env {
+        NCCL_DEBUG = "WARN"
+      }
+      resources {
+        cores  = 8
+        memory = 65536
+        device "nvidia/gpu" {
+          count = 2
+          constraint {
+            attribute = "$${device.model}"
+            operator  = "="
+            value     = "NVIDIA H100 80GB HBM3"
+          }
+          constraint {
+            attribute = "$${device.attr.memory}"
+            operator  = ">="
+            value     = "40 GiB"
+          }
+          affinity {
+            attribute = "$${device.attr.persistence_mode}"
+            operator  = "="
+            value     = "Enabled"
+            weight    = 25
+          }
+        }
+      }
+    }
+  }
+
+  group "controller" {
+    count = 1
+    network {
+      port "train" {
+      }
+    }
+    restart {
+      attempts = 10
+      interval = "10m"
+      delay    = "1s"
+      mode     = "delay"
+    }
+    reschedule {
+      delay          = "5s"
+      delay_function = "exponential"
+      max_delay      = "1m"
+      unlimited      = true
+    }
+
+    task "controller" {
+      driver = "train"
+      config {
+        builtin      = "controller"
+        port         = "train"
+        run_name     = "resnet-gpu"
+        storage_path = "/mnt/shared/results"
+        train_config = "{\"epochs\":90,\"learning_rate\":0.001,\"model\":\"resnet50\",\"schedule\":{\"decay\":[30,60,80],\"warmup\":5}}"
+        world_size   = 8
+        checkpoint {
+          num_to_keep     = 3
+          score_attribute = "accuracy"
+          score_order     = "max"
+        }
+        failure {
+          max_failures = -1
+        }
+        rendezvous {
+          backend = "consul"
+          timeout = "10m"
+        }
+      }
+      env {
+        NCCL_DEBUG = "WARN"
+      }
+      resources {
+        cpu    = 500
+        memory = 512
+      }
+    }
+  }
+}

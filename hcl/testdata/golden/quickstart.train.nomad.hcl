@@ -1,0 +1,71 @@
+job "quickstart" {
+  type     = "batch"
+  priority = 50
+  meta {
+    nomad_train_run          = "quickstart"
+    nomad_train_spec_sha256  = "096f0f1f37a01c125a57929f50644840ec68efd54bd8386a5a007f85e7c6433f"
+    nomad_train_storage_path = "./results"
+  }
+
+  group "worker" {
+    count = 4
+    network {
+      port "train" {
+      }
+    }
+    service {
+      name     = "quickstart-worker"
+      port     = "train"
+      provider = "consul"
+      tags     = ["nomad-train", "run=quickstart"]
+      check {
+        name     = "collective port"
+        type     = "tcp"
+        port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+    restart {
+      attempts = 2
+      interval = "24h"
+      delay    = "1s"
+      mode     = "fail"
+    }
+    reschedule {
+      attempts       = 2
+      interval       = "24h"
+      delay          = "5s"
+      delay_function = "constant"
+      unlimited      = false
+    }
+
+    task "worker" {
+      driver = "train"
+      config {
+        builtin      = "quickstart"
+        port         = "train"
+        run_name     = "quickstart"
+        storage_path = "./results"
+        train_config = "{\"batch_size\":64,\"epochs\":20,\"learning_rate\":0.05}"
+        world_size   = 4
+        checkpoint {
+          num_to_keep     = 2
+          score_attribute = "loss"
+          score_order     = "min"
+        }
+        failure {
+          max_failures = 2
+        }
+        rendezvous {
+          backend = "consul"
+          timeout = "5m"
+        }
+      }
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+    }
+  }
+}
