@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,12 +56,15 @@ func (s *Session) NodeRank() int { return s.nodeRank }
 // Config is the training loop config as JSON ("null" when none was given).
 func (s *Session) Config() json.RawMessage { return s.config }
 
-// DecodeConfig decodes the training loop config into v.
+// DecodeConfig decodes the training loop config into v. A key that v has
+// no field for is an error, so a misspelt setting is not silently ignored.
 func (s *Session) DecodeConfig(v any) error {
 	if len(s.config) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(s.config, v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(s.config))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("decode train config: %w", err)
 	}
 	return nil

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
@@ -21,38 +19,23 @@ func init() {
 	register("run", "Run a train.hcl spec (locally unless a Nomad address is given)", runCmd)
 }
 
-// multiFlag collects a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var vars, varFiles multiFlag
-	fs.Var(&vars, "var", "set a variable: -var name=value (repeatable)")
-	fs.Var(&varFiles, "var-file", "read variables from an HCL file (repeatable)")
+	fs := newFlagSet("run", "run [flags] train.hcl", stderr)
+	var sf specFlags
+	sf.register(fs)
 	address := fs.String("address", os.Getenv("NOMAD_ADDR"), "Nomad address; empty runs locally (env NOMAD_ADDR)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: nomad-train run [flags] train.hcl")
-		fs.PrintDefaults()
+	path, code := parseArgs(fs, args, stderr)
+	if code >= 0 {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	spec, ok := loadSpec(fs.Arg(0), vars, varFiles, stderr)
+	spec, _, _, ok := loadSpec(path, &sf, stderr)
 	if !ok {
 		return 1
 	}
 	if *address != "" {
 		fmt.Fprintf(stderr, "nomad-train run: running on Nomad (%s) is not built yet; "+
 			"compile the job with `nomad-train compile %s > job.nomad.hcl` and run it with `nomad job run`, "+
-			"or unset NOMAD_ADDR to run locally\n", *address, fs.Arg(0))
+			"or unset NOMAD_ADDR to run locally\n", *address, path)
 		return 1
 	}
 	return runLocal(ctx, spec, stdout, stderr)
@@ -100,13 +83,13 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	if res != nil {
 		printResult(stdout, res)
 	}
-	if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "nomad-train run: stopped; run it again to resume from the latest checkpoint")
+		return 130
+	case err != nil:
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "nomad-train run: stopped")
-		return 130
 	}
 	return 0
 }

@@ -9,7 +9,7 @@ train "quickstart" {
   config = {
     epochs        = 20
     batch_size    = 64
-    learning_rate = 0.05
+    lr            = 0.05
   }
 
   scaling {

@@ -3,7 +3,7 @@ job "quickstart" {
   priority = 50
   meta {
     nomad_train_run          = "quickstart"
-    nomad_train_spec_sha256  = "096f0f1f37a01c125a57929f50644840ec68efd54bd8386a5a007f85e7c6433f"
+    nomad_train_spec_sha256  = "e5623399ffcc1dc1c9ecc94491abb852367e4dd7c5851a1cd4bed97117f1968a"
     nomad_train_storage_path = "./results"
   }
 
@@ -47,7 +47,7 @@ job "quickstart" {
         port         = "train"
         run_name     = "quickstart"
         storage_path = "./results"
-        train_config = "{\"batch_size\":64,\"epochs\":20,\"learning_rate\":0.05}"
+        train_config = "{\"batch_size\":64,\"epochs\":20,\"lr\":0.05}"
         world_size   = 4
         checkpoint {
           num_to_keep     = 2
