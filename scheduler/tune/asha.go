@@ -1,0 +1,157 @@
+package tune
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// ASHAConfig configures asynchronous successive halving.
+type ASHAConfig struct {
+	Objective
+	// MaxT is the time at which every trial stops (default 100).
+	MaxT float64
+	// GracePeriod is the first rung: no trial stops before it (default 1).
+	GracePeriod float64
+	// ReductionFactor is η: each rung keeps the top 1/η (default 4).
+	ReductionFactor float64
+	// Brackets is the number of brackets, each starting one rung later
+	// (default 1).
+	Brackets int
+	// Seed draws each trial's bracket.
+	Seed uint64
+}
+
+// ASHA is asynchronous successive halving (Ray's AsyncHyperBandScheduler).
+// Each bracket has rungs at grace·η^k; when a trial first reaches a rung it
+// is stopped if its score is below the (1-1/η) quantile of the scores
+// recorded at that rung so far, and its score is recorded there.
+type ASHA struct {
+	cfg      ASHAConfig
+	brackets []*ashaBracket
+	trials   map[string]int // trial -> bracket
+	rng      *rand.Rand
+}
+
+type ashaRung struct {
+	milestone float64
+	recorded  map[string]float64
+}
+
+type ashaBracket struct {
+	rf    float64
+	rungs []ashaRung // highest milestone first
+}
+
+// NewASHA returns an ASHA scheduler.
+func NewASHA(cfg ASHAConfig) (*ASHA, error) {
+	if err := cfg.Objective.validate(); err != nil {
+		return nil, fmt.Errorf("asha: %w", err)
+	}
+	if cfg.MaxT == 0 {
+		cfg.MaxT = 100
+	}
+	if cfg.GracePeriod == 0 {
+		cfg.GracePeriod = 1
+	}
+	if cfg.ReductionFactor == 0 {
+		cfg.ReductionFactor = 4
+	}
+	if cfg.Brackets == 0 {
+		cfg.Brackets = 1
+	}
+	switch {
+	case cfg.GracePeriod <= 0 || cfg.MaxT < cfg.GracePeriod:
+		return nil, fmt.Errorf("asha: need 0 < grace_period <= max_t, got %v and %v", cfg.GracePeriod, cfg.MaxT)
+	case cfg.ReductionFactor <= 1:
+		return nil, fmt.Errorf("asha: reduction_factor must exceed 1, got %v", cfg.ReductionFactor)
+	case cfg.Brackets < 1:
+		return nil, fmt.Errorf("asha: brackets must be at least 1, got %d", cfg.Brackets)
+	}
+	a := &ASHA{cfg: cfg, trials: map[string]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0xa5_4a))}
+	// The small epsilon keeps log(27)/log(3) from rounding down to 2.
+	maxRungs := int(math.Log(cfg.MaxT/cfg.GracePeriod)/math.Log(cfg.ReductionFactor) + 1 + 1e-9)
+	for s := 0; s < cfg.Brackets; s++ {
+		b := &ashaBracket{rf: cfg.ReductionFactor}
+		for k := maxRungs - s - 1; k >= 0; k-- {
+			b.rungs = append(b.rungs, ashaRung{
+				milestone: cfg.GracePeriod * math.Pow(cfg.ReductionFactor, float64(k+s)),
+				recorded:  map[string]float64{},
+			})
+		}
+		a.brackets = append(a.brackets, b)
+	}
+	return a, nil
+}
+
+// OnTrialAdd draws the trial's bracket, weighting brackets with more rungs
+// exponentially higher (as Ray does).
+func (a *ASHA) OnTrialAdd(trial string, _ map[string]any) {
+	if _, ok := a.trials[trial]; ok {
+		return
+	}
+	maxSize := 0
+	for _, b := range a.brackets {
+		maxSize = max(maxSize, len(b.rungs))
+	}
+	weights := make([]float64, len(a.brackets))
+	sum := 0.0
+	for i, b := range a.brackets {
+		weights[i] = math.Exp(float64(len(b.rungs) - maxSize))
+		sum += weights[i]
+	}
+	x := a.rng.Float64() * sum
+	idx := len(a.brackets) - 1
+	for i, w := range weights {
+		if x < w {
+			idx = i
+			break
+		}
+		x -= w
+	}
+	a.trials[trial] = idx
+}
+
+// OnResult applies the rungs of the trial's bracket.
+func (a *ASHA) OnResult(r Result) Decision {
+	if _, ok := a.trials[r.Trial]; !ok {
+		a.OnTrialAdd(r.Trial, nil)
+	}
+	b := a.brackets[a.trials[r.Trial]]
+	d := b.onResult(r.Trial, r.Time, a.cfg.score(r.Value), a.cfg.Objective)
+	if r.Time >= a.cfg.MaxT {
+		return Decision{Action: Stop, Reason: fmt.Sprintf("reached max_t %v", a.cfg.MaxT)}
+	}
+	return d
+}
+
+// OnTrialComplete does nothing: recorded scores stay in their rungs.
+func (a *ASHA) OnTrialComplete(string) {}
+
+func (b *ashaBracket) onResult(trial string, t, score float64, o Objective) Decision {
+	for _, rung := range b.rungs {
+		_, seen := rung.recorded[trial]
+		if t >= rung.milestone && seen {
+			break // the decision at this rung is already made
+		}
+		if t < rung.milestone || seen {
+			continue
+		}
+		vals := make([]float64, 0, len(rung.recorded))
+		for _, v := range rung.recorded {
+			vals = append(vals, v)
+		}
+		cutoff, ok := percentile(vals, (1-1/b.rf)*100)
+		if !math.IsNaN(score) {
+			rung.recorded[trial] = score
+		}
+		if ok && score < cutoff {
+			return Decision{Action: Stop, Reason: fmt.Sprintf("rung %v: %s %.6g worse than cutoff %.6g of %d", rung.milestone, o.Metric, o.score(score), o.score(cutoff), len(vals))}
+		}
+		if ok {
+			return Decision{Action: Continue, Reason: fmt.Sprintf("rung %v: %s %.6g passes cutoff %.6g of %d", rung.milestone, o.Metric, o.score(score), o.score(cutoff), len(vals))}
+		}
+		return Decision{Action: Continue, Reason: fmt.Sprintf("rung %v: first %s %.6g", rung.milestone, o.Metric, o.score(score))}
+	}
+	return Decision{Action: Continue}
+}

@@ -1,0 +1,122 @@
+package tune
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Searchers: both are Ray's basic variant generator.
+const (
+	// SearchRandom expands every grid_search and samples every other
+	// function independently for each variant.
+	SearchRandom = "random"
+	// SearchGrid also enumerates every choice, as if it were a grid_search;
+	// the remaining functions are sampled.
+	SearchGrid = "grid"
+)
+
+// Variant is one trial's resolved config.
+type Variant struct {
+	// Index counts variants from 0 in the order they are generated.
+	Index int
+	// Config is the param space with every Domain replaced by a value.
+	Config map[string]any
+	// Params holds the value chosen for each Domain, by path ("a/b/0").
+	Params map[string]any
+}
+
+// Generator produces the variants of a param space: num_samples repetitions
+// of the grid (the cross product of every grid_search), with the other
+// functions sampled from a seeded generator, so the same seed gives the
+// same sequence. It is a pure state machine: no I/O, no clock.
+type Generator struct {
+	space      map[string]any
+	sites      []site
+	enumerated []int // indices into sites, enumerated in odometer order
+	sizes      []int // number of values of each enumerated site
+	gridSize   int
+	numSamples int
+	rng        *rand.Rand
+	next       int
+}
+
+// NewGenerator returns the variant generator of space. searcher is
+// SearchRandom (or "") or SearchGrid; numSamples < 1 counts as 1.
+func NewGenerator(space map[string]any, searcher string, numSamples int, seed uint64) (*Generator, error) {
+	if numSamples < 1 {
+		numSamples = 1
+	}
+	switch searcher {
+	case "", SearchRandom, SearchGrid:
+	default:
+		return nil, fmt.Errorf("%w: unknown searcher %q (want %q or %q)", ErrSpace, searcher, SearchRandom, SearchGrid)
+	}
+	g := &Generator{space: space, sites: sites(space, nil, nil), gridSize: 1, numSamples: numSamples,
+		rng: rand.New(rand.NewPCG(seed, 0x7475_6e65))}
+	for i, s := range g.sites {
+		var n int
+		switch d := s.dom.(type) {
+		case grid:
+			n = len(d)
+		case choice:
+			if searcher == SearchGrid {
+				n = len(d)
+			}
+		}
+		if n > 0 {
+			g.enumerated = append(g.enumerated, i)
+			g.sizes = append(g.sizes, n)
+			g.gridSize *= n
+		}
+	}
+	return g, nil
+}
+
+// Total is the number of variants: num_samples times the grid's size.
+func (g *Generator) Total() int { return g.numSamples * g.gridSize }
+
+// Generated is how many variants Next has returned.
+func (g *Generator) Generated() int { return g.next }
+
+// Next returns the next variant; ok is false after Total variants.
+func (g *Generator) Next() (v Variant, ok bool) {
+	if g.next >= g.Total() {
+		return Variant{}, false
+	}
+	combo := g.next % g.gridSize
+	chosen := make(map[int]any, len(g.enumerated))
+	for k := len(g.enumerated) - 1; k >= 0; k-- { // the last grid varies fastest
+		i := g.enumerated[k]
+		idx := combo % g.sizes[k]
+		combo /= g.sizes[k]
+		switch d := g.sites[i].dom.(type) {
+		case grid:
+			chosen[i] = d[idx]
+		case choice:
+			chosen[i] = d[idx]
+		}
+	}
+	cfg := deepCopy(g.space).(map[string]any)
+	params := make(map[string]any, len(g.sites))
+	for i, s := range g.sites {
+		val, ok := chosen[i]
+		if !ok {
+			val = s.dom.Sample(g.rng)
+		}
+		setPath(cfg, s.path, val)
+		params[s.name()] = val
+	}
+	v = Variant{Index: g.next, Config: cfg, Params: params}
+	g.next++
+	return v, true
+}
+
+// Skip advances past n variants (used when an experiment is restored: the
+// same seed regenerates the same sequence).
+func (g *Generator) Skip(n int) {
+	for i := 0; i < n; i++ {
+		if _, ok := g.Next(); !ok {
+			return
+		}
+	}
+}
