@@ -81,21 +81,6 @@ func runScript(t *testing.T, s Scheduler, path string) string {
 	return out.String()
 }
 
-// normalizeNumbers turns whole float64s into ints, as ParseSpace does.
-func normalizeNumbers(v any) any {
-	switch x := v.(type) {
-	case float64:
-		if x == float64(int(x)) {
-			return int(x)
-		}
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normalizeNumbers(e)
-		}
-	}
-	return v
-}
-
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
 	path := filepath.Join("testdata", name+".golden")

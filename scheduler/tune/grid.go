@@ -1,0 +1,197 @@
+package tune
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+
+	"strconv"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// TrialResult is one trial of a result grid (Ray's Result).
+type TrialResult struct {
+	ID     string         `json:"id"`
+	Config map[string]any `json:"config"`
+	Params map[string]any `json:"params,omitempty"`
+	Status string         `json:"status"`
+	Reason string         `json:"reason,omitempty"`
+	// Metrics are the last reported metrics.
+	Metrics map[string]any `json:"metrics,omitempty"`
+	// History is every report of the trial, in order (cloned records left
+	// out); Iterations is its length.
+	History    []map[string]any `json:"history,omitempty"`
+	Iterations int              `json:"iterations"`
+	// Path is the trial's run directory; BestCheckpoint the directory of
+	// its best kept checkpoint by the grid's metric and mode (the latest
+	// when there is no metric), "" when it has none.
+	Path           string `json:"path"`
+	BestCheckpoint string `json:"best_checkpoint,omitempty"`
+	Failures       int    `json:"failures,omitempty"`
+}
+
+// ResultGrid is every trial of an experiment (Ray's ResultGrid).
+type ResultGrid struct {
+	Path         string        `json:"path"`
+	Metric, Mode string        `json:"-"`
+	Trials       []TrialResult `json:"trials"`
+}
+
+// ErrNoResult is returned by Best when no trial reported the metric.
+var ErrNoResult = errors.New("no trial reported the metric")
+
+// LoadResultGrid reads an experiment directory: its state and every
+// trial's storage.
+func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
+	st, ok, err := LoadState(expDir)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("no experiment state in %s", expDir)
+	}
+	g := &ResultGrid{Path: expDir, Metric: metric, Mode: mode}
+	order := storage.ScoreMax
+	if mode == ModeMin {
+		order = storage.ScoreMin
+	}
+	for _, ts := range st.Trials {
+		tr := TrialResult{ID: ts.ID, Config: ts.Config, Params: ts.Params, Status: ts.Status, Reason: ts.Reason,
+			Path: filepath.Join(expDir, ts.ID), Failures: ts.Failures}
+		recs, _, err := readProgress(filepath.Join(expDir, ts.ID, storage.ProgressFile), 0)
+		if err != nil {
+			return nil, fmt.Errorf("read progress of %s: %w", ts.ID, err)
+		}
+		var live []storage.Record
+		for _, rec := range recs {
+			if rec.Checkpoint != "" {
+				if fi, err := os.Stat(filepath.Join(tr.Path, rec.Checkpoint)); err == nil && fi.IsDir() {
+					live = append(live, rec)
+				}
+			}
+			if _, cloned := rec.Metrics[ClonedFrom]; cloned {
+				continue
+			}
+			tr.History = append(tr.History, rec.Metrics)
+			tr.Metrics = rec.Metrics
+		}
+		tr.Iterations = len(tr.History)
+		if ranked := storage.Rank(live, storage.Policy{ScoreAttribute: metric, ScoreOrder: order}); len(ranked) > 0 {
+			tr.BestCheckpoint = filepath.Join(tr.Path, ranked[0].Checkpoint)
+		}
+		g.Trials = append(g.Trials, tr)
+	}
+	return g, nil
+}
+
+// TotalIterations is the number of reports of every trial together: the
+// compute the experiment spent, in iterations (epochs for most trainers).
+func (g *ResultGrid) TotalIterations() int {
+	n := 0
+	for _, t := range g.Trials {
+		n += t.Iterations
+	}
+	return n
+}
+
+// Best returns the trial whose last reported metric is best under mode
+// (Ray's get_best_result with scope "last"). Empty metric and mode use the
+// grid's.
+func (g *ResultGrid) Best(metric, mode string) (*TrialResult, error) {
+	if metric == "" {
+		metric, mode = g.Metric, g.Mode
+	}
+	if metric == "" || (mode != ModeMin && mode != ModeMax) {
+		return nil, fmt.Errorf("best result needs a metric and a mode (min or max)")
+	}
+	var best *TrialResult
+	bestScore := math.Inf(-1)
+	for i := range g.Trials {
+		v, ok := storage.Score(storage.Record{Metrics: g.Trials[i].Metrics}, metric)
+		if !ok {
+			continue
+		}
+		if mode == ModeMin {
+			v = -v
+		}
+		if best == nil || v > bestScore {
+			best, bestScore = &g.Trials[i], v
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w %q", ErrNoResult, metric)
+	}
+	return best, nil
+}
+
+// WriteJSON writes the grid as indented JSON.
+func (g *ResultGrid) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(g)
+}
+
+// WriteCSV writes one row per trial: id, status, iterations, the sampled
+// params (config/<path>), the last metrics (metric/<name>), the best
+// checkpoint and the reason.
+func (g *ResultGrid) WriteCSV(w io.Writer) error {
+	params, metrics := map[string]bool{}, map[string]bool{}
+	for _, t := range g.Trials {
+		for k := range t.Params {
+			params[k] = true
+		}
+		for k := range t.Metrics {
+			metrics[k] = true
+		}
+	}
+	pk, mk := sortedTrials(params), sortedTrials(metrics)
+	cw := csv.NewWriter(w)
+	head := []string{"trial", "status", "iterations"}
+	for _, k := range pk {
+		head = append(head, "config/"+k)
+	}
+	for _, k := range mk {
+		head = append(head, "metric/"+k)
+	}
+	head = append(head, "best_checkpoint", "reason")
+	if err := cw.Write(head); err != nil {
+		return err
+	}
+	for _, t := range g.Trials {
+		row := []string{t.ID, t.Status, strconv.Itoa(t.Iterations)}
+		for _, k := range pk {
+			row = append(row, cell(t.Params[k]))
+		}
+		for _, k := range mk {
+			row = append(row, cell(t.Metrics[k]))
+		}
+		row = append(row, t.BestCheckpoint, t.Reason)
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case string:
+		return x
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}

@@ -1,0 +1,135 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// Trainable is a single-worker training function run inside the tuner's
+// process by the InProcess backend (Ray's function trainable).
+type Trainable func(ctx context.Context, t *Trial) error
+
+// InProcess is a backend that runs each trial as a goroutine of the tuner's
+// process, for trainables that fit in one worker. A trial writes the same
+// progress.jsonl and checkpoints (through trainer/storage) as a process
+// trial, but costs no process start-up or rendezvous, and each Report waits
+// until the tuner has decided, so a stopped trial does not run one more
+// iteration.
+type InProcess struct {
+	Fn Trainable
+	// Fsync is the durability of plain metric records (checkpoint records
+	// are always flushed); FsyncEveryRecord by default.
+	Fsync storage.FsyncPolicy
+}
+
+// Trial is a running trial's view for a Trainable.
+type Trial struct {
+	id       string
+	config   json.RawMessage
+	run      *storage.Run
+	step     int64
+	latest   string
+	reported func(ctx context.Context) error
+}
+
+// ID is the trial's name ("trial_0003").
+func (t *Trial) ID() string { return t.id }
+
+// Config is the trial's config as JSON.
+func (t *Trial) Config() json.RawMessage { return t.config }
+
+// DecodeConfig decodes the config into v, rejecting unknown keys.
+func (t *Trial) DecodeConfig(v any) error {
+	dec := json.NewDecoder(bytes.NewReader(t.config))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode trial config: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint is the directory of the latest committed checkpoint of the
+// trial (its own or one cloned by PBT), or "" when there is none.
+func (t *Trial) Checkpoint() string { return t.latest }
+
+// Iteration is the number of reports so far, across restarts.
+func (t *Trial) Iteration() int64 { return t.step }
+
+// NewCheckpointDir returns an empty directory on the trial's storage to
+// build a checkpoint in.
+func (t *Trial) NewCheckpointDir() (string, error) {
+	d, err := os.MkdirTemp(t.run.Dir(), ".tmp-ckpt-") // storage.Open removes .tmp-* leftovers
+	if err != nil {
+		return "", fmt.Errorf("make checkpoint dir: %w", err)
+	}
+	return d, nil
+}
+
+// Report records metrics and, when dir is not empty, commits the files of
+// dir as a checkpoint; then it waits for the tuner's decision. It returns
+// an error when the trial must stop.
+func (t *Trial) Report(ctx context.Context, metrics trainer.Metrics, dir string) error {
+	t.step++
+	rec := storage.Record{Step: t.step, Metrics: metrics}
+	if dir == "" {
+		if err := t.run.Append(rec); err != nil {
+			return fmt.Errorf("report step %d: %w", t.step, err)
+		}
+	} else {
+		staged, err := t.run.Stage()
+		if err != nil {
+			return fmt.Errorf("report step %d: %w", t.step, err)
+		}
+		if err := staged.AddDir(dir); err != nil {
+			staged.Abort()
+			return fmt.Errorf("report step %d: %w", t.step, err)
+		}
+		os.Remove(dir)
+		name, err := t.run.Commit(staged, rec)
+		if err != nil {
+			return fmt.Errorf("report step %d: %w", t.step, err)
+		}
+		t.latest = t.run.CheckpointPath(name)
+	}
+	if t.reported != nil {
+		return t.reported(ctx)
+	}
+	return ctx.Err()
+}
+
+// Run runs the trainable until it returns or ctx ends.
+func (b *InProcess) Run(ctx context.Context, spec TrialSpec) error {
+	policy := storage.Policy{NumToKeep: spec.Checkpoint.NumToKeep, ScoreAttribute: spec.Checkpoint.ScoreAttribute,
+		ScoreOrder: spec.Checkpoint.ScoreOrder, Fsync: b.Fsync}
+	st, err := storage.Open(spec.StoragePath, spec.ID, policy)
+	if err != nil {
+		return fmt.Errorf("open trial storage: %w", err)
+	}
+	defer st.Close()
+	t := &Trial{id: spec.ID, config: spec.Config, run: st, reported: spec.Reported}
+	recs, err := st.Records()
+	if err != nil {
+		return fmt.Errorf("read trial progress: %w", err)
+	}
+	if len(recs) > 0 {
+		t.step = recs[len(recs)-1].Step
+	}
+	if _, path, ok, err := st.Latest(); err != nil {
+		return fmt.Errorf("find latest checkpoint: %w", err)
+	} else if ok {
+		t.latest = path
+	}
+	if err := b.Fn(ctx, t); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", errStopped, ctx.Err())
+		}
+		return err
+	}
+	return nil
+}

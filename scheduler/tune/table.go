@@ -1,0 +1,59 @@
+package tune
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable writes the live trial table: trial, status, sampled params,
+// iterations and the latest value of metric, with a status summary line.
+func WriteTable(w io.Writer, st *ExperimentState, metric string) {
+	counts := map[string]int{}
+	params := map[string]bool{}
+	for _, t := range st.Trials {
+		counts[t.Status]++
+		for k := range t.Params {
+			params[k] = true
+		}
+	}
+	var summary []string
+	for _, s := range []string{StatusRunning, StatusPending, StatusTerminated, StatusStopped, StatusError} {
+		if counts[s] > 0 {
+			summary = append(summary, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	fmt.Fprintf(w, "== %s: %d trials (%s)\n", st.Name, len(st.Trials), strings.Join(summary, ", "))
+	keys := sortedTrials(params)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := append([]string{"trial", "status"}, keys...)
+	head = append(head, "iter")
+	if metric != "" {
+		head = append(head, metric)
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, t := range st.Trials {
+		row := []string{t.ID, t.Status}
+		for _, k := range keys {
+			row = append(row, short(t.Params[k]))
+		}
+		row = append(row, strconv.Itoa(t.Iterations))
+		if metric != "" {
+			row = append(row, short(t.LastResult[metric]))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+}
+
+func short(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case float64:
+		return strconv.FormatFloat(x, 'g', 5, 64)
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,575 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// ClonedFrom is the metric key of the record PBT writes when it copies a
+// donor's checkpoint into a trial: it names the donor. Such records are not
+// the trial's own reports and are not fed to the scheduler.
+const ClonedFrom = "tune_cloned_from"
+
+// Tuner runs an experiment: trials sampled from a param space, placed by a
+// backend, followed through their progress files and stopped, cloned or
+// restarted as the scheduler decides (Ray's Tuner).
+type Tuner struct {
+	backend Backend
+	space   map[string]any
+	cfg     Config
+}
+
+// New returns a tuner that samples space (a config with Domains anywhere
+// inside it) and runs each trial on backend.
+func New(backend Backend, space map[string]any, cfg Config) *Tuner {
+	return &Tuner{backend: backend, space: space, cfg: cfg}
+}
+
+// ErrLocked is returned when another tuner runs the same experiment.
+var ErrLocked = errors.New("experiment is being run by another tuner")
+
+// Fit runs the experiment until every trial has finished, the time budget
+// is spent or ctx ends, and returns the result grid. When the experiment
+// directory already holds a state (an earlier Fit crashed or was stopped),
+// Fit resumes it (Ray's Tuner.restore): finished trials are kept as they
+// are and unfinished ones restart from their latest checkpoints.
+//
+// With the Processes backend, a copy of this program started as a worker
+// runs the training function in Fit and exits.
+func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
+	if w, ok := t.backend.(interface{ workerFunc() trainer.TrainFunc }); ok && workerenv.IsWorker() {
+		os.Exit(trainer.RunWorker(ctx, w.workerFunc()))
+	}
+	cfg := t.cfg
+	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	e := &experiment{cfg: cfg, backend: t.backend, dir: filepath.Join(cfg.StoragePath, cfg.Name),
+		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
+		events: make(chan event)}
+	if err := os.MkdirAll(e.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("make experiment directory: %w", err)
+	}
+	unlock, err := lockDir(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := e.setup(t.space); err != nil {
+		return nil, err
+	}
+	runErr := e.loop(ctx)
+	grid, err := LoadResultGrid(e.dir, cfg.Metric, cfg.Mode)
+	if err != nil {
+		return nil, errors.Join(runErr, err)
+	}
+	if e.cfg.Progress != nil {
+		WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
+	}
+	return grid, runErr
+}
+
+// experiment is one Fit call's working state. Only the loop goroutine
+// touches it; trial goroutines talk to the loop through events.
+type experiment struct {
+	cfg     Config
+	backend Backend
+	dir     string
+	log     hclog.Logger
+	state   *ExperimentState
+	sched   Scheduler
+	obj     Objective
+	rt      map[string]*trialRuntime
+	events  chan event
+	running int
+	started time.Time
+	// stopAll is set when the experiment is ending (ctx done, budget spent):
+	// no trial starts any more.
+	stopAll string
+}
+
+type trialRuntime struct {
+	cancel     context.CancelFunc
+	offset     int64     // bytes of progress.jsonl consumed
+	stopReason string    // set when the scheduler or the budget stopped it
+	exploit    *Decision // set when PBT exploits into it
+	stopping   bool      // a stop was asked: its results no longer count
+}
+
+// event is a trial's message to the loop: it exited, or (in-process
+// trials) it reported and waits for ack.
+type event struct {
+	trial string
+	exit  bool
+	err   error
+	ack   chan struct{}
+}
+
+// setup creates or restores the state and rebuilds the scheduler.
+func (e *experiment) setup(space map[string]any) error {
+	e.obj = Objective{Metric: e.cfg.Metric, Mode: e.cfg.Mode, TimeAttr: e.cfg.TimeAttr}
+	sched, err := e.cfg.Scheduler.New(e.obj, e.cfg.Seed)
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	e.sched = sched
+	st, ok, err := LoadState(e.dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		gen, err := NewGenerator(space, e.cfg.Searcher, e.cfg.NumSamples, e.cfg.Seed)
+		if err != nil {
+			return err
+		}
+		st = &ExperimentState{Version: 1, Name: e.cfg.Name}
+		for v, ok := gen.Next(); ok; v, ok = gen.Next() {
+			st.Trials = append(st.Trials, &TrialState{ID: fmt.Sprintf("trial_%04d", v.Index),
+				Config: v.Config, Params: v.Params, Status: StatusPending})
+		}
+		e.state = st
+		e.log.Info("new experiment", "trials", len(st.Trials))
+	} else {
+		e.state = st
+		e.log.Info("restoring experiment", "trials", len(st.Trials))
+	}
+	for _, ts := range e.state.Trials {
+		e.rt[ts.ID] = &trialRuntime{}
+		e.sched.OnTrialAdd(ts.ID, ts.Config)
+	}
+	if ok {
+		if err := e.replay(); err != nil {
+			return err
+		}
+	}
+	return e.save()
+}
+
+// replay feeds every trial's recorded results to the fresh scheduler in the
+// order they were written, so that it decides from the same history as
+// before the restart. Decisions for finished trials are ignored; an
+// unfinished trial the scheduler stops is marked stopped.
+func (e *experiment) replay() error {
+	type item struct {
+		ts  *TrialState
+		rec storage.Record
+	}
+	var all []item
+	for _, ts := range e.state.Trials {
+		recs, n, err := readProgress(e.progressPath(ts.ID), 0)
+		if err != nil {
+			return err
+		}
+		e.rt[ts.ID].offset = n
+		ts.Iterations = 0
+		for _, rec := range recs {
+			if _, cloned := rec.Metrics[ClonedFrom]; cloned {
+				continue
+			}
+			ts.Iterations++
+			ts.LastResult = rec.Metrics
+			all = append(all, item{ts, rec})
+		}
+		if ts.Status == StatusRunning {
+			ts.Status = StatusPending
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].rec.Time.Before(all[j].rec.Time) })
+	done := map[string]bool{}
+	for _, it := range all {
+		if done[it.ts.ID] {
+			continue
+		}
+		d := e.sched.OnResult(e.result(it.ts.ID, it.rec))
+		if d.Action == Stop {
+			done[it.ts.ID] = true
+			if !finished(it.ts.Status) {
+				it.ts.Status, it.ts.Reason = StatusStopped, d.Reason
+			}
+		}
+	}
+	for _, ts := range e.state.Trials {
+		if finished(ts.Status) {
+			e.sched.OnTrialComplete(ts.ID)
+		}
+	}
+	return nil
+}
+
+func (e *experiment) progressPath(id string) string {
+	return filepath.Join(e.dir, id, storage.ProgressFile)
+}
+
+// result turns a record into the scheduler's view.
+func (e *experiment) result(id string, rec storage.Record) Result {
+	r := Result{Trial: id, Value: math.NaN(), Checkpoint: rec.Checkpoint != ""}
+	if e.obj.TimeAttr == TrainingIteration {
+		r.Time = float64(rec.Step)
+	} else if v, ok := storage.Score(rec, e.obj.TimeAttr); ok {
+		r.Time = v
+	}
+	if v, ok := storage.Score(rec, e.obj.Metric); ok {
+		r.Value = v
+	}
+	return r
+}
+
+func (e *experiment) save() error {
+	if !e.started.IsZero() {
+		now := time.Now()
+		e.state.Elapsed += now.Sub(e.started)
+		e.started = now
+	}
+	return e.state.save(e.dir)
+}
+
+// loop runs trials until none is left to run. On return no trial
+// goroutine is left.
+func (e *experiment) loop(ctx context.Context) (err error) {
+	e.started = time.Now()
+	tick := time.NewTicker(e.cfg.PollInterval)
+	defer tick.Stop()
+	show := time.NewTicker(e.cfg.ProgressInterval)
+	defer show.Stop()
+	var budget <-chan time.Time
+	if e.cfg.TimeBudget > 0 {
+		left := e.cfg.TimeBudget - e.state.Elapsed
+		if left <= 0 {
+			e.stopAll = "time budget spent"
+		}
+		tm := time.NewTimer(max(left, 0))
+		defer tm.Stop()
+		budget = tm.C
+	}
+	defer func() {
+		// Whatever ended the loop, stop and wait for every trial.
+		if e.running > 0 {
+			e.stopEverything("tuner stopped")
+			for e.running > 0 {
+				if herr := e.handle(<-e.events); herr != nil && err == nil {
+					err = herr
+				}
+			}
+		}
+		if serr := e.save(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	for {
+		if err := e.fill(ctx); err != nil {
+			return err
+		}
+		if e.running == 0 {
+			return nil
+		}
+		select {
+		case ev := <-e.events:
+			if err := e.handle(ev); err != nil {
+				return err
+			}
+		case <-tick.C:
+			for id, rt := range e.rt {
+				if rt.cancel != nil {
+					e.poll(id)
+				}
+			}
+		case <-show.C:
+			if e.cfg.Progress != nil {
+				WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
+			}
+		case <-budget:
+			e.log.Info("time budget spent, stopping trials")
+			e.stopEverything("time budget spent")
+		case <-ctx.Done():
+			e.stopAll = "interrupted"
+			return ctx.Err()
+		}
+	}
+}
+
+// stopEverything stops every running trial and starts no more. Trials
+// stopped for the budget end as STOPPED; on interruption they stay
+// unfinished, to resume.
+func (e *experiment) stopEverything(reason string) {
+	e.stopAll = reason
+	for _, ts := range e.state.Trials {
+		rt := e.rt[ts.ID]
+		if rt.cancel == nil {
+			continue
+		}
+		if reason != "interrupted" && reason != "tuner stopped" && !rt.stopping {
+			rt.stopReason = reason
+		}
+		rt.stopping = true
+		rt.cancel()
+	}
+}
+
+// fill starts pending trials while there are free slots.
+func (e *experiment) fill(ctx context.Context) error {
+	for e.running < e.cfg.MaxConcurrentTrials && e.stopAll == "" && ctx.Err() == nil {
+		var next *TrialState
+		for _, ts := range e.state.Trials {
+			if ts.Status == StatusPending {
+				next = ts
+				break
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		if err := e.start(ctx, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *experiment) start(ctx context.Context, ts *TrialState) error {
+	cfgJSON, err := json.Marshal(ts.Config)
+	if err != nil {
+		return fmt.Errorf("encode config of %s: %w", ts.ID, err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	rt := e.rt[ts.ID]
+	rt.cancel, rt.stopReason, rt.exploit, rt.stopping = cancel, "", nil, false
+	ts.Status = StatusRunning
+	e.running++
+	id := ts.ID
+	spec := TrialSpec{ID: id, StoragePath: e.dir, Config: cfgJSON, Checkpoint: e.cfg.Checkpoint,
+		Reported: func(c context.Context) error {
+			ack := make(chan struct{})
+			select {
+			case e.events <- event{trial: id, ack: ack}:
+			case <-c.Done():
+				return c.Err()
+			}
+			select {
+			case <-ack:
+			case <-c.Done():
+			}
+			return c.Err()
+		}}
+	e.log.Debug("starting trial", "trial", id, "config", string(cfgJSON))
+	go func() {
+		err := e.backend.Run(rctx, spec)
+		e.events <- event{trial: id, exit: true, err: err} // the loop drains until no trial runs
+	}()
+	return e.save()
+}
+
+// handle processes one event.
+func (e *experiment) handle(ev event) error {
+	e.poll(ev.trial)
+	if ev.ack != nil {
+		close(ev.ack)
+		return nil
+	}
+	ts := e.trial(ev.trial)
+	rt := e.rt[ev.trial]
+	rt.cancel()
+	rt.cancel = nil
+	e.running--
+	switch {
+	case rt.exploit != nil:
+		if err := e.cloneInto(ts, rt.exploit); err != nil {
+			e.log.Warn("exploit failed, trial continues from its own checkpoint", "trial", ts.ID, "error", err)
+		} else {
+			ts.Config = rt.exploit.Config
+		}
+		ts.Status = StatusPending
+	case rt.stopReason != "":
+		ts.Status, ts.Reason = StatusStopped, rt.stopReason
+		e.sched.OnTrialComplete(ts.ID)
+	case e.stopAll != "":
+		ts.Status = StatusPending // unfinished: resumes on the next Fit
+	case ev.err == nil:
+		ts.Status, ts.Reason = StatusTerminated, ""
+		e.sched.OnTrialComplete(ts.ID)
+	default:
+		ts.Failures++
+		ts.Reason = ev.err.Error()
+		if e.cfg.MaxFailures < 0 || ts.Failures <= e.cfg.MaxFailures {
+			e.log.Warn("trial failed, restarting from its checkpoint", "trial", ts.ID, "failures", ts.Failures, "error", ev.err)
+			ts.Status = StatusPending
+		} else {
+			ts.Status = StatusError
+			e.sched.OnTrialComplete(ts.ID)
+		}
+	}
+	return e.save()
+}
+
+func (e *experiment) trial(id string) *TrialState {
+	for _, ts := range e.state.Trials {
+		if ts.ID == id {
+			return ts
+		}
+	}
+	panic("tune: unknown trial " + id)
+}
+
+// poll reads the trial's new records and lets the scheduler decide on each.
+func (e *experiment) poll(id string) {
+	rt := e.rt[id]
+	recs, n, err := readProgress(e.progressPath(id), rt.offset)
+	if err != nil {
+		e.log.Warn("cannot read trial progress", "trial", id, "error", err)
+		return
+	}
+	rt.offset = n
+	ts := e.trial(id)
+	for _, rec := range recs {
+		if _, cloned := rec.Metrics[ClonedFrom]; cloned {
+			continue
+		}
+		ts.Iterations++
+		ts.LastResult = rec.Metrics
+		if rt.stopping || rt.cancel == nil {
+			continue
+		}
+		d := e.sched.OnResult(e.result(id, rec))
+		switch d.Action {
+		case Stop:
+			e.log.Debug("stopping trial", "trial", id, "reason", d.Reason)
+			rt.stopping, rt.stopReason = true, d.Reason
+			rt.cancel()
+		case Exploit:
+			e.log.Debug("exploiting", "trial", id, "donor", d.Donor, "reason", d.Reason)
+			rt.stopping, rt.exploit = true, &d
+			rt.cancel()
+		}
+	}
+}
+
+// readProgress reads the complete records of a progress file after offset
+// and returns them with the new offset. A missing file has no records.
+func readProgress(path string, offset int64) ([]storage.Record, int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, offset, nil
+	}
+	if err != nil {
+		return nil, offset, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, offset, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, offset, err
+	}
+	end := bytes.LastIndexByte(data, '\n') + 1 // a torn last line waits
+	recs, err := storage.ReadProgress(bytes.NewReader(data[:end]))
+	if err != nil {
+		return nil, offset, err
+	}
+	return recs, offset + int64(end), nil
+}
+
+// cloneInto copies the donor's latest checkpoint into the trial's storage
+// as a committed checkpoint (PBT exploit); the trial, stopped, restarts
+// from it. The commit record carries the donor's step and metrics, so the
+// trial's iteration count continues from the donor's.
+func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
+	donor, err := storage.OpenReadOnly(e.dir, d.Donor)
+	if err != nil {
+		return fmt.Errorf("open donor storage: %w", err)
+	}
+	defer donor.Close()
+	name, path, ok, err := donor.Latest()
+	if err != nil || !ok {
+		return fmt.Errorf("find donor checkpoint: %w (found %v)", err, ok)
+	}
+	recs, err := donor.Records()
+	if err != nil {
+		return fmt.Errorf("read donor progress: %w", err)
+	}
+	var src storage.Record
+	for _, r := range recs {
+		if r.Checkpoint == name {
+			src = r
+		}
+	}
+	st, err := storage.Open(e.dir, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
+		ScoreAttribute: e.cfg.Checkpoint.ScoreAttribute, ScoreOrder: e.cfg.Checkpoint.ScoreOrder})
+	if err != nil {
+		return fmt.Errorf("open trial storage: %w", err)
+	}
+	defer st.Close()
+	staged, err := st.Stage()
+	if err != nil {
+		return err
+	}
+	if err := copyTree(path, staged.Dir()); err != nil {
+		staged.Abort()
+		return fmt.Errorf("copy donor checkpoint: %w", err)
+	}
+	metrics := trainer.Metrics{}
+	for k, v := range src.Metrics {
+		metrics[k] = v
+	}
+	metrics[ClonedFrom] = d.Donor
+	if _, err := st.Commit(staged, storage.Record{Step: src.Step, Metrics: metrics}); err != nil {
+		return fmt.Errorf("commit cloned checkpoint: %w", err)
+	}
+	ts.Exploits = append(ts.Exploits, ExploitRecord{Donor: d.Donor, Time: e.result(d.Donor, src).Time})
+	return nil
+}
+
+// copyTree copies the regular files and directories under src into dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if de.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !de.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+}
+
+// lockDir takes an exclusive lock on the experiment directory.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".tuner.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock experiment: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	return func() { f.Close() }, nil
+}

@@ -1,0 +1,326 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// synthConfig is the config of the synthetic trainable: the loss after
+// epoch t is |log10(lr)+2| + 1/(t+1), so lr = 0.01 is best and every curve
+// keeps its rank over time.
+type synthConfig struct {
+	LR     float64 `json:"lr"`
+	Epochs int     `json:"epochs"`
+}
+
+func synthLoss(lr float64, epoch int64) float64 {
+	return math.Abs(math.Log10(lr)+2) + 1/float64(epoch+1)
+}
+
+// synthetic returns a trainable that sleeps work per epoch and checkpoints
+// every epoch when ckpt is set. starts counts attempts per trial.
+func synthetic(work time.Duration, ckpt bool, starts *sync.Map) Trainable {
+	return func(ctx context.Context, t *Trial) error {
+		var cfg synthConfig
+		if err := t.DecodeConfig(&cfg); err != nil {
+			return err
+		}
+		if starts != nil {
+			n, _ := starts.LoadOrStore(t.ID(), new(int))
+			*n.(*int)++
+		}
+		for epoch := t.Iteration(); epoch < int64(cfg.Epochs); epoch++ {
+			if work > 0 {
+				select {
+				case <-time.After(work):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			dir := ""
+			if ckpt {
+				var err error
+				if dir, err = t.NewCheckpointDir(); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, "lr"), []byte(fmt.Sprint(cfg.LR)), 0o644); err != nil {
+					return err
+				}
+			}
+			if err := t.Report(ctx, trainer.Metrics{"loss": synthLoss(cfg.LR, epoch), "epoch": epoch}, dir); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func lrSpace(epochs int) map[string]any {
+	return map[string]any{"lr": LogUniform(1e-4, 1), "epochs": epochs}
+}
+
+func TestTuneInProcessASHAAgainstFIFO(t *testing.T) {
+	run := func(sched SchedulerConfig) *ResultGrid {
+		var table bytes.Buffer
+		tu := New(&InProcess{Fn: synthetic(0, false, nil), Fsync: storage.FsyncCheckpointRecords}, lrSpace(9), Config{
+			Name: "exp", StoragePath: t.TempDir(), NumSamples: 16, MaxConcurrentTrials: 2,
+			Metric: "loss", Mode: ModeMin, Seed: 3, Scheduler: sched, Progress: &table,
+		})
+		g, err := tu.Fit(context.Background())
+		must.NoError(t, err)
+		must.StrContains(t, table.String(), "trial_0015")
+		return g
+	}
+	fifo := run(SchedulerConfig{})
+	asha := run(SchedulerConfig{Type: SchedulerASHA, MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
+	must.Eq(t, 16*9, fifo.TotalIterations())
+	must.Less(t, fifo.TotalIterations()/2, asha.TotalIterations())
+	bf, err := fifo.Best("", "")
+	must.NoError(t, err)
+	ba, err := asha.Best("", "")
+	must.NoError(t, err)
+	// Same seed, same configs: ASHA keeps the best trial alive to the end.
+	must.EqOp(t, bf.ID, ba.ID)
+	must.EqOp(t, 9, ba.Iterations)
+	stopped := 0
+	for _, tr := range asha.Trials {
+		must.EqOp(t, tr.Config["lr"], fifo.Trials[mustIndex(t, fifo, tr.ID)].Config["lr"])
+		if tr.Status == StatusStopped && strings.Contains(tr.Reason, "cutoff") {
+			stopped++
+		}
+	}
+	must.Greater(t, 8, stopped)
+	var csv bytes.Buffer
+	must.NoError(t, asha.WriteCSV(&csv))
+	must.StrHasPrefix(t, "trial,status,iterations,config/lr,metric/epoch,metric/loss,best_checkpoint,reason\n", csv.String())
+	must.Eq(t, 17, strings.Count(csv.String(), "\n"))
+	var js bytes.Buffer
+	must.NoError(t, asha.WriteJSON(&js))
+	var back ResultGrid
+	must.NoError(t, json.Unmarshal(js.Bytes(), &back))
+	must.Len(t, 16, back.Trials)
+}
+
+func mustIndex(t *testing.T, g *ResultGrid, id string) int {
+	for i, tr := range g.Trials {
+		if tr.ID == id {
+			return i
+		}
+	}
+	t.Fatalf("no trial %s", id)
+	return -1
+}
+
+// Grid search over two grid_search values and a choice, and the grid
+// searcher that enumerates the choice too.
+func TestGridSearchVariants(t *testing.T) {
+	space := map[string]any{
+		"opt":    map[string]any{"lr": GridSearch(0.1, 0.01), "momentum": Uniform(0, 1)},
+		"layers": []any{GridSearch(8, 16), 4},
+		"act":    Choice("relu", "tanh"),
+	}
+	gen, err := NewGenerator(space, SearchGrid, 2, 9)
+	must.NoError(t, err)
+	must.EqOp(t, 16, gen.Total())
+	seen := map[string]int{}
+	for v, ok := gen.Next(); ok; v, ok = gen.Next() {
+		key := fmt.Sprint(v.Params["act"], v.Params["layers/0"], v.Params["opt/lr"])
+		seen[key]++
+		m := v.Config["opt"].(map[string]any)["momentum"].(float64)
+		must.True(t, m >= 0 && m < 1)
+		must.EqOp(t, 4, v.Config["layers"].([]any)[1].(int))
+	}
+	must.MapLen(t, 8, seen)
+	for _, n := range seen {
+		must.EqOp(t, 2, n)
+	}
+	// Random searcher: the same seed gives the same sequence.
+	a, _ := NewGenerator(space, SearchRandom, 3, 5)
+	b, _ := NewGenerator(space, SearchRandom, 3, 5)
+	must.EqOp(t, 12, a.Total())
+	for va, ok := a.Next(); ok; va, ok = a.Next() {
+		vb, _ := b.Next()
+		must.Eq(t, va.Config, vb.Config)
+	}
+}
+
+func TestParseSpace(t *testing.T) {
+	sp, err := ParseSpace([]byte(`{"lr":{"loguniform":[1e-4,0.1]},"batch_size":{"choice":[16,32]},
+		"nested":{"q":{"quniform":[0,1,0.1]},"n":{"randint":[1,5]},"u":{"uniform":[0,2]}},
+		"grid":{"grid_search":[1,2,3]},"plain":7,"list":[{"uniform":[0,1]},"x"]}`))
+	must.NoError(t, err)
+	gen, err := NewGenerator(sp, "", 1, 1)
+	must.NoError(t, err)
+	must.EqOp(t, 3, gen.Total())
+	v, _ := gen.Next()
+	must.EqOp(t, 1, v.Config["grid"].(int))
+	must.EqOp(t, 7, v.Config["plain"].(int))
+	q := v.Config["nested"].(map[string]any)["q"].(float64)
+	must.EqOp(t, q, math.Round(q*10)/10)
+	n := v.Config["nested"].(map[string]any)["n"].(int)
+	must.True(t, n >= 1 && n < 5)
+	b, err := json.Marshal(sp["lr"])
+	must.NoError(t, err)
+	must.EqOp(t, `{"loguniform":[0.0001,0.1]}`, string(b))
+	for _, bad := range []string{`{"a":{"uniform":[1]}}`, `{"a":{"loguniform":[0,1]}}`, `{"a":{"randint":[2,1]}}`,
+		`{"a":{"choice":[]}}`, `{"a":{"quniform":[0,1,0]}}`, `{"a":{"uniform":"x"}}`, `[1]`} {
+		_, err := ParseSpace([]byte(bad))
+		must.ErrorIs(t, err, ErrSpace, must.Sprint(bad))
+	}
+}
+
+// An interrupted experiment resumes: finished trials are not run again,
+// the interrupted one continues where its storage left off.
+func TestRestoreInProcess(t *testing.T) {
+	dir := t.TempDir()
+	var starts sync.Map
+	ctx, cancel := context.WithCancel(context.Background())
+	fn := synthetic(0, true, &starts)
+	cfg := Config{Name: "exp", StoragePath: dir, NumSamples: 6, Metric: "loss", Mode: ModeMin, Seed: 1}
+	// Stop the whole tuner once trial_0003 has reported twice.
+	stopper := func(c context.Context, tr *Trial) error {
+		if tr.ID() != "trial_0003" {
+			return fn(c, tr)
+		}
+		var sc synthConfig
+		must.NoError(t, tr.DecodeConfig(&sc))
+		for epoch := tr.Iteration(); epoch < 2; epoch++ {
+			d, err := tr.NewCheckpointDir()
+			must.NoError(t, err)
+			if err := tr.Report(c, trainer.Metrics{"loss": synthLoss(sc.LR, epoch), "epoch": epoch}, d); err != nil {
+				return err
+			}
+		}
+		cancel()
+		<-c.Done()
+		return c.Err()
+	}
+	_, err := New(&InProcess{Fn: stopper}, lrSpace(4), cfg).Fit(ctx)
+	must.ErrorIs(t, err, context.Canceled)
+	st, ok, err := LoadState(filepath.Join(dir, "exp"))
+	must.NoError(t, err)
+	must.True(t, ok)
+	for i, ts := range st.Trials {
+		want := StatusPending
+		if i < 3 {
+			want = StatusTerminated
+		}
+		must.EqOp(t, want, ts.Status, must.Sprint(ts.ID))
+	}
+
+	grid, err := New(&InProcess{Fn: fn}, lrSpace(4), cfg).Fit(context.Background())
+	must.NoError(t, err)
+	for _, tr := range grid.Trials {
+		must.EqOp(t, StatusTerminated, tr.Status)
+		must.EqOp(t, 4, tr.Iterations, must.Sprint(tr.ID)) // nothing reported twice
+		// trials 0-2 ran once in the first Fit, never again; trial 3 ran
+		// by the stopper first, then once here from its checkpoint.
+		n, _ := starts.Load(tr.ID)
+		must.EqOp(t, 1, *n.(*int), must.Sprint(tr.ID))
+	}
+}
+
+// A trial that fails is restarted within its failure budget, and ends in
+// ERROR beyond it.
+func TestFailureBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget int
+		want   string
+	}{{1, StatusTerminated}, {0, StatusError}} {
+		t.Run(fmt.Sprint(tc.budget), func(t *testing.T) {
+			fails := 0
+			fn := func(ctx context.Context, tr *Trial) error {
+				if tr.Iteration() == 0 {
+					must.NoError(t, tr.Report(ctx, trainer.Metrics{"loss": 1.0}, ""))
+					fails++
+					return errors.New("boom")
+				}
+				return tr.Report(ctx, trainer.Metrics{"loss": 0.5}, "")
+			}
+			g, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "e", StoragePath: t.TempDir(),
+				MaxFailures: tc.budget}).Fit(context.Background())
+			must.NoError(t, err)
+			must.EqOp(t, tc.want, g.Trials[0].Status)
+			must.EqOp(t, 1, fails)
+			if tc.want == StatusError {
+				must.StrContains(t, g.Trials[0].Reason, "boom")
+			}
+		})
+	}
+}
+
+// PBT clones a better trial's checkpoint into a worse one and restarts it
+// with a perturbed config; the restarted trial reads the donor's files.
+func TestPBTExploitsInProcess(t *testing.T) {
+	var mu sync.Mutex
+	restoredFrom := map[string]string{} // trial -> lr read from its first checkpoint
+	fn := func(ctx context.Context, tr *Trial) error {
+		var cfg synthConfig
+		if err := tr.DecodeConfig(&cfg); err != nil {
+			return err
+		}
+		if ck := tr.Checkpoint(); ck != "" {
+			b, err := os.ReadFile(filepath.Join(ck, "lr"))
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			restoredFrom[tr.ID()] = string(b)
+			mu.Unlock()
+		}
+		for epoch := tr.Iteration(); epoch < int64(cfg.Epochs); epoch++ {
+			dir, err := tr.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			os.WriteFile(filepath.Join(dir, "lr"), []byte(fmt.Sprint(cfg.LR)), 0o644)
+			if err := tr.Report(ctx, trainer.Metrics{"loss": synthLoss(cfg.LR, epoch)}, dir); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	space := map[string]any{"lr": GridSearch(0.01, 0.02, 0.3, 0.9), "epochs": 8}
+	g, err := New(&InProcess{Fn: fn}, space, Config{Name: "pbt", StoragePath: t.TempDir(),
+		MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin, Seed: 2,
+		Scheduler: SchedulerConfig{Type: SchedulerPBT, PerturbationInterval: 2,
+			HyperparamMutations: map[string]any{"lr": LogUniform(1e-3, 1)}},
+	}).Fit(context.Background())
+	must.NoError(t, err)
+	st, _, err := LoadState(g.Path)
+	must.NoError(t, err)
+	exploits := 0
+	for _, ts := range st.Trials {
+		exploits += len(ts.Exploits)
+		must.EqOp(t, StatusTerminated, ts.Status)
+	}
+	must.Positive(t, exploits)
+	must.MapNotEmpty(t, restoredFrom)
+	for _, ts := range st.Trials {
+		recs, _, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile), 0)
+		must.NoError(t, err)
+		must.EqOp(t, int64(8), recs[len(recs)-1].Step) // every trial reaches epoch 8
+		clones := 0
+		for _, r := range recs {
+			if r.Metrics[ClonedFrom] != nil {
+				clones++
+			}
+		}
+		must.EqOp(t, len(ts.Exploits), clones)
+	}
+}
