@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -80,14 +81,88 @@ func LoadState(expDir string) (st *ExperimentState, ok bool, err error) {
 	return st, true, nil
 }
 
-// save writes the state atomically: a temporary file, flushed, renamed over
-// the old one, and the directory flushed.
-func (s *ExperimentState) save(expDir string) error {
+// encode renders the state as the file's contents.
+func (s *ExperimentState) encode() ([]byte, error) {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode experiment state: %w", err)
+		return nil, fmt.Errorf("encode experiment state: %w", err)
 	}
-	return writeAtomic(filepath.Join(expDir, StateFile), append(b, '\n'))
+	return append(b, '\n'), nil
+}
+
+// stateWriter writes state snapshots in the background, so the tuner's
+// loop never waits for an fsync: each snapshot is written atomically
+// (temporary file, fsync, rename, fsync of the directory); when snapshots
+// come faster than the disk takes them, only the newest waiting one is
+// written. A crash may thus lose the last few changes; restore reconciles
+// them from the trials' progress files, which are the source of truth for
+// results.
+type stateWriter struct {
+	path string
+	kick chan struct{} // capacity 1: "a snapshot waits"
+	done chan struct{} // closed when the goroutine has exited
+
+	mu      sync.Mutex // guards below
+	pending []byte
+	closed  bool
+	err     error // sticky: the first write error
+}
+
+func newStateWriter(path string) *stateWriter {
+	w := &stateWriter{path: path, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// submit queues a snapshot and returns the first write error so far.
+func (w *stateWriter) submit(b []byte) error {
+	w.mu.Lock()
+	w.pending = b
+	err := w.err
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default: // already signalled; the writer takes the newest
+	}
+	return err
+}
+
+func (w *stateWriter) run() {
+	defer close(w.done)
+	for range w.kick {
+		w.mu.Lock()
+		b, closed := w.pending, w.closed
+		w.pending = nil
+		w.mu.Unlock()
+		if b != nil {
+			if err := writeAtomic(w.path, b); err != nil {
+				w.mu.Lock()
+				if w.err == nil {
+					w.err = err
+				}
+				w.mu.Unlock()
+			}
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// close writes the last snapshot, stops the goroutine and returns the
+// first write error.
+func (w *stateWriter) close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 func writeAtomic(path string, data []byte) error {

@@ -73,10 +73,15 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 		return nil, err
 	}
 	defer unlock()
+	e.writer = newStateWriter(filepath.Join(e.dir, StateFile))
 	if err := e.setup(t.space); err != nil {
+		e.writer.close()
 		return nil, err
 	}
 	runErr := e.loop(ctx)
+	if err := e.writer.close(); err != nil && runErr == nil {
+		runErr = err
+	}
 	grid, err := LoadResultGrid(e.dir, cfg.Metric, cfg.Mode)
 	if err != nil {
 		return nil, errors.Join(runErr, err)
@@ -97,6 +102,7 @@ type experiment struct {
 	state   *ExperimentState
 	sched   Scheduler
 	obj     Objective
+	writer  *stateWriter
 	rt      map[string]*trialRuntime
 	events  chan event
 	running int
@@ -238,7 +244,11 @@ func (e *experiment) save() error {
 		e.state.Elapsed += now.Sub(e.started)
 		e.started = now
 	}
-	return e.state.save(e.dir)
+	b, err := e.state.encode()
+	if err != nil {
+		return err
+	}
+	return e.writer.submit(b)
 }
 
 // loop runs trials until none is left to run. On return no trial

@@ -46,10 +46,8 @@ func synthetic(work time.Duration, ckpt bool, starts *sync.Map) Trainable {
 		}
 		for epoch := t.Iteration(); epoch < int64(cfg.Epochs); epoch++ {
 			if work > 0 {
-				select {
-				case <-time.After(work):
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := doWork(ctx, work); err != nil {
+					return err
 				}
 			}
 			dir := ""
@@ -68,6 +66,24 @@ func synthetic(work time.Duration, ckpt bool, starts *sync.Map) Trainable {
 		}
 		return nil
 	}
+}
+
+// doWork stands for a fixed amount of work that takes d of wall time: it
+// sleeps until 1ms before the end (timer wake-ups run late by up to a
+// couple of milliseconds on a loaded machine), then spins to the end, so an
+// epoch lasts d, not d plus the timer's slack.
+func doWork(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	if d > time.Millisecond {
+		select {
+		case <-time.After(d - time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for time.Now().Before(end) {
+	}
+	return nil
 }
 
 func lrSpace(epochs int) map[string]any {
