@@ -145,7 +145,7 @@ func (b *ashaBracket) onResult(trial string, t, score float64, o Objective) Deci
 		if !math.IsNaN(score) {
 			rung.recorded[trial] = score
 		}
-		if ok && score < cutoff {
+		if ok && (score < cutoff || math.IsNaN(score)) { // a missing or NaN metric is the worst
 			return Decision{Action: Stop, Reason: fmt.Sprintf("rung %v: %s %.6g worse than cutoff %.6g of %d", rung.milestone, o.Metric, o.score(score), o.score(cutoff), len(vals))}
 		}
 		if ok {

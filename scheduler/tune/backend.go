@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -56,7 +58,9 @@ type Processes struct {
 	// NumWorkers is the gang size of every trial (default 1).
 	NumWorkers int
 	// StopGrace is how long a stopped worker gets between SIGTERM and
-	// SIGKILL (default 5s).
+	// SIGKILL (default 1s). A stopped trial's committed checkpoints are
+	// safe whenever it dies, so a short grace bounds the epochs a trial
+	// runs after the scheduler stopped it.
 	StopGrace time.Duration
 	// Stdout and Stderr receive the workers' output, each line prefixed
 	// with "[trial_0003] [rank N] " (default: discarded).
@@ -64,7 +68,8 @@ type Processes struct {
 	// Logger receives the launcher's log lines.
 	Logger hclog.Logger
 
-	fn trainer.TrainFunc
+	fn  trainer.TrainFunc
+	out sync.Mutex // serializes the trials' writes to Stdout and Stderr
 }
 
 // NewProcesses returns the local process backend that runs fn in copies of
@@ -85,18 +90,28 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 		StopGrace: p.StopGrace, FailGrace: 5 * time.Second,
 		Logger: p.Logger,
 	}
+	if o.Command == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own executable: %w", err)
+		}
+		o.Command = exe
+	}
+	if o.Args == nil {
+		o.Args = os.Args[1:]
+	}
 	if o.StopGrace <= 0 {
-		o.StopGrace = 5 * time.Second
+		o.StopGrace = time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
 	o.Logger = o.Logger.With("trial", t.ID)
 	if p.Stdout != nil {
-		o.Stdout = &linePrefixer{w: p.Stdout, prefix: "[" + t.ID + "] "}
+		o.Stdout = &linePrefixer{mu: &p.out, w: p.Stdout, prefix: "[" + t.ID + "] "}
 	}
 	if p.Stderr != nil {
-		o.Stderr = &linePrefixer{w: p.Stderr, prefix: "[" + t.ID + "] "}
+		o.Stderr = &linePrefixer{mu: &p.out, w: p.Stderr, prefix: "[" + t.ID + "] "}
 	}
 	out, err := local.Launch(ctx, o)
 	if err != nil {
@@ -112,13 +127,17 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 	return fmt.Errorf("%w: %s", trainer.ErrRunFailed, strings.Join(msgs, "; "))
 }
 
-// linePrefixer prefixes every write (local.Launch writes whole lines).
+// linePrefixer prefixes every write (local.Launch writes whole lines); the
+// mutex is shared by every trial writing to the same writer.
 type linePrefixer struct {
+	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
 }
 
 func (l *linePrefixer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if _, err := io.WriteString(l.w, l.prefix+string(p)); err != nil {
 		return 0, err
 	}

@@ -77,6 +77,9 @@ func LoadState(expDir string) (st *ExperimentState, ok bool, err error) {
 	}
 	for _, t := range st.Trials {
 		t.Config = normalizeNumbers(t.Config).(map[string]any)
+		if t.Params != nil {
+			t.Params = normalizeNumbers(t.Params).(map[string]any)
+		}
 	}
 	return st, true, nil
 }
