@@ -3,8 +3,12 @@ package tune
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/examples/quickstart"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -76,4 +81,164 @@ func TestQuickstartASHAAgainstFIFO(t *testing.T) {
 	must.Less(t, fifo.TotalIterations(), asha.TotalIterations())
 	must.NotEq(t, "", best.BestCheckpoint)
 	must.DirExists(t, best.BestCheckpoint)
+}
+
+// slowConfig is slowTrain's config.
+type slowConfig struct {
+	LR      float64 `json:"lr"`
+	Epochs  int     `json:"epochs"`
+	SleepMS int     `json:"sleep_ms"`
+}
+
+// slowTrain is a training function whose epochs take SleepMS: it
+// checkpoints its epoch every epoch and resumes after the one in its
+// checkpoint, saying so on stdout.
+func slowTrain(ctx context.Context, s *trainer.Session) error {
+	var cfg slowConfig
+	if err := s.DecodeConfig(&cfg); err != nil {
+		return err
+	}
+	start := 0
+	if ck := s.GetCheckpoint(); ck != nil {
+		b, err := os.ReadFile(filepath.Join(ck.Path(), "epoch"))
+		if err != nil {
+			return err
+		}
+		last, err := strconv.Atoi(string(b))
+		if err != nil {
+			return err
+		}
+		start = last + 1
+		fmt.Printf("resuming at epoch %d\n", start)
+	}
+	for epoch := start; epoch < cfg.Epochs; epoch++ {
+		select {
+		case <-time.After(time.Duration(cfg.SleepMS) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		dir, err := s.NewCheckpointDir()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "epoch"), []byte(strconv.Itoa(epoch)), 0o644); err != nil {
+			return err
+		}
+		loss := cfg.LR / float64(epoch+1)
+		if err := s.Report(ctx, trainer.Metrics{"loss": loss, "epoch": epoch}, trainer.CheckpointFromDirectory(dir)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const killHelperEnv = "TUNE_TEST_KILL_DIR"
+
+// The tuner process is killed with SIGKILL mid-experiment and started
+// again: trials that had finished are kept as they were (their files are
+// untouched), the interrupted ones continue from their checkpoints, and no
+// epoch is reported twice.
+func TestKillTunerResumes(t *testing.T) {
+	asWorker(slowTrain)
+	if dir := os.Getenv(killHelperEnv); dir != "" {
+		b := NewProcesses(slowTrain, 1)
+		b.Args = []string{"-test.run=^TestKillTunerResumes$"}
+		b.Stdout, b.Stderr = os.Stdout, os.Stderr
+		_, err := New(b, map[string]any{"lr": GridSearch(0.1, 0.2, 0.3, 0.4), "epochs": 6, "sleep_ms": 120},
+			Config{Name: "exp", StoragePath: dir, MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin,
+				PollInterval: 20 * time.Millisecond}).Fit(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tuner:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "exp")
+	tuner := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKillTunerResumes$")
+		cmd.Env = append(os.Environ(), killHelperEnv+"="+dir, "GORACE=atexit_sleep_ms=0")
+		return cmd
+	}
+	out1, err := os.Create(filepath.Join(dir, "first.log"))
+	must.NoError(t, err)
+	defer out1.Close()
+	first := tuner()
+	first.Stdout, first.Stderr = out1, out1
+	must.NoError(t, first.Start())
+	// Kill it once a trial has finished and another is half-way.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			first.Process.Kill()
+			first.Wait()
+			b, _ := os.ReadFile(out1.Name())
+			t.Fatalf("tuner never got half-way:\n%s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+		st, ok, err := LoadState(exp)
+		if err != nil || !ok {
+			continue
+		}
+		done, half := 0, 0
+		for _, ts := range st.Trials {
+			recs, _, _ := readProgress(filepath.Join(exp, ts.ID, storage.ProgressFile), 0)
+			if ts.Status == StatusTerminated {
+				done++
+			} else if len(recs) >= 2 && len(recs) < 5 {
+				half++
+			}
+		}
+		if done >= 1 && half >= 1 {
+			break
+		}
+	}
+	must.NoError(t, first.Process.Kill())
+	first.Wait()
+
+	// Its workers died with it (Pdeathsig): no process writes the trials.
+	time.Sleep(200 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(workerenv.StoragePath+"="+exp)) {
+			t.Errorf("worker %s outlived the tuner", p)
+		}
+	}
+	st, _, err := LoadState(exp)
+	must.NoError(t, err)
+	kept := map[string][]byte{}
+	unfinished := map[string]int{}
+	for _, ts := range st.Trials {
+		b, _ := os.ReadFile(filepath.Join(exp, ts.ID, storage.ProgressFile))
+		if ts.Status == StatusTerminated {
+			kept[ts.ID] = b
+		} else {
+			unfinished[ts.ID] = bytes.Count(b, []byte("\n"))
+		}
+	}
+	must.MapNotEmpty(t, kept)
+	t.Logf("killed with %d finished trials; unfinished trials' reports: %v", len(kept), unfinished)
+
+	second := tuner()
+	out2, err := second.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out2)))
+	grid, err := LoadResultGrid(exp, "loss", ModeMin)
+	must.NoError(t, err)
+	for _, tr := range grid.Trials {
+		must.EqOp(t, StatusTerminated, tr.Status, must.Sprint(tr.ID))
+		recs, _, err := readProgress(filepath.Join(exp, tr.ID, storage.ProgressFile), 0)
+		must.NoError(t, err)
+		for i, r := range recs { // steps 1..6, each once
+			must.EqOp(t, int64(i+1), r.Step, must.Sprint(tr.ID))
+		}
+		must.Len(t, 6, recs, must.Sprint(tr.ID))
+		if b, ok := kept[tr.ID]; ok {
+			now, _ := os.ReadFile(filepath.Join(exp, tr.ID, storage.ProgressFile))
+			must.Eq(t, b, now, must.Sprint(tr.ID, " was rerun"))
+			must.StrNotContains(t, string(out2), "["+tr.ID+"]")
+		}
+		if n := unfinished[tr.ID]; n > 0 {
+			must.StrContains(t, string(out2), fmt.Sprintf("[%s] [rank 0] resuming at epoch %d", tr.ID, n))
+		}
+	}
 }
