@@ -399,6 +399,10 @@ func (e *experiment) handle(ev event) error {
 	rt.cancel = nil
 	e.running--
 	switch {
+	case ev.err == nil:
+		// The training function finished, even if a stop was on its way.
+		ts.Status, ts.Reason = StatusTerminated, ""
+		e.sched.OnTrialComplete(ts.ID)
 	case rt.exploit != nil:
 		if err := e.cloneInto(ts, rt.exploit); err != nil {
 			e.log.Warn("exploit failed, trial continues from its own checkpoint", "trial", ts.ID, "error", err)
@@ -411,9 +415,6 @@ func (e *experiment) handle(ev event) error {
 		e.sched.OnTrialComplete(ts.ID)
 	case e.stopAll != "":
 		ts.Status = StatusPending // unfinished: resumes on the next Fit
-	case ev.err == nil:
-		ts.Status, ts.Reason = StatusTerminated, ""
-		e.sched.OnTrialComplete(ts.ID)
 	default:
 		ts.Failures++
 		ts.Reason = ev.err.Error()

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+func init() {
+	register("tune", "Tune hyperparameters: run trials of a spec's search space (locally)", tuneCmd)
+}
+
+func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("tune", "tune [flags] spec.json\n\n"+
+		"Runs the trials of an experiment on local worker processes, shows a live table,\n"+
+		"and writes results.csv and results.json into the experiment directory.\n"+
+		"Running it again after a crash or Ctrl-C resumes the unfinished trials.", stderr)
+	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
+	path, code := parseArgs(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
+		return exitSpec
+	}
+	spec, space, cfg, err := tune.ParseSpec(data)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train tune: %s: %v\n", path, err)
+		return exitSpec
+	}
+	b := tune.NewProcesses(nil, spec.NumWorkers)
+	b.Env = spec.Env
+	if spec.Builtin != "" {
+		if _, ok := builtins.Lookup(spec.Builtin); !ok {
+			fmt.Fprintf(stderr, "nomad-train tune: unknown builtin %q (known: %v)\n", spec.Builtin, builtins.Names())
+			return exitSpec
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-train tune: find own executable: %v\n", err)
+			return 1
+		}
+		b.Command, b.Args = exe, []string{builtins.WorkerArg}
+		b.Env = append(b.Env, workerenv.Builtin+"="+spec.Builtin)
+	} else {
+		b.Command, b.Args = spec.Command[0], spec.Command[1:]
+	}
+	b.Stdout, b.Stderr = io.Discard, stderr
+	cfg.Progress, cfg.ProgressInterval = stdout, *interval
+	exp := filepath.Join(cfg.StoragePath, cfg.Name)
+	if cfg.StoragePath == "" {
+		exp = filepath.Join("./results", cfg.Name)
+	}
+	fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, exp)
+	grid, err := tune.New(b, space, cfg).Fit(ctx)
+	if grid != nil {
+		if werr := writeGrid(grid); werr != nil {
+			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
+			return 1
+		}
+		fmt.Fprintf(stdout, "==> results %s, %s\n", filepath.Join(grid.Path, "results.csv"), filepath.Join(grid.Path, "results.json"))
+		if best, berr := grid.Best("", ""); berr == nil {
+			fmt.Fprintf(stdout, "==> best trial %s: %s %v, config %v\n", best.ID, cfg.Metric, best.Metrics[cfg.Metric], best.Config)
+			if best.BestCheckpoint != "" {
+				fmt.Fprintf(stdout, "    checkpoint %s\n", best.BestCheckpoint)
+			}
+		}
+	}
+	switch {
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "nomad-train tune: stopped; run it again to resume the unfinished trials")
+		return 130
+	case err != nil:
+		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
+		return 1
+	}
+	return exitOK
+}
+
+// writeGrid writes results.csv and results.json into the experiment
+// directory.
+func writeGrid(g *tune.ResultGrid) error {
+	for name, write := range map[string]func(io.Writer) error{"results.csv": g.WriteCSV, "results.json": g.WriteJSON} {
+		f, err := os.Create(filepath.Join(g.Path, name))
+		if err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return nil
+}
