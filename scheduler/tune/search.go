@@ -15,6 +15,10 @@ const (
 	SearchGrid = "grid"
 )
 
+// maxVariants bounds the variants of one experiment: every trial is listed
+// in the experiment state from the start.
+const maxVariants = 100_000
+
 // Variant is one trial's resolved config.
 type Variant struct {
 	// Index counts variants from 0 in the order they are generated.
@@ -51,6 +55,9 @@ func NewGenerator(space map[string]any, searcher string, numSamples int, seed ui
 	default:
 		return nil, fmt.Errorf("%w: unknown searcher %q (want %q or %q)", ErrSpace, searcher, SearchRandom, SearchGrid)
 	}
+	if numSamples > maxVariants {
+		return nil, fmt.Errorf("%w: num_samples %d exceeds %d", ErrSpace, numSamples, maxVariants)
+	}
 	g := &Generator{space: space, sites: sites(space, nil, nil), gridSize: 1, numSamples: numSamples,
 		rng: rand.New(rand.NewPCG(seed, 0x7475_6e65))}
 	for i, s := range g.sites {
@@ -64,10 +71,16 @@ func NewGenerator(space map[string]any, searcher string, numSamples int, seed ui
 			}
 		}
 		if n > 0 {
+			if g.gridSize > maxVariants/n {
+				return nil, fmt.Errorf("%w: the grid has more than %d variants", ErrSpace, maxVariants)
+			}
 			g.enumerated = append(g.enumerated, i)
 			g.sizes = append(g.sizes, n)
 			g.gridSize *= n
 		}
+	}
+	if g.gridSize > maxVariants/numSamples {
+		return nil, fmt.Errorf("%w: %d samples of a grid of %d exceed %d variants", ErrSpace, numSamples, g.gridSize, maxVariants)
 	}
 	return g, nil
 }

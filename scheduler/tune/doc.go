@@ -1,0 +1,50 @@
+// Package tune is hyperparameter tuning for nomad-train, the counterpart of
+// Ray Tune: it samples trial configs from a param space, runs each trial as
+// a training run placed by a backend, follows the metrics every trial
+// reports, and lets a trial scheduler stop, clone or continue trials.
+//
+// The pieces, from the inside out:
+//
+//   - Search spaces: Uniform, QUniform, LogUniform, RandInt, Choice and
+//     GridSearch values anywhere inside a config map (ParseSpace reads their
+//     JSON form, {"loguniform": [1e-4, 0.1]}). Generator is Ray's basic
+//     variant generator: num_samples repetitions of the grid's cross
+//     product, the other functions sampled from a seeded source.
+//   - Schedulers (FIFO, ASHA, Median, PBT) are pure state machines: a
+//     sequence of OnTrialAdd/OnResult/OnTrialComplete calls always gives the
+//     same decisions, which the golden transcripts in testdata pin down.
+//   - Backends place trials. Processes runs each trial as a gang of local
+//     worker processes (scheduler/local), exactly like `nomad-train run`;
+//     InProcess runs single-worker Trainables as goroutines, without process
+//     start-up. A Nomad backend (one job per trial) fits the same
+//     interface: Run until the trial ends, stop it when ctx is cancelled.
+//   - Tuner.Fit is the loop: it starts trials up to max_concurrent_trials,
+//     reads each trial's progress.jsonl (trainer/storage) as it grows, asks
+//     the scheduler, stops trials through their backend, performs PBT
+//     exploits (the donor's latest checkpoint is copied into the recipient's
+//     storage as a committed checkpoint and the recipient restarts with the
+//     mutated config), restarts failed trials within their failure budget,
+//     and persists the experiment state (experiment_state.json) atomically
+//     after every change. A Fit on an experiment directory that holds a
+//     state resumes it: finished trials are kept, unfinished ones restart
+//     from their checkpoints, and the scheduler is rebuilt by replaying the
+//     recorded results.
+//
+// Storage layout: <storage_path>/<experiment>/experiment_state.json and one
+// run directory per trial, <storage_path>/<experiment>/trial_0003/, holding
+// that trial's progress.jsonl and checkpoints.
+//
+// Example, with the quickstart's training function on worker processes:
+//
+//	tuner := tune.New(tune.NewProcesses(quickstart.Train, 1),
+//		map[string]any{
+//			"lr":         tune.LogUniform(1e-3, 0.1),
+//			"batch_size": tune.Choice(16, 32, 64),
+//			"epochs":     9,
+//		},
+//		tune.Config{Name: "qs-tune", NumSamples: 8, MaxConcurrentTrials: 2,
+//			Metric: "loss", Mode: tune.ModeMin,
+//			Scheduler: tune.SchedulerConfig{Type: tune.SchedulerASHA, MaxT: 9, ReductionFactor: 3}})
+//	grid, err := tuner.Fit(ctx) // in a worker copy of the program, runs quickstart.Train and exits
+//	best, err := grid.Best("loss", tune.ModeMin)
+package tune
