@@ -340,3 +340,33 @@ func TestPBTExploitsInProcess(t *testing.T) {
 		must.EqOp(t, len(ts.Exploits), clones)
 	}
 }
+
+// The time budget stops running trials and starts no more, also across a
+// restart; a second tuner on the same experiment is refused meanwhile.
+func TestTimeBudget(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Name: "tb", StoragePath: dir, NumSamples: 3, Metric: "loss", Mode: ModeMin,
+		TimeBudget: 300 * time.Millisecond}
+	fn := func(ctx context.Context, tr *Trial) error {
+		if tr.ID() == "trial_0000" && tr.Iteration() == 0 {
+			// While it runs, the experiment is locked.
+			_, err := New(&InProcess{Fn: synthetic(0, false, nil)}, lrSpace(1), cfg).Fit(ctx)
+			must.ErrorIs(t, err, ErrLocked)
+		}
+		return synthetic(20*time.Millisecond, false, nil)(ctx, tr)
+	}
+	start := time.Now()
+	g, err := New(&InProcess{Fn: fn}, lrSpace(1000), cfg).Fit(context.Background())
+	must.NoError(t, err)
+	must.Less(t, 5*time.Second, time.Since(start))
+	must.EqOp(t, StatusStopped, g.Trials[0].Status)
+	must.EqOp(t, "time budget spent", g.Trials[0].Reason)
+	must.Positive(t, g.Trials[0].Iterations)
+	must.EqOp(t, StatusPending, g.Trials[1].Status)
+	must.EqOp(t, StatusPending, g.Trials[2].Status)
+
+	g, err = New(&InProcess{Fn: fn}, lrSpace(1000), cfg).Fit(context.Background())
+	must.NoError(t, err)
+	must.EqOp(t, StatusPending, g.Trials[1].Status)
+	must.EqOp(t, 0, g.Trials[1].Iterations)
+}
