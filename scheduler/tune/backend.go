@@ -44,6 +44,15 @@ type Backend interface {
 	Run(ctx context.Context, t TrialSpec) error
 }
 
+// Preparer is implemented by backends that can get a trial ready before a
+// slot frees up (open its storage, start warm workers). While every slot
+// is busy, the tuner calls Prepare for the trial it will start next; at the
+// end of Fit it calls Release to drop what was prepared and not run.
+type Preparer interface {
+	Prepare(t TrialSpec)
+	Release()
+}
+
 // Processes is the local backend: each trial is a gang of worker processes
 // started by scheduler/local, like a `nomad-train run`. Every trial pays for
 // process start-up and rendezvous.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -21,11 +22,77 @@ type Trainable func(ctx context.Context, t *Trial) error
 // trial, but costs no process start-up or rendezvous, and each Report waits
 // until the tuner has decided, so a stopped trial does not run one more
 // iteration.
+//
+// It is a Preparer: while every slot is busy it opens the storage of the
+// next trial in the background (directory flushes and the writer lock), so
+// a freed slot starts the trial without waiting for the disk.
 type InProcess struct {
 	Fn Trainable
 	// Fsync is the durability of plain metric records (checkpoint records
 	// are always flushed); FsyncEveryRecord by default.
 	Fsync storage.FsyncPolicy
+
+	mu       sync.Mutex                 // guards prepared
+	prepared map[string]chan openResult // trial -> its storage, being opened
+}
+
+type openResult struct {
+	st  *storage.Run
+	err error
+}
+
+func (b *InProcess) open(spec TrialSpec) (*storage.Run, error) {
+	policy := storage.Policy{NumToKeep: spec.Checkpoint.NumToKeep, ScoreAttribute: spec.Checkpoint.ScoreAttribute,
+		ScoreOrder: spec.Checkpoint.ScoreOrder, Fsync: b.Fsync}
+	st, err := storage.Open(spec.StoragePath, spec.ID, policy)
+	if err != nil {
+		return nil, fmt.Errorf("open trial storage: %w", err)
+	}
+	return st, nil
+}
+
+// Prepare opens the trial's storage in the background.
+func (b *InProcess) Prepare(spec TrialSpec) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.prepared == nil {
+		b.prepared = map[string]chan openResult{}
+	}
+	if _, ok := b.prepared[spec.ID]; ok {
+		return
+	}
+	ch := make(chan openResult, 1)
+	b.prepared[spec.ID] = ch
+	go func() {
+		st, err := b.open(spec)
+		ch <- openResult{st, err}
+	}()
+}
+
+// Release closes the storage of every prepared trial that did not run.
+func (b *InProcess) Release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, ch := range b.prepared {
+		if r := <-ch; r.st != nil {
+			r.st.Close()
+		}
+		delete(b.prepared, id)
+	}
+}
+
+// take returns the trial's prepared storage, or opens it.
+func (b *InProcess) take(spec TrialSpec) (*storage.Run, error) {
+	b.mu.Lock()
+	ch, ok := b.prepared[spec.ID]
+	delete(b.prepared, spec.ID)
+	b.mu.Unlock()
+	if ok {
+		if r := <-ch; r.err == nil {
+			return r.st, nil
+		}
+	}
+	return b.open(spec)
 }
 
 // Trial is a running trial's view for a Trainable.
@@ -105,11 +172,9 @@ func (t *Trial) Report(ctx context.Context, metrics trainer.Metrics, dir string)
 
 // Run runs the trainable until it returns or ctx ends.
 func (b *InProcess) Run(ctx context.Context, spec TrialSpec) error {
-	policy := storage.Policy{NumToKeep: spec.Checkpoint.NumToKeep, ScoreAttribute: spec.Checkpoint.ScoreAttribute,
-		ScoreOrder: spec.Checkpoint.ScoreOrder, Fsync: b.Fsync}
-	st, err := storage.Open(spec.StoragePath, spec.ID, policy)
+	st, err := b.take(spec)
 	if err != nil {
-		return fmt.Errorf("open trial storage: %w", err)
+		return err
 	}
 	defer st.Close()
 	t := &Trial{id: spec.ID, config: spec.Config, run: st, reported: spec.Reported}

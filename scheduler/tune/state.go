@@ -187,13 +187,18 @@ func writeAtomic(path string, data []byte) error {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	d, err := os.Open(filepath.Dir(path))
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir flushes a directory's entries.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("flush directory of %s: %w", path, err)
+		return fmt.Errorf("flush directory %s: %w", dir, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("flush directory of %s: %w", path, err)
+		return fmt.Errorf("flush directory %s: %w", dir, err)
 	}
 	return nil
 }

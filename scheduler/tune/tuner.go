@@ -153,6 +153,16 @@ func (e *experiment) setup(space map[string]any) error {
 		}
 		e.state = st
 		e.log.Info("new experiment", "trials", len(st.Trials))
+		// Every trial's run directory is made now, with one flush of the
+		// experiment directory, rather than one flush per trial start.
+		for _, ts := range st.Trials {
+			if err := os.MkdirAll(filepath.Join(e.dir, ts.ID), 0o755); err != nil {
+				return fmt.Errorf("make trial directory: %w", err)
+			}
+		}
+		if err := syncDir(e.dir); err != nil {
+			return err
+		}
 	} else {
 		e.state = st
 		e.log.Info("restoring experiment", "trials", len(st.Trials))
@@ -270,6 +280,9 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		budget = tm.C
 	}
 	defer func() {
+		if p, ok := e.backend.(Preparer); ok {
+			defer p.Release()
+		}
 		// Whatever ended the loop, stop and wait for every trial.
 		if e.running > 0 {
 			e.stopEverything("tuner stopped")
@@ -335,7 +348,7 @@ func (e *experiment) stopEverything(reason string) {
 
 // fill starts pending trials while there are free slots.
 func (e *experiment) fill(ctx context.Context) error {
-	for e.running < e.cfg.MaxConcurrentTrials && e.stopAll == "" && ctx.Err() == nil {
+	for e.stopAll == "" && ctx.Err() == nil {
 		var next *TrialState
 		for _, ts := range e.state.Trials {
 			if ts.Status == StatusPending {
@@ -344,6 +357,12 @@ func (e *experiment) fill(ctx context.Context) error {
 			}
 		}
 		if next == nil {
+			return nil
+		}
+		if e.running >= e.cfg.MaxConcurrentTrials {
+			if p, ok := e.backend.(Preparer); ok {
+				p.Prepare(e.spec(next)) // get it ready while the slots are busy
+			}
 			return nil
 		}
 		if err := e.start(ctx, next); err != nil {
@@ -363,8 +382,20 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	rt.cancel, rt.stopReason, rt.exploit, rt.stopping = cancel, "", nil, false
 	ts.Status = StatusRunning
 	e.running++
+	spec := e.spec(ts)
+	spec.Config = cfgJSON
+	e.log.Debug("starting trial", "trial", ts.ID, "config", string(cfgJSON))
+	go func() {
+		err := e.backend.Run(rctx, spec)
+		e.events <- event{trial: spec.ID, exit: true, err: err} // the loop drains until no trial runs
+	}()
+	return e.save()
+}
+
+// spec is the trial's placement request, without its config.
+func (e *experiment) spec(ts *TrialState) TrialSpec {
 	id := ts.ID
-	spec := TrialSpec{ID: id, StoragePath: e.dir, Config: cfgJSON, Checkpoint: e.cfg.Checkpoint,
+	return TrialSpec{ID: id, StoragePath: e.dir, Checkpoint: e.cfg.Checkpoint,
 		Reported: func(c context.Context) error {
 			ack := make(chan struct{})
 			select {
@@ -378,12 +409,6 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 			}
 			return c.Err()
 		}}
-	e.log.Debug("starting trial", "trial", id, "config", string(cfgJSON))
-	go func() {
-		err := e.backend.Run(rctx, spec)
-		e.events <- event{trial: id, exit: true, err: err} // the loop drains until no trial runs
-	}()
-	return e.save()
 }
 
 // handle processes one event.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,12 @@ func synthLoss(lr float64, epoch int64) float64 {
 // synthetic returns a trainable that sleeps work per epoch and checkpoints
 // every epoch when ckpt is set. starts counts attempts per trial.
 func synthetic(work time.Duration, ckpt bool, starts *sync.Map) Trainable {
+	return syntheticTimed(work, ckpt, starts, nil)
+}
+
+// syntheticTimed is synthetic that adds the wall time of every epoch's work
+// to *worked.
+func syntheticTimed(work time.Duration, ckpt bool, starts *sync.Map, worked *atomic.Int64) Trainable {
 	return func(ctx context.Context, t *Trial) error {
 		var cfg synthConfig
 		if err := t.DecodeConfig(&cfg); err != nil {
@@ -46,8 +53,12 @@ func synthetic(work time.Duration, ckpt bool, starts *sync.Map) Trainable {
 		}
 		for epoch := t.Iteration(); epoch < int64(cfg.Epochs); epoch++ {
 			if work > 0 {
+				began := time.Now()
 				if err := doWork(ctx, work); err != nil {
 					return err
+				}
+				if worked != nil {
+					worked.Add(int64(time.Since(began)))
 				}
 			}
 			dir := ""
