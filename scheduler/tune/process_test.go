@@ -242,3 +242,41 @@ func TestKillTunerResumes(t *testing.T) {
 		}
 	}
 }
+
+// PBT on worker processes: the worst trial is stopped through its backend,
+// gets a copy of the best trial's checkpoint as its own latest committed
+// checkpoint, and its restarted worker resumes from it (GetCheckpoint) with
+// the mutated config.
+func TestPBTOnProcesses(t *testing.T) {
+	asWorker(slowTrain)
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	b := NewProcesses(slowTrain, 1)
+	b.Args = []string{"-test.run=^TestPBTOnProcesses$"}
+	var out bytes.Buffer
+	b.Stdout, b.Stderr = &out, &out
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := New(b, map[string]any{"lr": GridSearch(0.1, 0.2, 0.3, 0.4), "epochs": 8, "sleep_ms": 80},
+		Config{Name: "pbt", StoragePath: t.TempDir(), MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin,
+			Seed: 5, PollInterval: 10 * time.Millisecond,
+			Scheduler: SchedulerConfig{Type: SchedulerPBT, PerturbationInterval: 3,
+				HyperparamMutations: map[string]any{"lr": []any{0.1, 0.2, 0.3, 0.4}}},
+		}).Fit(ctx)
+	must.NoError(t, err, must.Sprint(out.String()))
+	st, _, err := LoadState(g.Path)
+	must.NoError(t, err)
+	exploited := 0
+	for _, ts := range st.Trials {
+		must.EqOp(t, StatusTerminated, ts.Status, must.Sprint(ts.ID, ts.Reason))
+		recs, _, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile), 0)
+		must.NoError(t, err)
+		must.EqOp(t, int64(8), recs[len(recs)-1].Step)
+		for i, x := range ts.Exploits {
+			exploited++
+			// The restart after the i-th clone resumes after the donor's epoch.
+			must.StrContains(t, out.String(), fmt.Sprintf("[%s] [rank 0] resuming at epoch %d", ts.ID, int(x.Time)), must.Sprint(i))
+		}
+	}
+	must.Positive(t, exploited, must.Sprint(out.String()))
+	must.EqOp(t, StatusTerminated, g.Trials[0].Status)
+}

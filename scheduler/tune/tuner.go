@@ -54,7 +54,7 @@ var ErrLocked = errors.New("experiment is being run by another tuner")
 // With the Processes backend, a copy of this program started as a worker
 // runs the training function in Fit and exits.
 func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
-	if w, ok := t.backend.(interface{ workerFunc() trainer.TrainFunc }); ok && workerenv.IsWorker() {
+	if w, ok := t.backend.(interface{ workerFunc() trainer.TrainFunc }); ok && w.workerFunc() != nil && workerenv.IsWorker() {
 		os.Exit(trainer.RunWorker(ctx, w.workerFunc()))
 	}
 	cfg := t.cfg
