@@ -208,10 +208,10 @@ func TestClientMultiplexes(t *testing.T) {
 		_, err := c.Get(ctx, "mux/other")
 		must.NoError(t, err, must.Sprintf("get %d behind a blocked wait", i))
 	}
-	ver, ok, err := c.CompareAndSet(ctx, "mux/k", []byte("v"), 0)
+	v, ok, err := c.CompareAndSet(ctx, "mux/k", []byte("v"), 0)
 	must.NoError(t, err)
 	must.True(t, ok)
-	must.Eq(t, ver, (<-waiting).Version)
+	must.Eq(t, v.Version, (<-waiting).Version)
 }
 
 // Serve returns when its context ends and the clients see the store closed.
