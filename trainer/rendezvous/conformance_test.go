@@ -37,7 +37,7 @@ func wallMemFixture(t *testing.T) rendezvoustest.Fixture {
 var testSecret = []byte("conformance-secret")
 
 // serve starts a Server for st on a loopback port and returns its address.
-func serve(t *testing.T, st *rendezvous.MemStore, secret []byte, logger hclog.Logger) string {
+func serve(t testing.TB, st *rendezvous.MemStore, secret []byte, logger hclog.Logger) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must.NoError(t, err)
@@ -53,7 +53,7 @@ func serve(t *testing.T, st *rendezvous.MemStore, secret []byte, logger hclog.Lo
 	return srv.Addr()
 }
 
-func dial(t *testing.T, addr string, secret []byte) *rendezvous.Client {
+func dial(t testing.TB, addr string, secret []byte) *rendezvous.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

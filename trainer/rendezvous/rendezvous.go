@@ -118,7 +118,22 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 	})
 	defer timer.Stop()
 
+	// The first read and the lease grant do not depend on each other.
+	type read struct {
+		v   Value
+		err error
+	}
+	first := make(chan read, 1)
+	go func() {
+		v, err := st.Get(jctx, stateKey(run))
+		first <- read{v, err}
+	}()
 	lease, err := st.Grant(jctx, opts.LeaseTTL)
+	r := <-first
+	if err == nil && r.err != nil {
+		lease.Revoke(context.Background())
+		err = r.err
+	}
 	if err != nil {
 		if timedOut.Load() {
 			return nil, &TimeoutError{Run: run, WorldSize: worldSize}
@@ -140,7 +155,7 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 		close(s.kaDone)
 	}()
 
-	last, err := s.run1(jctx, worldSize)
+	last, err := s.run1(jctx, worldSize, r.v)
 	if err == nil {
 		logger.Info("rendezvous complete", "generation", s.assign.Generation, "rank", s.assign.Rank,
 			"world_size", s.assign.WorldSize, "took", clock.Now().Sub(start))
@@ -159,12 +174,8 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 
 // run1 is the join loop: read, decide, write or wait, until done. It
 // returns the last state it saw, for error reports and withdrawal.
-func (s *Session) run1(ctx context.Context, worldSize int) (*State, error) {
+func (s *Session) run1(ctx context.Context, worldSize int, v Value) (*State, error) {
 	key := stateKey(s.run)
-	v, err := s.st.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
 	var aliveGen uint64 // generation whose alive key we hold
 	for {
 		cur, err := decodeState(v)
@@ -201,18 +212,14 @@ func (s *Session) run1(ctx context.Context, worldSize int) (*State, error) {
 			if err != nil {
 				return cur, fmt.Errorf("encode state: %w", err)
 			}
-			nv, ok, err := s.st.CompareAndSet(ctx, key, data, v.Version)
-			if err != nil {
+			// Won or lost, v is now the current state: decide again on it.
+			var ok bool
+			if v, ok, err = s.st.CompareAndSet(ctx, key, data, v.Version); err != nil {
 				return cur, err
 			}
 			if ok {
-				v = Value{Data: data, Version: nv}
 				s.logger.Debug("wrote state", "generation", d.Next.Generation, "phase", d.Next.Phase,
 					"members", len(d.Next.Members))
-				continue
-			}
-			if v, err = s.st.Get(ctx, key); err != nil { // lost a race: look again
-				return cur, err
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -128,8 +129,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 }
 
-// serverConn is one client connection. The reading goroutine owns reads;
-// writes are serialized by wmu; each request runs in its own goroutine.
+// serverConn is one client connection. The reading goroutine owns reads
+// and answers the quick requests itself; each wait runs in its own
+// goroutine; writes are serialized by wmu.
 type serverConn struct {
 	s      *Server
 	conn   net.Conn
@@ -157,6 +159,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		leases: make(map[string]Lease),
 		ops:    make(map[uint64]context.CancelFunc),
 	}
+	r := bufio.NewReader(conn)
 	cctx, cancel := context.WithCancel(ctx)
 	var ops sync.WaitGroup
 	defer func() {
@@ -169,7 +172,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		if err := conn.SetReadDeadline(time.Now().Add(s.idle)); err != nil {
 			return
 		}
-		body, err := readFrame(conn)
+		body, err := readFrame(r)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 				logger.Debug("connection ended", "error", err)
@@ -186,7 +189,11 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			sc.cancelOp(req.Target)
 		case opPing:
 			sc.send(response{ID: req.ID})
-		default:
+		case opGet, opCAS, opDelete, opList, opGrant, opPutEphemeral, opRenew, opRevoke:
+			// These never block on anything but the store's mutex: answer
+			// them here, saving a goroutine hand-off per request.
+			sc.send(sc.handle(cctx, req))
+		default: // waits run on their own so that they do not hold up the rest
 			octx, ocancel := context.WithCancel(cctx)
 			sc.mu.Lock()
 			sc.ops[req.ID] = ocancel
@@ -276,11 +283,14 @@ func (sc *serverConn) handle(ctx context.Context, req request) response {
 		}
 		resp.Data, resp.Version = v.Data, v.Version
 	case opCAS:
-		nv, ok, err := st.CompareAndSet(ctx, req.Key, req.Data, req.Version)
+		v, ok, err := st.CompareAndSet(ctx, req.Key, req.Data, req.Version)
 		if err != nil {
 			return fail(err)
 		}
-		resp.Version, resp.OK = nv, ok
+		resp.Version, resp.OK = v.Version, ok
+		if !ok {
+			resp.Data = v.Data // the winner's value; the client has its own
+		}
 	case opDelete:
 		if err := st.Delete(ctx, req.Key); err != nil {
 			return fail(err)

@@ -44,8 +44,10 @@ type Store interface {
 	Get(ctx context.Context, key string) (Value, error)
 	// CompareAndSet writes data if the key's version is still version
 	// (version 0: only if the key is absent). ok is false, with no error,
-	// when the version did not match.
-	CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (newVersion uint64, ok bool, err error)
+	// when the version did not match. It returns the key's value after the
+	// call: the one written, or the one that won (so a loser need not read
+	// again; a store that cannot tell atomically reads it afterwards).
+	CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (current Value, ok bool, err error)
 	// Delete removes the key whatever its version. Deleting an absent key
 	// is not an error.
 	Delete(ctx context.Context, key string) error
