@@ -312,7 +312,7 @@ func (r *Run) Append(rec Record) error {
 	if rec.Time.IsZero() {
 		rec.Time = r.now()
 	}
-	line, err := encodeRecord(rec)
+	rec, line, err := normalize(rec)
 	if err != nil {
 		return err
 	}
@@ -396,7 +396,7 @@ func (r *Run) Commit(s *Staged, rec Record) (string, error) {
 	if rec.Time.IsZero() {
 		rec.Time = r.now()
 	}
-	line, err := encodeRecord(rec)
+	rec, line, err := normalize(rec)
 	if err != nil {
 		return "", err
 	}
@@ -405,8 +405,12 @@ func (r *Run) Commit(s *Staged, rec Record) (string, error) {
 	}
 	r.callHook(pointSynced)
 	final := filepath.Join(r.dir, name)
-	if _, err := os.Lstat(final); !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("checkpoint directory %s already exists (err %v)", name, err)
+	switch _, err := os.Lstat(final); {
+	case err == nil:
+		r.next++ // something else took the name; the next commit skips it
+		return "", fmt.Errorf("checkpoint directory %s appeared outside this writer", name)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("checking checkpoint directory: %w", err)
 	}
 	if err := os.Rename(s.dir, final); err != nil {
 		return "", fmt.Errorf("renaming staged checkpoint: %w", err)
@@ -460,13 +464,13 @@ func (r *Run) liveRecords() []Record {
 // snapshot returns the records and the live checkpoints' records: the
 // writer's own view, or a fresh read for a read-only Run.
 func (r *Run) snapshot() (recs, live []Record, err error) {
-	if r.readOnly {
-		return r.readSnapshot()
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	switch {
+	case r.closed:
 		return nil, nil, ErrClosed
+	case r.readOnly:
+		return r.readSnapshot()
 	}
 	return cloneRecords(r.recs), cloneRecords(r.liveRecords()), nil
 }

@@ -526,3 +526,27 @@ func TestConcurrentAppends(t *testing.T) {
 		})
 	}
 }
+
+func TestRecordsReadBackAsFromFile(t *testing.T) {
+	root := t.TempDir()
+	r := openT(t, root, Policy{})
+	m := map[string]any{"n": int64(3), "f": float32(0.5)}
+	must.NoError(t, r.Append(Record{Step: 1, Metrics: m}))
+	m["n"] = "changed by the caller"
+	recs, err := r.Records()
+	must.NoError(t, err)
+	want := map[string]any{"n": 3.0, "f": 0.5}
+	must.Eq(t, want, recs[0].Metrics, must.Sprint("the writer's view equals a reader's"))
+	recs[0].Metrics["n"] = "changed by a reader"
+	rd, err := OpenReadOnly(root, "r")
+	must.NoError(t, err)
+	fromFile, err := rd.Records()
+	must.NoError(t, err)
+	again, err := r.Records()
+	must.NoError(t, err)
+	must.Eq(t, fromFile, again)
+	must.Eq(t, want, again[0].Metrics)
+	must.NoError(t, rd.Close())
+	_, err = rd.Records()
+	must.ErrorIs(t, err, ErrClosed)
+}
