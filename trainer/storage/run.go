@@ -63,7 +63,7 @@ type Run struct {
 	hook     func(point string) // tests stop the process here; nil in production
 
 	mu sync.Mutex
-	// Guarded by mu (writer only):
+	// Guarded by mu; a read-only Run uses only closed:
 	progress *os.File        // progress.jsonl, append-only
 	size     int64           // bytes of progress.jsonl that hold records
 	lock     *os.File        // holds the writer lock
@@ -79,8 +79,9 @@ type Run struct {
 // creating the directories when needed and recovering from a crash of the
 // previous writer: it cuts a torn last line off progress.jsonl, removes
 // staging and trash directories and checkpoint directories that no record
-// commits, and finishes interrupted retention. Only one process may hold a
-// run open for writing (ErrLocked otherwise).
+// commits, and applies retention under p (finishing what a crash
+// interrupted, or a tighter policy). Only one process may hold a run open
+// for writing (ErrLocked otherwise).
 func Open(root, run string, p Policy, opts ...Option) (*Run, error) {
 	r, err := newRun(root, run, p, false, opts)
 	if err != nil {
@@ -94,11 +95,11 @@ func Open(root, run string, p Policy, opts ...Option) (*Run, error) {
 }
 
 // OpenReadOnly opens a run for reading without taking the writer lock or
-// repairing anything, for ranks that only load checkpoints. Every read
-// re-reads progress.jsonl, so a reader follows a live writer; a torn last
-// line is skipped. The run directory must exist.
-func OpenReadOnly(root, run string, opts ...Option) (*Run, error) {
-	r, err := newRun(root, run, Policy{}, true, opts)
+// repairing anything, for ranks that only load checkpoints; p only ranks
+// Best. Every read re-reads progress.jsonl, so a reader follows a live
+// writer; a torn last line is skipped. The run directory must exist.
+func OpenReadOnly(root, run string, p Policy, opts ...Option) (*Run, error) {
+	r, err := newRun(root, run, p, true, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -239,7 +239,7 @@ func TestOpenCorruptMiddleLine(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, bad, after, must.Sprint("a corrupt file is left for a person to inspect"))
 	// The failed Open released the lock.
-	r2, err := OpenReadOnly(root, "r")
+	r2, err := OpenReadOnly(root, "r", Policy{})
 	must.NoError(t, err)
 	_, err = r2.Records()
 	must.True(t, errors.As(err, &ce))
@@ -298,11 +298,11 @@ func TestSingleWriter(t *testing.T) {
 
 func TestReadOnly(t *testing.T) {
 	root := t.TempDir()
-	_, err := OpenReadOnly(root, "missing")
+	_, err := OpenReadOnly(root, "missing", Policy{})
 	must.ErrorIs(t, err, fs.ErrNotExist)
 
 	w := openT(t, root, Policy{NumToKeep: 1})
-	rd, err := OpenReadOnly(root, "r")
+	rd, err := OpenReadOnly(root, "r", Policy{})
 	must.NoError(t, err)
 	_, _, ok, err := rd.Latest()
 	must.NoError(t, err)
@@ -538,7 +538,7 @@ func TestRecordsReadBackAsFromFile(t *testing.T) {
 	want := map[string]any{"n": 3.0, "f": 0.5}
 	must.Eq(t, want, recs[0].Metrics, must.Sprint("the writer's view equals a reader's"))
 	recs[0].Metrics["n"] = "changed by a reader"
-	rd, err := OpenReadOnly(root, "r")
+	rd, err := OpenReadOnly(root, "r", Policy{})
 	must.NoError(t, err)
 	fromFile, err := rd.Records()
 	must.NoError(t, err)
