@@ -23,6 +23,7 @@ const (
 	pointRecordPartial = "record-partial" // half of the record line written
 	pointRecorded      = "recorded"       // record written, retention not run
 	pointTrashed       = "trashed"        // pruned checkpoint renamed to trash, not removed
+	pointFlushed       = "flushed"        // a progress record was fsynced
 )
 
 // Option configures Open and OpenReadOnly.
@@ -346,6 +347,7 @@ func (r *Run) appendLine(rec Record, line []byte, sync bool) error {
 			r.broken = err
 			return fmt.Errorf("syncing progress: %w", err)
 		}
+		r.callHook(pointFlushed)
 	}
 	r.size += int64(len(line))
 	r.recs = append(r.recs, rec)

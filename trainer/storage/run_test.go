@@ -550,3 +550,29 @@ func TestRecordsReadBackAsFromFile(t *testing.T) {
 	_, err = rd.Records()
 	must.ErrorIs(t, err, ErrClosed)
 }
+
+func TestFsyncPolicy(t *testing.T) {
+	cases := []struct {
+		fsync FsyncPolicy
+		want  int
+	}{
+		{FsyncEveryRecord, 4},
+		{FsyncCheckpointRecords, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.fsync.String(), func(t *testing.T) {
+			r := openT(t, t.TempDir(), Policy{Fsync: tc.fsync})
+			flushed := 0
+			r.hook = func(p string) {
+				if p == pointFlushed {
+					flushed++
+				}
+			}
+			for i := range 3 {
+				must.NoError(t, r.Append(Record{Step: int64(i)}))
+			}
+			commitT(t, r, map[string]string{"x": "1"}, Record{Step: 3})
+			must.Eq(t, tc.want, flushed, must.Sprint("progress fsyncs"))
+		})
+	}
+}
