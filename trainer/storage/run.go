@@ -244,21 +244,36 @@ func (r *Run) recoverDir() error {
 	return nil
 }
 
-// discard deletes an entry of the run directory so that no crash leaves it
-// half-deleted under its name: rename to a trash name, then remove.
-func (r *Run) discard(name string) error {
+// trash renames an entry of the run directory to a fresh trash name, so
+// that no crash leaves it half-deleted under its own name, and returns the
+// trash path.
+func (r *Run) trash(name string) (string, error) {
 	trash := filepath.Join(r.dir, scratchName(trashPrefix, name))
 	if err := os.Rename(filepath.Join(r.dir, name), trash); err != nil {
-		return fmt.Errorf("moving %s to trash: %w", name, err)
+		return "", fmt.Errorf("moving %s to trash: %w", name, err)
 	}
+	return trash, nil
+}
+
+// empty removes a trashed entry; Open removes what it leaves.
+func (r *Run) empty(trash string) error {
 	r.callHook(pointTrashed)
 	if err := os.RemoveAll(trash); err != nil {
-		return fmt.Errorf("removing %s: %w", name, err)
+		return fmt.Errorf("removing %s: %w", filepath.Base(trash), err)
 	}
 	return nil
 }
 
-// removeCheckpoint deletes a live checkpoint.
+// discard trashes an entry of the run directory and removes it.
+func (r *Run) discard(name string) error {
+	trash, err := r.trash(name)
+	if err != nil {
+		return err
+	}
+	return r.empty(trash)
+}
+
+// removeCheckpoint deletes a live checkpoint. mu is held.
 func (r *Run) removeCheckpoint(name string) error {
 	err := r.discard(name)
 	if _, statErr := os.Lstat(filepath.Join(r.dir, name)); errors.Is(statErr, fs.ErrNotExist) {
@@ -381,56 +396,93 @@ func (r *Run) Stage() (*Staged, error) {
 func (r *Run) Commit(s *Staged, rec Record) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := r.checkCommit(s, rec); err != nil {
+		return "", err
+	}
+	// Flush without holding mu: a large checkpoint does not hold up Append.
+	if err := syncTree(s.dir); err != nil {
+		return "", fmt.Errorf("flushing staged checkpoint: %w", err)
+	}
+	r.callHook(pointSynced)
+	name, trashed, err := r.commitFlushed(s, rec)
+	// Retention renamed the dropped checkpoints away under mu; the slow
+	// removal runs without it.
+	for _, p := range trashed {
+		if err := r.empty(p); err != nil {
+			r.log.Warn("retention could not delete checkpoint", "error", err)
+		}
+	}
+	return name, err
+}
+
+// checkCommit rejects a commit that cannot proceed. s.mu is held.
+func (r *Run) checkCommit(s *Staged, rec Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.writable(); err != nil {
-		return "", err
+		return err
 	}
 	switch {
 	case s.run != r:
-		return "", fmt.Errorf("committing a checkpoint staged by another run")
+		return fmt.Errorf("committing a checkpoint staged by another run")
 	case s.done:
-		return "", ErrStagedDone
+		return ErrStagedDone
 	case rec.Checkpoint != "":
-		return "", fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
+		return fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
 	}
-	name := checkpointName(r.next)
+	return nil
+}
+
+// commitFlushed renames a flushed staging directory into place, records it
+// and moves the checkpoints retention drops to trash, returning their trash
+// paths. s.mu is held.
+func (r *Run) commitFlushed(s *Staged, rec Record) (name string, trashed []string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return "", nil, err
+	}
+	name = checkpointName(r.next)
 	rec.Checkpoint = name
 	if rec.Time.IsZero() {
 		rec.Time = r.now()
 	}
 	rec, line, err := normalize(rec)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if err := syncTree(s.dir); err != nil {
-		return "", fmt.Errorf("flushing staged checkpoint: %w", err)
-	}
-	r.callHook(pointSynced)
 	final := filepath.Join(r.dir, name)
 	switch _, err := os.Lstat(final); {
 	case err == nil:
 		r.next++ // something else took the name; the next commit skips it
-		return "", fmt.Errorf("checkpoint directory %s appeared outside this writer", name)
+		return "", nil, fmt.Errorf("checkpoint directory %s appeared outside this writer", name)
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("checking checkpoint directory: %w", err)
+		return "", nil, fmt.Errorf("checking checkpoint directory: %w", err)
 	}
 	if err := os.Rename(s.dir, final); err != nil {
-		return "", fmt.Errorf("renaming staged checkpoint: %w", err)
+		return "", nil, fmt.Errorf("renaming staged checkpoint: %w", err)
 	}
 	r.next++
 	s.done = true
 	if err := syncDir(r.dir); err != nil {
-		return "", r.uncommit(name, err)
+		return "", nil, r.uncommit(name, err)
 	}
 	r.callHook(pointRenamed)
 	if err := r.appendLine(rec, line, true); err != nil {
-		return "", r.uncommit(name, err)
+		return "", nil, r.uncommit(name, err)
 	}
 	r.live[name] = true
 	r.callHook(pointRecorded)
-	r.prune()
-	return name, nil
+	for _, drop := range Prune(r.liveRecords(), r.policy) {
+		p, err := r.trash(drop)
+		if err != nil {
+			r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
+			continue
+		}
+		delete(r.live, drop)
+		trashed = append(trashed, p)
+	}
+	return name, trashed, nil
 }
 
 // uncommit removes a renamed checkpoint whose record could not be written.
@@ -441,15 +493,6 @@ func (r *Run) uncommit(name string, cause error) error {
 		return fmt.Errorf("committing %s: %w (and removing it: %w)", name, cause, err)
 	}
 	return fmt.Errorf("committing %s: %w", name, cause)
-}
-
-// prune deletes the checkpoints retention no longer keeps. mu is held.
-func (r *Run) prune() {
-	for _, name := range Prune(r.liveRecords(), r.policy) {
-		if err := r.removeCheckpoint(name); err != nil {
-			r.log.Warn("retention could not delete checkpoint", "checkpoint", name, "error", err)
-		}
-	}
 }
 
 // liveRecords returns the records of live checkpoints in commit order.
