@@ -11,8 +11,9 @@ const (
 	// FsyncEveryRecord flushes every record (the zero value, the safest).
 	FsyncEveryRecord FsyncPolicy = iota
 	// FsyncCheckpointRecords flushes only the records that commit a
-	// checkpoint; plain metric records may be lost by a machine crash (not by
-	// a process crash) but never leave the file unreadable.
+	// checkpoint (which flushes the records before them too). Plain metric
+	// records written since may be lost by a machine crash, not by a
+	// process crash.
 	FsyncCheckpointRecords
 )
 
