@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 )
@@ -77,6 +78,29 @@ func (m *Sequential) Grads() []float32 { return m.grads }
 
 // ZeroGrad sets every gradient to zero.
 func (m *Sequential) ZeroGrad() { clear(m.grads) }
+
+// ScaleGrads multiplies every gradient by s, e.g. by 1/world size after a
+// summing all-reduce.
+func (m *Sequential) ScaleGrads(s float32) {
+	for i := range m.grads {
+		m.grads[i] *= s
+	}
+}
+
+// ClipGradNorm rescales the gradients so their global L2 norm is at most
+// maxNorm, as torch.nn.utils.clip_grad_norm_ does, and returns the norm
+// before clipping. Run it after the all-reduce so every worker clips alike.
+func (m *Sequential) ClipGradNorm(maxNorm float64) float64 {
+	var sq float64
+	for _, g := range m.grads {
+		sq += float64(g) * float64(g)
+	}
+	norm := math.Sqrt(sq)
+	if norm > maxNorm {
+		m.ScaleGrads(float32(maxNorm / (norm + 1e-6)))
+	}
+	return norm
+}
 
 // Forward runs the batch x (one example per row) through every layer and
 // returns the output, which the last layer owns: it is valid until the next

@@ -82,3 +82,15 @@ func TestLearnsLinearRegression(t *testing.T) {
 	}
 	must.Between(t, 0.25-1e-3, lin.Bias()[0], 0.25+1e-3)
 }
+
+func TestScaleAndClipGrads(t *testing.T) {
+	m := NewSequential(nil, NewLinear(1, 2))
+	copy(m.Grads(), []float32{3, 0, 4, 0})
+	m.ScaleGrads(0.5)
+	must.Eq(t, []float32{1.5, 0, 2, 0}, m.Grads())
+	must.InDelta(t, 2.5, m.ClipGradNorm(10), 1e-9)
+	must.Eq(t, []float32{1.5, 0, 2, 0}, m.Grads())
+	must.InDelta(t, 2.5, m.ClipGradNorm(1), 1e-9)
+	must.InDelta(t, 0.6, m.Grads()[0], 1e-6)
+	must.InDelta(t, 0.8, m.Grads()[2], 1e-6)
+}
