@@ -20,7 +20,7 @@ func Example() {
 	for step := 0; step < 300; step++ {
 		model.ZeroGrad()
 		nn.SoftmaxCrossEntropy(model.Forward(x), labels, &dout)
-		model.Backward(&dout)
+		model.BackwardParams(&dout)
 		// A data-parallel worker all-reduces model.Grads() here.
 		opt.Step()
 	}

@@ -122,6 +122,24 @@ func (m *Sequential) Backward(dout *Matrix) *Matrix {
 	return dout
 }
 
+// BackwardParams is Backward for a training step: it adds the parameter
+// gradients into Grads but lets the first layer skip dLoss/dInput when it
+// implements ParamBackwarder (a Linear first layer saves a third of its
+// backward work).
+func (m *Sequential) BackwardParams(dout *Matrix) {
+	if len(m.layers) == 0 {
+		return
+	}
+	for i := len(m.layers) - 1; i > 0; i-- {
+		dout = m.layers[i].Backward(dout)
+	}
+	if pb, ok := m.layers[0].(ParamBackwarder); ok {
+		pb.BackwardParams(dout)
+		return
+	}
+	m.layers[0].Backward(dout)
+}
+
 // Signature describes the architecture, e.g. "Linear(2,8)|Tanh|Linear(8,1)".
 // Two models with equal signatures have the same parameter layout.
 func (m *Sequential) Signature() string {

@@ -94,3 +94,31 @@ func TestScaleAndClipGrads(t *testing.T) {
 	must.InDelta(t, 0.6, m.Grads()[0], 1e-6)
 	must.InDelta(t, 0.8, m.Grads()[2], 1e-6)
 }
+
+func TestBackwardParamsMatchesBackward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := randomInput(rng, 4, 3, 0)
+	labels := []int{0, 1, 1, 0}
+	for name, first := range map[string]func() Layer{
+		"linear-first": func() Layer { return NewLinear(3, 4) },
+		"tanh-first":   func() Layer { return NewTanh() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := 3
+			if _, ok := first().(*Linear); ok {
+				in = 4
+			}
+			m := NewSequential(rand.New(rand.NewPCG(1, 1)), first(), NewLinear(in, 2))
+			var g Matrix
+			m.ZeroGrad()
+			SoftmaxCrossEntropy(m.Forward(x), labels, &g)
+			m.Backward(&g)
+			want := append([]float32(nil), m.Grads()...)
+			m.ZeroGrad()
+			SoftmaxCrossEntropy(m.Forward(x), labels, &g)
+			m.BackwardParams(&g)
+			must.Eq(t, want, m.Grads())
+		})
+	}
+	NewSequential(nil).BackwardParams(NewMatrix(1, 1)) // no layers: nothing to do
+}
