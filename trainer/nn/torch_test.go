@@ -6,27 +6,45 @@ import (
 	"math"
 	"math/rand/v2"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
 )
 
-// torchPython returns a python3 that imports torch, or skips the test.
-// Debian's python3-torch provides one.
-func torchPython(t *testing.T) string {
+// runTorchPeer runs testdata/torch_peer.py on specs with a python3 that
+// imports torch, or skips the test. Debian's python3-torch installs into the
+// system python3, which may not be the first python3 on PATH, so that one
+// is tried first.
+func runTorchPeer(t *testing.T, specs []torchSpec) []torchResult {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping the PyTorch peer in -short mode")
 	}
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3 on PATH; install Debian's python3-torch to compare with PyTorch")
+	in, err := json.Marshal(specs)
+	must.NoError(t, err)
+	for _, name := range []string{"/usr/bin/python3", "python3"} {
+		py, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		cmd := exec.Command(py, filepath.Join("testdata", "torch_peer.py"))
+		cmd.Stdin = bytes.NewReader(in)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if strings.Contains(stderr.String(), "No module named 'torch'") {
+			continue
+		}
+		must.NoError(t, err, must.Sprint(stderr.String()))
+		var res []torchResult
+		must.NoError(t, json.Unmarshal(out, &res))
+		must.SliceLen(t, len(specs), res)
+		return res
 	}
-	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
-		t.Skip("python3 cannot import torch; install Debian's python3-torch to compare with PyTorch")
-	}
-	return py
+	t.Skip("no python3 that imports torch; install Debian's python3-torch to compare with PyTorch")
+	return nil
 }
 
 type torchSpec struct {
@@ -61,7 +79,6 @@ func rows(m *Matrix) [][]float32 {
 // Equal results also pin the flat parameter layout to torch's
 // parameters() order.
 func TestMatchesPyTorch(t *testing.T) {
-	py := torchPython(t)
 	type layerSpec struct {
 		torch []any
 		layer func() Layer
@@ -96,56 +113,59 @@ func TestMatchesPyTorch(t *testing.T) {
 				return NewSGD(m.Params(), m.Grads(), SGDConfig{LR: 0.05, Momentum: 0.5})
 			}},
 	}
+	type prepared struct {
+		m    *Sequential
+		x    *Matrix
+		loss LossFunc
+		opt  Optimizer
+	}
+	var specs []torchSpec
+	var runs []prepared
 	for _, tc := range cases {
+		rng := rand.New(rand.NewPCG(21, 22))
+		var layers []Layer
+		spec := torchSpec{Loss: tc.loss, Optim: tc.optim, Steps: 3}
+		for _, l := range tc.layers {
+			layers = append(layers, l.layer())
+			spec.Layers = append(spec.Layers, l.torch)
+		}
+		m := NewSequential(rng, layers...)
+		x := randomInput(rng, 7, 4, 0)
+		outCols := layers[len(layers)-1].(*Linear).Out
+		var loss LossFunc
+		if tc.loss == "ce" {
+			labels := make([]int, x.Rows)
+			for i := range labels {
+				labels[i] = rng.IntN(outCols)
+			}
+			spec.Labels, loss = labels, crossEntropyTo(labels)
+		} else {
+			target := randomInput(rng, x.Rows, outCols, 0)
+			spec.Target, loss = rows(target), mseTo(target)
+		}
+		spec.Params = append([]float32(nil), m.Params()...)
+		spec.X = rows(x)
+		specs = append(specs, spec)
+		runs = append(runs, prepared{m, x, loss, tc.opt(m)})
+	}
+	// One python process for all cases: importing torch takes seconds.
+	results := runTorchPeer(t, specs)
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(21, 22))
-			var layers []Layer
-			spec := torchSpec{Loss: tc.loss, Optim: tc.optim, Steps: 3}
-			for _, l := range tc.layers {
-				layers = append(layers, l.layer())
-				spec.Layers = append(spec.Layers, l.torch)
-			}
-			m := NewSequential(rng, layers...)
-			x := randomInput(rng, 7, 4, 0)
-			outCols := layers[len(layers)-1].(*Linear).Out
-			var loss LossFunc
-			if tc.loss == "ce" {
-				labels := make([]int, x.Rows)
-				for i := range labels {
-					labels[i] = rng.IntN(outCols)
-				}
-				spec.Labels, loss = labels, crossEntropyTo(labels)
-			} else {
-				target := randomInput(rng, x.Rows, outCols, 0)
-				spec.Target, loss = rows(target), mseTo(target)
-			}
-			spec.Params = append([]float32(nil), m.Params()...)
-			spec.X = rows(x)
-			in, err := json.Marshal(spec)
-			must.NoError(t, err)
-			cmd := exec.Command(py, "testdata/torch_peer.py")
-			cmd.Stdin = bytes.NewReader(in)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			outJSON, err := cmd.Output()
-			must.NoError(t, err, must.Sprint(stderr.String()))
-			var want torchResult
-			must.NoError(t, json.Unmarshal(outJSON, &want))
-
-			opt := tc.opt(m)
+			r, want := runs[i], results[i]
 			var g Matrix
-			m.ZeroGrad()
-			got := loss(m.Forward(x), &g)
-			dx := m.Backward(&g)
+			r.m.ZeroGrad()
+			got := r.loss(r.m.Forward(r.x), &g)
+			dx := r.m.Backward(&g)
 			must.InDelta(t, want.Loss, got, 1e-5*(1+math.Abs(want.Loss)))
-			assertClose(t, "grads", want.Grads, m.Grads())
+			assertClose(t, "grads", want.Grads, r.m.Grads())
 			assertClose(t, "dx", want.DX, dx.Data)
-			opt.Step()
-			assertClose(t, "params after step 1", want.Params[0], m.Params())
-			step := stepper(m, opt, x, loss)
-			for s := 1; s < spec.Steps; s++ {
+			r.opt.Step()
+			assertClose(t, "params after step 1", want.Params[0], r.m.Params())
+			step := stepper(r.m, r.opt, r.x, r.loss)
+			for s := 1; s < len(want.Params); s++ {
 				step()
-				assertClose(t, "params after a later step", want.Params[s], m.Params())
+				assertClose(t, "params after a later step", want.Params[s], r.m.Params())
 			}
 		})
 	}
