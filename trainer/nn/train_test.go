@@ -122,3 +122,16 @@ func TestBackwardParamsMatchesBackward(t *testing.T) {
 	}
 	NewSequential(nil).BackwardParams(NewMatrix(1, 1)) // no layers: nothing to do
 }
+
+func TestShapeMistakesPanicClearly(t *testing.T) {
+	m := NewSequential(nil, NewLinear(3, 2))
+	must.Panic(t, func() { m.Forward(NewMatrix(1, 4)) })
+	must.Panic(t, func() { m.Backward(NewMatrix(1, 2)) }) // no forward yet
+	m.Forward(NewMatrix(2, 3))
+	must.Panic(t, func() { m.Backward(NewMatrix(3, 2)) })
+	must.Panic(t, func() { NewReLU().Backward(NewMatrix(1, 1)) })
+	must.Panic(t, func() { MSE(NewMatrix(1, 2), NewMatrix(2, 1), &Matrix{}) })
+	must.Panic(t, func() { SoftmaxCrossEntropy(NewMatrix(1, 2), []int{2}, &Matrix{}) })
+	must.Panic(t, func() { NewLinear(0, 1) })
+	must.Panic(t, func() { NewSGD(make([]float32, 2), make([]float32, 3), SGDConfig{}) })
+}
