@@ -10,6 +10,7 @@ import (
 // buffer each, laid out layer after layer in order (for a Linear: its Out×In
 // weights, then its Out biases, as PyTorch's parameters() lists them), so a
 // data-parallel runtime can broadcast Params and all-reduce Grads in one call.
+// A Sequential is not safe for concurrent use.
 type Sequential struct {
 	layers  []Layer
 	params  []float32
