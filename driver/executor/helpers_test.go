@@ -108,6 +108,18 @@ func workerMain(mode string, args []string) int {
 		for {
 			x++
 		}
+	case "hog": // allocates up to 1 GiB, then idles
+		var keep [][]byte
+		for range 128 {
+			b := make([]byte, 8<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			keep = append(keep, b)
+		}
+		say("survived %d MiB", len(keep)*8)
+		time.Sleep(time.Hour)
+		return 0
 	case "waitfile": // waitfile PATH CODE: exit CODE once PATH exists
 		code, _ := strconv.Atoi(args[1])
 		say("waiting")
