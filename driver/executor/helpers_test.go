@@ -254,7 +254,11 @@ func startTask(t *testing.T, cfg Config) *Task {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		must.NoError(t, task.Destroy(ctx, true))
-		assertNoProcesses(t, task.State().PID)
+		assertNoProcesses(t, task.State().PID, task.State().ShimPID)
+		// The shim was our child: it must have been reaped, not left a zombie.
+		if st, err := readProcStat(task.State().ShimPID); err == nil && st.PPID == os.Getpid() {
+			t.Errorf("shim %d is still our child in state %c", st.PID, st.State)
+		}
 	})
 	return task
 }

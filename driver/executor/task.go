@@ -231,7 +231,9 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 		PID: st.PID, PIDStartTime: st.StartTime, StateDir: cfg.StateDir,
 		StartedAt: o.now(), Cgroup: cgroup, Config: cfg,
 	}
-	shimFD, err := openPidfd(state.ShimPID, 0)
+	// The shim is our unreaped child, so its pid cannot be reused even if
+	// it has already exited: open its pidfd without openPidfd's checks.
+	shimFD, err := unix.PidfdOpen(state.ShimPID, 0)
 	if err != nil {
 		_ = shim.Process.Kill()
 		_ = shim.Wait()

@@ -357,3 +357,17 @@ func TestShimDeathLeavesExitUnknown(t *testing.T) {
 	must.NotEq(t, "", res.Err)
 	assertNoProcesses(t, task.State().PID)
 }
+
+// TestShimForwardsSIGTERM: a SIGTERM to the shim itself (a host shutdown)
+// reaches the worker, and the exit is still recorded.
+func TestShimForwardsSIGTERM(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	task := startTask(t, f.config("trap"))
+	expectLine(t, f.outLines, "ready")
+	must.NoError(t, syscall.Kill(task.State().ShimPID, syscall.SIGTERM))
+	expectLine(t, f.outLines, "terminating")
+	res := waitTask(t, task)
+	must.Eq(t, 0, res.ExitCode)
+	must.True(t, res.Successful())
+}
