@@ -32,11 +32,21 @@ type CheckpointConfig struct {
 	ScoreOrder     string // "max" or "min" (default "max")
 }
 
+// FailureConfig is the gang's failure budget (Ray's FailureConfig).
+type FailureConfig struct {
+	// MaxFailures is how many times the gang may lose a worker and
+	// recover (restart it, rejoin, restore the latest checkpoint); -1 is
+	// unlimited, 0 fails the run at the first failure. A failure of the
+	// training function itself (an error or a panic) is never retried.
+	MaxFailures int
+}
+
 // Run names a run and where it keeps its results (Ray's RunConfig).
 type Run struct {
 	Name        string // run name; storage lives under StoragePath/Name
 	StoragePath string // root directory of run storage (default "./results")
 	Checkpoint  CheckpointConfig
+	Failure     FailureConfig
 }
 
 // Trainer runs one training function on a gang of workers.
@@ -104,6 +114,7 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		StoragePath: storage,
 		Config:      cfg,
 		Checkpoint:  policy,
+		MaxFailures: t.run.Failure.MaxFailures,
 		Stdout:      t.Stdout,
 		Stderr:      t.Stderr,
 		Logger:      t.Logger,

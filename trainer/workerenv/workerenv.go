@@ -195,4 +195,6 @@ const (
 	ExitBadEnv     = 2 // the worker environment is malformed
 	ExitInfraError = 3 // rendezvous, collectives or storage failed
 	ExitPeerLost   = 4 // a peer was lost: the gang broke elsewhere
+
+	ExitBudgetExhausted = 5 // the gang failed more often than max_failures allows: do not restart
 )
