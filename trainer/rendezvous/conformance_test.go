@@ -30,7 +30,7 @@ func wallMemFixture(t *testing.T) rendezvoustest.Fixture {
 	t.Cleanup(func() { st.Close() })
 	return rendezvoustest.Fixture{
 		Connect: func(*testing.T) rendezvous.Store { return rendezvoustest.Handle(st) },
-		TTL:     300 * time.Millisecond,
+		TTL:     time.Second,
 	}
 }
 
@@ -82,19 +82,21 @@ func wallTCPFixture(t *testing.T) rendezvoustest.Fixture {
 	addr := serve(t, st, testSecret, nil)
 	return rendezvoustest.Fixture{
 		Connect: func(t *testing.T) rendezvous.Store { return dial(t, addr, testSecret) },
-		TTL:     300 * time.Millisecond,
+		TTL:     time.Second,
 	}
 }
 
 func TestMemStoreConformance(t *testing.T) { rendezvoustest.RunStoreConformance(t, memFixture) }
 
 func TestMemStoreWallClockConformance(t *testing.T) {
+	t.Parallel()
 	rendezvoustest.RunStoreConformance(t, wallMemFixture)
 }
 
 func TestTCPStoreConformance(t *testing.T) { rendezvoustest.RunStoreConformance(t, tcpFixture) }
 
 func TestTCPStoreWallClockConformance(t *testing.T) {
+	t.Parallel()
 	rendezvoustest.RunStoreConformance(t, wallTCPFixture)
 }
 
