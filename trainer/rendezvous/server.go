@@ -38,7 +38,8 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds the auth handshake (default 5s).
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection that sent nothing, not even a ping,
-	// for this long (default 30s; clients ping every 10s).
+	// for this long (default 30s). Clients ping every 10s, so it must be
+	// well above that.
 	IdleTimeout time.Duration
 }
 

@@ -170,13 +170,15 @@ func TestCheckLoss(t *testing.T) {
 		reason rendezvous.LossReason
 		member string
 		newGen uint64
+		miss   []string
 	}{
-		{"whole", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(3)}, false, "", "", 0},
-		{"whole with stale keys of other generations", []rendezvous.KeyValue{alive("2", "x"), alive("3", "a"), alive("3", "b"), alive("30", "z"), state(3)}, false, "", "", 0},
-		{"member gone", []rendezvous.KeyValue{alive("3", "a"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0},
-		{"member alive only in another generation", []rendezvous.KeyValue{alive("3", "a"), alive("31", "b"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0},
-		{"generation moved on", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(4)}, true, rendezvous.ReasonGenerationChanged, "", 4},
-		{"state deleted", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b")}, true, rendezvous.ReasonGenerationChanged, "", 0},
+		{"whole", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(3)}, false, "", "", 0, nil},
+		{"whole with stale keys of other generations", []rendezvous.KeyValue{alive("2", "x"), alive("3", "a"), alive("3", "b"), alive("30", "z"), state(3)}, false, "", "", 0, nil},
+		{"member gone", []rendezvous.KeyValue{alive("3", "a"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0, []string{"b"}},
+		{"all gone", []rendezvous.KeyValue{state(3)}, true, rendezvous.ReasonMemberLost, "a", 0, []string{"a", "b"}},
+		{"member alive only in another generation", []rendezvous.KeyValue{alive("3", "a"), alive("31", "b"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0, []string{"b"}},
+		{"generation moved on", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(4)}, true, rendezvous.ReasonGenerationChanged, "", 4, nil},
+		{"state deleted", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b")}, true, rendezvous.ReasonGenerationChanged, "", 0, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,6 +188,7 @@ func TestCheckLoss(t *testing.T) {
 				must.Eq(t, tc.reason, ev.Reason)
 				must.Eq(t, tc.member, ev.Member)
 				must.Eq(t, tc.newGen, ev.NewGeneration)
+				must.Eq(t, tc.miss, ev.Missing)
 				must.Eq(t, 3, ev.Generation)
 			}
 		})

@@ -45,8 +45,8 @@ func TestKeepAlive(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &scriptedLease{ttl: 60 * time.Millisecond, script: tc.script}
-			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+			l := &scriptedLease{ttl: 300 * time.Millisecond, script: tc.script}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			err := l.KeepAlive(ctx)
 			if tc.wantErr == nil {
@@ -54,7 +54,7 @@ func TestKeepAlive(t *testing.T) {
 					t.Fatalf("keep-alive ended with %v", err)
 				}
 				if l.calls < 3 {
-					t.Fatalf("only %d renewals in 400ms with a 60ms ttl", l.calls)
+					t.Fatalf("only %d renewals in 1s with a 300ms ttl", l.calls)
 				}
 				return
 			}
