@@ -48,7 +48,8 @@ type Options struct {
 	LeaseTTL time.Duration
 	// Logger (default: none).
 	Logger hclog.Logger
-	// Clock times the join and the lease renewals (default: wall clock).
+	// Clock times the join's Timeout (default: wall clock). Lease renewals
+	// run on the store's own clock.
 	Clock Clock
 }
 
@@ -354,7 +355,7 @@ func (s *Session) watch(ctx context.Context) (LostEvent, bool) {
 		}
 		idx = next
 		if ev, lost := CheckLoss(s.run, s.assign, kvs); lost {
-			s.logger.Info("generation lost", "generation", gen, "reason", ev.Reason, "lost", ev.Member,
+			s.logger.Debug("generation lost", "generation", gen, "reason", ev.Reason, "lost", ev.Member,
 				"new_generation", ev.NewGeneration)
 			return ev, true
 		}
