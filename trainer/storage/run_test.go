@@ -456,13 +456,21 @@ func TestStagedAbort(t *testing.T) {
 	must.ErrorContains(t, err, "another run")
 }
 
-func TestInvalidRecordsChangeNothing(t *testing.T) {
+// oneCheckpoint opens a run under a new root, commits checkpoint_000000 and
+// returns the root, the run and the contents of progress.jsonl.
+func oneCheckpoint(t *testing.T) (string, *Run, []byte) {
+	t.Helper()
 	root := t.TempDir()
 	r := openT(t, root, Policy{})
 	commitT(t, r, map[string]string{"x": "0"}, Record{Step: 0})
-	path := filepath.Join(r.Dir(), ProgressFile)
-	before, err := os.ReadFile(path)
+	progress, err := os.ReadFile(filepath.Join(r.Dir(), ProgressFile))
 	must.NoError(t, err)
+	return root, r, progress
+}
+
+func TestInvalidRecordsChangeNothing(t *testing.T) {
+	_, r, before := oneCheckpoint(t)
+	path := filepath.Join(r.Dir(), ProgressFile)
 
 	must.ErrorIs(t, r.Append(Record{Checkpoint: "checkpoint_000000"}), ErrInvalidRecord)
 	must.ErrorIs(t, r.Append(Record{Metrics: map[string]any{"loss": math.Inf(1)}}), ErrInvalidRecord)
@@ -578,12 +586,8 @@ func TestFsyncPolicy(t *testing.T) {
 }
 
 func TestWriteFailureNeedsReopen(t *testing.T) {
-	root := t.TempDir()
-	r := openT(t, root, Policy{})
-	commitT(t, r, map[string]string{"x": "0"}, Record{Step: 0})
+	root, r, before := oneCheckpoint(t)
 	path := filepath.Join(r.Dir(), ProgressFile)
-	before, err := os.ReadFile(path)
-	must.NoError(t, err)
 
 	// Swap the progress handle for a read-only one: the record write fails,
 	// and so does cutting the file back, so the Run refuses further writes.
