@@ -1,6 +1,6 @@
 module github.com/nomad-train/nomad-train
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/hashicorp/go-hclog v1.6.3
@@ -27,7 +27,7 @@ require (
 	github.com/zclconf/go-cty v1.20.0
 	golang.org/x/mod v0.29.0 // indirect
 	golang.org/x/sync v0.18.0 // indirect
-	golang.org/x/sys v0.38.0
+	golang.org/x/sys v0.50.0
 	golang.org/x/text v0.31.0 // indirect
 	golang.org/x/tools v0.38.0 // indirect
 	gonum.org/v1/gonum v0.17.0

@@ -35,6 +35,8 @@ type Result struct {
 	// Errors holds one entry per failed worker when the run failed, the
 	// first failure (the cause) first.
 	Errors []RankError
+	// Recovered lists the worker failures the run survived, in order.
+	Recovered []RankError
 }
 
 // RankError is one worker's failure.
@@ -55,7 +57,7 @@ var ErrRunFailed = errors.New("run failed")
 // ended (out may be nil) into a Result. When a worker failed it returns the
 // Result together with an error wrapping ErrRunFailed that names the cause.
 func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *local.Outcome) (*Result, error) {
-	st, err := storage.Open(storagePath, run, storagePolicy(policy))
+	st, err := storage.OpenReadOnly(storagePath, run, storagePolicy(policy))
 	if err != nil {
 		return nil, fmt.Errorf("open run storage: %w", err)
 	}
@@ -84,15 +86,29 @@ func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out 
 			Metrics:    Metrics(r.Metrics),
 		})
 	}
-	if out == nil || !out.Failed() {
+	if out == nil {
 		return res, nil
 	}
+	for _, r := range out.Restarts {
+		res.Recovered = append(res.Recovered, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
+	}
+	if !out.Failed() {
+		return res, nil
+	}
+	stopped := true
 	for _, r := range out.Failures() {
 		res.Errors = append(res.Errors, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
+		stopped = stopped && r.ExitCode == ExitStopped
 	}
-	msgs := make([]string, len(res.Errors))
-	for i, e := range res.Errors {
-		msgs[i] = e.Error()
+	if stopped {
+		return res, fmt.Errorf("%w: every worker checkpointed and stopped; run again to resume", ErrStopped)
+	}
+	var msgs []string
+	if out.BudgetExhausted != "" {
+		msgs = append(msgs, out.BudgetExhausted)
+	}
+	for _, e := range res.Errors {
+		msgs = append(msgs, e.Error())
 	}
 	return res, fmt.Errorf("%w: %s", ErrRunFailed, strings.Join(msgs, "; "))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -32,11 +33,30 @@ type CheckpointConfig struct {
 	ScoreOrder     string // "max" or "min" (default "max")
 }
 
+// FailureConfig is the gang's failure budget (Ray's FailureConfig).
+type FailureConfig struct {
+	// MaxFailures is how many times the gang may lose a worker and
+	// recover (restart it, rejoin, restore the latest checkpoint); -1 is
+	// unlimited, 0 fails the run at the first failure. A failure of the
+	// training function itself (an error or a panic) is never retried.
+	MaxFailures int
+	// StallFloor and StallFactor set the progress watchdog: when no
+	// collective completes for max(StallFloor, StallFactor × the median
+	// time between collectives) the gang is declared hung and re-forms
+	// (defaults 2m and 20).
+	StallFloor  time.Duration
+	StallFactor float64
+	// RejoinTimeout is how long a worker may stay out of a re-forming gang
+	// before it is presumed hung and replaced (default 1m).
+	RejoinTimeout time.Duration
+}
+
 // Run names a run and where it keeps its results (Ray's RunConfig).
 type Run struct {
 	Name        string // run name; storage lives under StoragePath/Name
 	StoragePath string // root directory of run storage (default "./results")
 	Checkpoint  CheckpointConfig
+	Failure     FailureConfig
 }
 
 // Trainer runs one training function on a gang of workers.
@@ -104,9 +124,12 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		StoragePath: storage,
 		Config:      cfg,
 		Checkpoint:  policy,
-		Stdout:      t.Stdout,
-		Stderr:      t.Stderr,
-		Logger:      t.Logger,
+		MaxFailures: t.run.Failure.MaxFailures,
+		StallFloor:  t.run.Failure.StallFloor, StallFactor: t.run.Failure.StallFactor,
+		RejoinTimeout: t.run.Failure.RejoinTimeout,
+		Stdout:        t.Stdout,
+		Stderr:        t.Stderr,
+		Logger:        t.Logger,
 	})
 	if err != nil {
 		return nil, err

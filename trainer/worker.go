@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,7 +31,45 @@ const (
 	ExitBadEnv     = workerenv.ExitBadEnv
 	ExitInfraError = workerenv.ExitInfraError
 	ExitPeerLost   = workerenv.ExitPeerLost
+
+	ExitBudgetExhausted = workerenv.ExitBudgetExhausted
+	ExitStopped         = workerenv.ExitStopped
 )
+
+// ErrStopped is returned when the worker was asked to stop (SIGTERM, as
+// Nomad sends on stop and drain): the training function saw
+// ShouldCheckpoint, checkpointed and returned, or the grace period ran out.
+var ErrStopped = errors.New("stopped")
+
+// watchStop turns the first SIGTERM or SIGINT into a stop request that the
+// training function reads through ShouldCheckpoint, and cancels ctx (with
+// ErrStopped) when a second signal comes or grace has passed, so a worker
+// that ignores the request still ends.
+func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) *atomic.Bool {
+	var stopping atomic.Bool
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		defer signal.Stop(sigs)
+		select {
+		case sig := <-sigs:
+			stopping.Store(true)
+			ev.emit("stop_requested", fmt.Sprintf("%v: checkpoint and stop within %v", sig, grace), nil)
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-sigs:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		cancel(ErrStopped)
+	}()
+	return &stopping
+}
 
 // ErrUser marks a failure of the training function itself.
 var ErrUser = errors.New("training function failed")
@@ -51,10 +91,11 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	}
 	ev := openEventLog(env.Events)
 	defer ev.close()
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopping := watchStop(ctx, cancel, env.StopGrace, ev)
 
-	err = runWorker(ctx, env, fn, ev, log)
+	err = runWorker(ctx, env, fn, ev, log, stopping)
 	if err == nil {
 		ev.emit("worker_finished", "training function returned", nil)
 		return ExitOK
@@ -63,6 +104,10 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	switch {
 	case errors.Is(err, ErrUser):
 		code = ExitUserError
+	case errors.Is(err, ErrBudgetExhausted):
+		code = ExitBudgetExhausted
+	case errors.Is(err, ErrStopped):
+		code = ExitStopped
 	case errors.Is(err, collective.ErrPeerLost):
 		code = ExitPeerLost
 	}
@@ -71,7 +116,12 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	return code
 }
 
-func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger) error {
+// runWorker trains until the training function returns on every rank. When
+// the gang loses a member, this worker does not exit: it leaves the broken
+// generation, joins the next one (with the lost worker's replacement),
+// restores the latest checkpoint and calls the training function again, as
+// long as the failure budget allows.
+func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger, stopping *atomic.Bool) error {
 	secret, err := auth.ReadSecretFile(env.SecretFile)
 	if err != nil {
 		return err
@@ -81,36 +131,126 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		return fmt.Errorf("open rendezvous store: %w", err)
 	}
 	defer store.Close()
+	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping}
+	for {
+		err := w.generation(ctx)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
+			return fmt.Errorf("%w: grace period over: %w", ErrStopped, err)
+		}
+		var lost *gangLost
+		if !errors.As(err, &lost) || ctx.Err() != nil {
+			return err
+		}
+		if stopping.Load() {
+			return fmt.Errorf("%w while the gang was broken: %w", ErrStopped, err)
+		}
+		log.Warn("gang lost a member; joining the next generation", "cause", lost.Error())
+		ev.emit("generation_changed", lost.Error(), map[string]string{"generation": fmt.Sprint(lost.generation)})
+	}
+}
 
+// worker is what stays the same across generations in one worker process.
+type worker struct {
+	env    workerenv.Env
+	fn     TrainFunc
+	ev     *eventLog
+	log    hclog.Logger
+	store  rendezvous.Store
+	secret []byte
+	// stopping is set on the first SIGTERM/SIGINT (see watchStop).
+	stopping *atomic.Bool
+}
+
+// gangLost says the generation broke because of something outside this
+// worker: a lost member, or a collective that failed with its peer.
+type gangLost struct {
+	generation uint64
+	cause      string
+}
+
+func (g *gangLost) Error() string {
+	return fmt.Sprintf("generation %d lost: %s", g.generation, g.cause)
+}
+
+// ErrBudgetExhausted is returned when the gang has failed more often than
+// its failure budget (max_failures) allows.
+var ErrBudgetExhausted = errors.New("failure budget exhausted")
+
+// generation runs one rendezvous generation: join, connect, restore, train.
+func (w *worker) generation(ctx context.Context) error {
+	env := w.env
 	ln, err := net.Listen("tcp", env.Addr)
 	if err != nil {
 		return fmt.Errorf("listen for collectives on %s: %w", env.Addr, err)
 	}
 	defer ln.Close()
 
-	rdzv, err := rendezvous.Join(ctx, store, env.RunName, rendezvous.Member{
+	rdzv, err := rendezvous.Join(ctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
-	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, Logger: log})
+	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log})
 	if err != nil {
 		return fmt.Errorf("rendezvous: %w", err)
 	}
 	defer rdzv.Leave(context.Background())
 	a := rdzv.Assignment()
-	log = log.With("rank", a.Rank, "gen", a.Generation)
-	ev.emit("rendezvous_complete", fmt.Sprintf("rank %d of %d, generation %d", a.Rank, a.WorldSize, a.Generation),
+	log := w.log.With("rank", a.Rank, "gen", a.Generation)
+	// Every generation after the first is one gang failure.
+	if used := int(a.Generation) - 1; env.MaxFailures >= 0 && used > env.MaxFailures {
+		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
+		return fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
+	} else if used > 0 {
+		w.ev.emit("failure_budget_used", fmt.Sprintf("failure %d of %s", used, budgetString(env.MaxFailures)),
+			map[string]string{"used": fmt.Sprint(used), "max_failures": fmt.Sprint(env.MaxFailures)})
+	}
+	w.ev.emit("rendezvous_complete", fmt.Sprintf("rank %d of %d, generation %d", a.Rank, a.WorldSize, a.Generation),
 		map[string]string{"rank": fmt.Sprint(a.Rank), "world_size": fmt.Sprint(a.WorldSize), "generation": fmt.Sprint(a.Generation)})
+
+	// When the generation breaks, everything the training function waits
+	// on is cancelled, so it returns at once instead of at a deadline.
+	gctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	wctx, stopWatch := context.WithCancel(gctx)
+	var watchers sync.WaitGroup
+	watchers.Add(2)
+	go func() {
+		defer watchers.Done()
+		if ev, ok := <-rdzv.WatchLoss(wctx); ok {
+			cancel(&gangLost{generation: a.Generation, cause: ev.String()})
+		}
+	}()
+	wd := newWatchdog(env.StallFloor, env.StallFactor, time.Now())
+	go func() {
+		defer watchers.Done()
+		if cause, hung := watchStall(wctx, wd, env.StallFloor); hung {
+			w.ev.emit("hang_detected", cause, nil)
+			cancel(&gangLost{generation: a.Generation, cause: cause})
+		}
+	}()
+	defer func() { stopWatch(); watchers.Wait() }()
+	lostOr := func(err error) error {
+		if cause := context.Cause(gctx); cause != nil && ctx.Err() == nil {
+			var lost *gangLost
+			if errors.As(cause, &lost) {
+				return lost
+			}
+		}
+		if errors.Is(err, collective.ErrPeerLost) && ctx.Err() == nil {
+			return &gangLost{generation: a.Generation, cause: err.Error()}
+		}
+		return err
+	}
 
 	peers := make([]string, len(a.Peers))
 	for i, p := range a.Peers {
 		peers[i] = p.Addr
 	}
-	group, err := collective.New(ctx, collective.Config{
+	group, err := collective.New(gctx, collective.Config{
 		Rank: a.Rank, Size: a.WorldSize, Listener: ln, Peers: peers,
-		Timeout: env.CollectiveTimeout, Secret: secret, Generation: a.Generation,
-		Logger: log.Named("collective"),
+		Timeout: env.CollectiveTimeout, Secret: w.secret, Generation: a.Generation,
+		Logger: log,
 	})
 	if err != nil {
-		return fmt.Errorf("connect collectives: %w", err)
+		return lostOr(fmt.Errorf("connect collectives: %w", err))
 	}
 	defer group.Close()
 
@@ -118,23 +258,54 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
-		events: ev, log: log, now: time.Now,
+		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd,
 	}
-	if err := s.restore(ctx, env); err != nil {
-		return err
+	if err := s.restore(gctx, env); err != nil {
+		return lostOr(err)
 	}
 	if s.store != nil {
 		defer s.store.Close()
 	}
-	if err := callTrain(ctx, fn, s); err != nil {
-		return err
+	if err := callTrain(gctx, w.fn, s); err != nil {
+		return lostOr(err)
 	}
 	// Every rank leaves together, so none closes its sockets while a peer
-	// still needs them.
-	if err := group.Barrier(ctx); err != nil {
-		return fmt.Errorf("final barrier: %w", err)
+	// still needs them. A rank that passed the barrier leaves the
+	// rendezvous, which must not look like a loss to one still in it: from
+	// here on only the barrier itself can fail.
+	stopWatch()
+	watchers.Wait()
+	if err := group.Barrier(gctx); err != nil {
+		return lostOr(fmt.Errorf("final barrier: %w", err))
+	}
+	if s.stopAgreed {
+		return ErrStopped
 	}
 	return nil
+}
+
+// watchStall polls the watchdog until ctx ends or the gang has made no
+// progress for too long, and then says why.
+func watchStall(ctx context.Context, wd *watchdog, floor time.Duration) (string, bool) {
+	t := time.NewTicker(min(max(floor/4, 50*time.Millisecond), 5*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", false
+		case now := <-t.C:
+			if since, limit, hung := wd.stalled(now); hung {
+				return fmt.Sprintf("no collective completed for %v (limit %v): a peer is hung", since.Round(time.Millisecond), limit.Round(time.Millisecond)), true
+			}
+		}
+	}
+}
+
+func budgetString(max int) string {
+	if max < 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(max)
 }
 
 // resumePoint is what rank 0 tells the others at start-up.
@@ -180,16 +351,24 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
-	var rp resumePoint
-	if len(recs) > 0 {
-		rp.Step = recs[len(recs)-1].Step
-	}
-	_, path, ok, err := st.Latest()
+	name, path, ok, err := st.Latest()
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
+	// Training restarts from the latest checkpoint (or from scratch), so
+	// reports made after it are rolled back: the history then reads as if
+	// the run had never failed.
+	var rp resumePoint
 	if ok {
 		rp.Checkpoint = path
+		for _, r := range recs {
+			if r.Checkpoint == name {
+				rp.Step = r.Step
+			}
+		}
+	}
+	if err := st.TruncateAfter(rp.Step); err != nil {
+		return resumePoint{Err: err.Error()}
 	}
 	return rp
 }

@@ -40,12 +40,17 @@ type Options struct {
 
 	RendezvousTimeout time.Duration // default 1m
 	CollectiveTimeout time.Duration // default 30s
-	// FailGrace is how long the other workers get to notice a failed peer
-	// and stop by themselves before they are stopped (default 10s).
-	FailGrace time.Duration
 	// StopGrace is how long a stopped worker gets between SIGTERM and
 	// SIGKILL (default 10s).
 	StopGrace time.Duration
+	// RejoinTimeout is how long a running worker may stay out of a gang
+	// that is re-forming before it is presumed hung (frozen, or stuck in
+	// its own code) and killed, so that a replacement can join (default 1m).
+	RejoinTimeout time.Duration
+	// StallFloor and StallFactor set the workers' progress watchdog (see
+	// workerenv.StallFloor); zero keeps the workers' defaults.
+	StallFloor  time.Duration
+	StallFactor float64
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
 	Logger         hclog.Logger
@@ -58,6 +63,7 @@ type RankOutcome struct {
 	Signal   string // the signal's name when killed by one
 	Err      string // the worker's own account of its failure, when it gave one
 	Order    int    // 0 for the first worker to end, 1 for the next...
+	Restarts int    // how often this rank's process was replaced
 }
 
 // Message describes the failure in words.
@@ -79,6 +85,12 @@ func (r RankOutcome) Secondary() bool { return r.ExitCode == workerenv.ExitPeerL
 // Outcome is how every worker of a run ended, indexed by rank.
 type Outcome struct {
 	Ranks []RankOutcome
+	// Restarts lists, in order, the worker failures the gang recovered
+	// from (each process replaced by a new one).
+	Restarts []RankOutcome
+	// BudgetExhausted says why the run was stopped when its failure budget
+	// ran out; empty otherwise.
+	BudgetExhausted string
 }
 
 // Failures lists the workers that ended badly, causes first: workers that
@@ -137,7 +149,8 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch: listen for rendezvous: %w", err)
 	}
-	srv, err := rendezvous.NewServer(rendezvous.NewMemStore(nil), rendezvous.ServerConfig{
+	mem := rendezvous.NewMemStore(nil)
+	srv, err := rendezvous.NewServer(mem, rendezvous.ServerConfig{
 		Listener: ln, Secret: []byte(secret), Logger: o.Logger.Named("rendezvous"),
 	})
 	if err != nil {
@@ -165,9 +178,17 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		workerenv.Checkpoint+"="+mustJSON(o.Checkpoint),
 		workerenv.MaxFailures+"="+strconv.Itoa(o.MaxFailures),
 		workerenv.SecretFile+"="+secretFile,
+		workerenv.StopGrace+"="+(o.StopGrace*3/4).String(),
 	)
+	if o.StallFloor > 0 {
+		base = append(base, workerenv.StallFloor+"="+o.StallFloor.String())
+	}
+	if o.StallFactor > 0 {
+		base = append(base, workerenv.StallFactor+"="+strconv.FormatFloat(o.StallFactor, 'g', -1, 64))
+	}
 
-	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout}}
+	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout},
+		envs: make([][]string, o.NumWorkers), store: mem}
 	g.stderr = g.stdout
 	if o.Stderr != o.Stdout {
 		g.stderr = &syncWriter{w: o.Stderr}
@@ -175,16 +196,22 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	for i := 0; i < o.NumWorkers; i++ {
 		env := append(base[:len(base):len(base)],
 			workerenv.RankHint+"="+strconv.Itoa(i),
-			workerenv.MemberID+"=local-"+strconv.Itoa(i),
-			workerenv.Events+"="+filepath.Join(tmp, fmt.Sprintf("events-%d.jsonl", i)),
+			workerenv.MemberID+"="+memberID(i),
+			workerenv.Events+"="+eventsPath(tmp, i),
 		)
-		if err := g.start(i, env); err != nil {
+		g.envs[i] = env
+		if err := g.start(i); err != nil {
 			g.stopAll(syscall.SIGKILL)
 			g.waitAll()
 			return nil, err
 		}
 	}
-	g.supervise(ctx)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); g.watchRejoin(wctx) }()
+	g.supervise(ctx, tmp)
+	stopWatch()
+	<-watched
 	return g.outcome(tmp), nil
 }
 
@@ -195,11 +222,11 @@ func (o *Options) defaults() {
 	if o.CollectiveTimeout <= 0 {
 		o.CollectiveTimeout = 30 * time.Second
 	}
-	if o.FailGrace <= 0 {
-		o.FailGrace = 10 * time.Second
-	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = 10 * time.Second
+	}
+	if o.RejoinTimeout <= 0 {
+		o.RejoinTimeout = time.Minute
 	}
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
@@ -219,18 +246,27 @@ func (o *Options) defaults() {
 type gang struct {
 	opts           Options
 	stdout, stderr *syncWriter
-	procs          []*exec.Cmd
-	done           chan int // rank of each worker as it is reaped
+	envs           [][]string // each rank's environment
+	done           chan int   // rank of each worker process as it is reaped
 
-	mu    sync.Mutex // guards below
-	ended []RankOutcome
-	order int
-	live  int
+	store *rendezvous.MemStore
+
+	// Owned by Launch's goroutine.
+	restarts        []RankOutcome
+	startupFailures int    // workers lost before the gang first formed
+	exhausted       string // why the failure budget is spent, if it is
+
+	mu      sync.Mutex  // guards below
+	procs   []*exec.Cmd // index = rank: the rank's current process
+	started []time.Time // when each rank's current process started
+	ended   []RankOutcome
+	order   int
 }
 
-func (g *gang) start(rank int, env []string) error {
+// start starts rank's process, the first time or as a replacement.
+func (g *gang) start(rank int) error {
 	cmd := exec.Command(g.opts.Command, g.opts.Args...)
-	cmd.Env = env
+	cmd.Env = g.envs[rank]
 	prefix := fmt.Sprintf("[rank %d] ", rank)
 	stdout := &prefixWriter{dst: g.stdout, prefix: []byte(prefix)}
 	stderr := &prefixWriter{dst: g.stderr, prefix: []byte(prefix)}
@@ -243,10 +279,16 @@ func (g *gang) start(rank int, env []string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("launch: start worker %d: %w", rank, err)
 	}
-	g.procs = append(g.procs, cmd)
 	g.mu.Lock()
-	g.ended = append(g.ended, RankOutcome{Rank: rank, Order: -1})
-	g.live++
+	if rank == len(g.procs) {
+		g.procs = append(g.procs, cmd)
+		g.started = append(g.started, time.Now())
+		g.ended = append(g.ended, RankOutcome{Rank: rank, Order: -1})
+	} else {
+		g.procs[rank] = cmd
+		g.started[rank] = time.Now()
+		g.ended[rank] = RankOutcome{Rank: rank, Order: -1, Restarts: g.ended[rank].Restarts + 1}
+	}
 	g.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -264,7 +306,6 @@ func (g *gang) reaped(rank int, err error) {
 	r := &g.ended[rank]
 	r.Order = g.order
 	g.order++
-	g.live--
 	if err == nil {
 		return
 	}
@@ -282,38 +323,154 @@ func (g *gang) reaped(rank int, err error) {
 	r.Err = err.Error()
 }
 
-// supervise waits for the workers. When one fails, the others get FailGrace
-// to stop by themselves (they see the lost peer); when ctx ends, all are
-// stopped at once.
-func (g *gang) supervise(ctx context.Context) {
-	var failTimer <-chan time.Time
+// supervise waits for the workers. A worker that fails with an
+// infrastructure failure (killed, lost, its gang broken) is replaced by a
+// new process, which joins the survivors in the next rendezvous generation;
+// the workers themselves enforce the failure budget and exit for good when
+// it is spent. A user error, a bad environment or a spent budget stops
+// every worker, and so does ctx ending.
+func (g *gang) supervise(ctx context.Context, tmp string) {
 	stopping := false
-	for remaining := len(g.procs); remaining > 0; {
+	stopAll := func(why string) {
+		if !stopping {
+			stopping = true
+			g.opts.Logger.Info("stopping workers", "reason", why)
+			go g.stop()
+		}
+	}
+	for live := g.opts.NumWorkers; live > 0; {
 		select {
 		case rank := <-g.done:
-			remaining--
+			live--
 			g.mu.Lock()
-			failed := g.ended[rank].ExitCode != 0
+			r := g.ended[rank]
 			g.mu.Unlock()
-			if failed && failTimer == nil && !stopping {
-				g.opts.Logger.Warn("worker failed, waiting for the others to stop", "rank", rank)
-				failTimer = time.After(g.opts.FailGrace)
+			if r.ExitCode == 0 || stopping {
+				continue
 			}
-		case <-failTimer:
-			failTimer = nil
-			if !stopping {
-				stopping = true
-				go g.stop()
+			if r.Err == "" {
+				r.Err = lastFailure(eventsPath(tmp, rank))
 			}
+			if !restartable(r) || !g.withinBudget() {
+				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
+				if g.exhausted != "" {
+					g.stderr.printf("==> %s\n", g.exhausted)
+				}
+				stopAll(fmt.Sprintf("rank %d failed", rank))
+				continue
+			}
+			g.stderr.printf("==> rank %d failed: %s; starting a replacement\n", rank, r.Message())
+			if err := g.start(rank); err != nil {
+				stopAll(err.Error())
+				continue
+			}
+			g.restarts = append(g.restarts, r)
+			live++
 		case <-ctx.Done():
-			if !stopping {
-				stopping = true
-				g.opts.Logger.Info("stopping workers")
-				go g.stop()
-			}
+			stopAll("stopped")
 			ctx = context.Background() // fire once
 		}
 	}
+}
+
+// watchRejoin kills a worker that stays out of a re-forming gang for
+// RejoinTimeout while its process runs: it is frozen (SIGSTOP, a stuck
+// kernel call) or stuck in its own code, its peers have given up on it, and
+// only a replacement can fill its place. Its death then counts against the
+// failure budget like any other.
+func (g *gang) watchRejoin(ctx context.Context) {
+	tick := time.NewTicker(min(max(g.opts.RejoinTimeout/10, 20*time.Millisecond), time.Second))
+	defer tick.Stop()
+	var forming uint64 // the generation seen forming
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			st, ok := g.state()
+			if !ok || st.Phase != rendezvous.PhaseJoining {
+				forming = 0
+				continue
+			}
+			if st.Generation != forming {
+				forming, since = st.Generation, now
+				continue
+			}
+			if now.Sub(since) < g.opts.RejoinTimeout {
+				continue
+			}
+			joined := map[string]bool{}
+			for _, m := range st.Members {
+				joined[m.ID] = true
+			}
+			g.mu.Lock()
+			for i, cmd := range g.procs {
+				if g.ended[i].Order < 0 && !joined[memberID(i)] && now.Sub(g.started[i]) > g.opts.RejoinTimeout {
+					g.stderr.printf("==> rank %d did not rejoin generation %d within %v: presumed hung, killing it\n",
+						i, st.Generation, g.opts.RejoinTimeout)
+					syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				}
+			}
+			g.mu.Unlock()
+			since = now
+		}
+	}
+}
+
+// state reads the run's rendezvous state document.
+func (g *gang) state() (rendezvous.State, bool) {
+	var st rendezvous.State
+	v, err := g.store.Get(context.Background(), g.opts.RunName+"/state")
+	if err != nil || v.Version == 0 || json.Unmarshal(v.Data, &st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+func memberID(rank int) string { return "local-" + strconv.Itoa(rank) }
+
+// withinBudget reports whether the gang may recover from a worker failure
+// without overspending its failure budget. It counts the way the workers
+// do: every rendezvous generation after the first is one gang failure, and
+// recovering from this one means the next generation (or the one already
+// forming, when the survivors are quicker than this launcher).
+func (g *gang) withinBudget() bool {
+	if g.opts.MaxFailures < 0 {
+		return true
+	}
+	next := uint64(1)
+	if st, ok := g.state(); ok {
+		next = st.Generation
+		if st.Phase == rendezvous.PhaseComplete {
+			next++
+		}
+	}
+	// A worker that dies before the gang first formed breaks no
+	// generation, but must not be restarted forever either.
+	if next == 1 {
+		g.startupFailures++
+	}
+	if used := int(next) - 1 + g.startupFailures; used > g.opts.MaxFailures {
+		g.exhausted = fmt.Sprintf("failure budget exhausted: the gang failed %d times, max_failures is %d", used, g.opts.MaxFailures)
+		return false
+	}
+	return true
+}
+
+// restartable tells infrastructure failures, which a new process may get
+// past, from the user's errors and a spent failure budget, which it would
+// only repeat.
+func restartable(r RankOutcome) bool {
+	switch r.ExitCode {
+	case workerenv.ExitUserError, workerenv.ExitBadEnv, workerenv.ExitBudgetExhausted, workerenv.ExitStopped:
+		return false
+	}
+	return true
+}
+
+func eventsPath(tmp string, rank int) string {
+	return filepath.Join(tmp, fmt.Sprintf("events-%d.jsonl", rank))
 }
 
 // stop sends SIGTERM to every live worker's group, then SIGKILL after StopGrace.
@@ -329,14 +486,22 @@ func (g *gang) stop() {
 			g.stopAll(syscall.SIGKILL)
 			return
 		case <-tick.C:
-			g.mu.Lock()
-			live := g.live
-			g.mu.Unlock()
-			if live == 0 {
+			if g.allEnded() {
 				return
 			}
 		}
 	}
+}
+
+func (g *gang) allEnded() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range g.ended {
+		if r.Order < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *gang) stopAll(sig syscall.Signal) {
@@ -360,10 +525,10 @@ func (g *gang) waitAll() {
 func (g *gang) outcome(tmp string) *Outcome {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := &Outcome{Ranks: append([]RankOutcome(nil), g.ended...)}
+	out := &Outcome{Ranks: append([]RankOutcome(nil), g.ended...), Restarts: g.restarts, BudgetExhausted: g.exhausted}
 	for i := range out.Ranks {
 		if out.Ranks[i].ExitCode != 0 && out.Ranks[i].Err == "" {
-			out.Ranks[i].Err = lastFailure(filepath.Join(tmp, fmt.Sprintf("events-%d.jsonl", i)))
+			out.Ranks[i].Err = lastFailure(eventsPath(tmp, i))
 		}
 	}
 	return out

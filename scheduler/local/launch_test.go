@@ -54,13 +54,22 @@ func fakeWorker(mode string) int {
 			}
 			ev, _ := json.Marshal(workerenv.Event{Kind: "worker_failed", Message: "bad thing on rank 1"})
 			os.WriteFile(os.Getenv(workerenv.Events), append(ev, '\n'), 0o644)
-			return 5
+			return workerenv.ExitUserError
 		}
 		// Others wait to be told to stop, and stop cleanly.
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
 		os.WriteFile(filepath.Join(dir, fmt.Sprintf("ready-%d", rank)), nil, 0o644)
 		<-ch
+		return 0
+	case "die-once":
+		// Rank 1's first process dies as if killed by the machine; its
+		// replacement succeeds.
+		marker := filepath.Join(os.Getenv("LOCAL_TEST_PIDS"), "died-1")
+		if _, err := os.Stat(marker); rank == 1 && err != nil {
+			os.WriteFile(marker, nil, 0o644)
+			return workerenv.ExitInfraError
+		}
 		return 0
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
@@ -103,7 +112,7 @@ func opts(t *testing.T, mode string, n int) (Options, *safeBuffer, string) {
 		// would eat the stop grace period.
 		Env:        []string{"LOCAL_TEST_MODE=" + mode, "LOCAL_TEST_PIDS=" + pids, "GORACE=atexit_sleep_ms=0"},
 		NumWorkers: n, RunName: "t", StoragePath: t.TempDir(),
-		FailGrace: 500 * time.Millisecond, StopGrace: time.Second,
+		StopGrace: time.Second, MaxFailures: -1,
 		Stdout: &out, Stderr: &out,
 	}, &out, pids
 }
@@ -115,7 +124,7 @@ func noneLeft(t *testing.T, pidDir string) {
 	must.NoError(t, err)
 	var entries []os.DirEntry
 	for _, e := range all {
-		if !strings.HasPrefix(e.Name(), "ready-") {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
 			entries = append(entries, e)
 		}
 	}
@@ -157,7 +166,7 @@ func TestFailedWorkerStopsTheRest(t *testing.T) {
 	res, err := Launch(context.Background(), o)
 	must.NoError(t, err, must.Sprint(out.String()))
 	must.True(t, res.Failed())
-	must.Eq(t, 5, res.Ranks[1].ExitCode)
+	must.Eq(t, workerenv.ExitUserError, res.Ranks[1].ExitCode)
 	must.Eq(t, "bad thing on rank 1", res.Ranks[1].Message())
 	must.Eq(t, 0, res.Ranks[1].Order)
 	must.Eq(t, 0, res.Ranks[0].ExitCode, must.Sprintf("%+v", res.Ranks)) // stopped cleanly by SIGTERM
@@ -208,4 +217,26 @@ func TestFailuresCausesFirst(t *testing.T) {
 		ranks = append(ranks, f.Rank)
 	}
 	must.Eq(t, []int{3, 2, 0}, ranks)
+}
+
+// An infrastructure failure is survived by starting a replacement process
+// for the rank; with no failure budget it fails the run instead.
+func TestReplacesFailedWorker(t *testing.T) {
+	o, out, pids := opts(t, "die-once", 3)
+	res, err := Launch(context.Background(), o)
+	must.NoError(t, err)
+	must.False(t, res.Failed(), must.Sprint(out.String()))
+	must.SliceLen(t, 1, res.Restarts)
+	must.Eq(t, 1, res.Restarts[0].Rank)
+	must.Eq(t, workerenv.ExitInfraError, res.Restarts[0].ExitCode)
+	must.Eq(t, 1, res.Ranks[1].Restarts)
+	must.StrContains(t, out.String(), "==> rank 1 failed: exited with code 3; starting a replacement")
+	noneLeft(t, pids)
+
+	o, out, _ = opts(t, "die-once", 3)
+	o.MaxFailures = 0
+	res, err = Launch(context.Background(), o)
+	must.NoError(t, err)
+	must.True(t, res.Failed(), must.Sprint(out.String()))
+	must.SliceEmpty(t, res.Restarts)
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"sync"
 )
@@ -17,6 +18,13 @@ func (s *syncWriter) writeLine(prefix, line []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.w.Write(append(append(make([]byte, 0, len(prefix)+len(line)), prefix...), line...))
+}
+
+// printf writes one line of the launcher's own.
+func (s *syncWriter) printf(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.w, format, args...)
 }
 
 // prefixWriter writes each complete line it receives to its destination

@@ -120,7 +120,9 @@ func TestRingPlanSimulated(t *testing.T) {
 			}
 			for r, p := range plans {
 				s := p.recv(k)
-				must.Eq(t, s.len(), len(msgs[r]), must.Sprintf("n=%d size=%d k=%d: sent and received lengths differ", n, size, k))
+				if s.len() != len(msgs[r]) {
+					t.Fatalf("n=%d size=%d k=%d: sent and received lengths differ", n, size, k)
+				}
 				for i, v := range msgs[r] {
 					if p.reduces(k) {
 						// The receiver adds its own value to the incoming partial sum.
@@ -139,7 +141,9 @@ func TestRingPlanSimulated(t *testing.T) {
 					want[i] = mod(j+i, size)
 				}
 				for i := s.lo; i < s.hi; i++ {
-					must.Eq(t, want, bufs[r][i], must.Sprintf("n=%d size=%d ce=%d rank %d element %d", n, size, ce, r, i))
+					if !slices.Equal(want, bufs[r][i]) {
+						t.Fatalf("n=%d size=%d ce=%d rank %d element %d: contributions %v, want %v", n, size, ce, r, i, bufs[r][i], want)
+					}
 				}
 			}
 		}
@@ -165,10 +169,10 @@ func TestRingPlanHazards(t *testing.T) {
 			m := p.messages()
 			for k := range m {
 				// What send k reads was produced by the receive it waits for.
-				if d := p.sendAfterRecv(k); d >= 0 {
-					must.Eq(t, p.recv(d), p.send(k))
-				} else {
-					must.Eq(t, rank, p.sendSeg(k), must.Sprintf("first sends read the rank's own segment"))
+				if d := p.sendAfterRecv(k); d >= 0 && p.recv(d) != p.send(k) {
+					t.Fatalf("n=%d size=%d rank %d: send %d reads %v, but receive %d produced %v", n, size, rank, k, p.send(k), d, p.recv(d))
+				} else if d < 0 && p.sendSeg(k) != rank {
+					t.Fatalf("n=%d size=%d rank %d: first send %d reads segment %d, not its own", n, size, rank, k, p.sendSeg(k))
 				}
 				for j := range m {
 					if !overlap(p.recv(k), p.send(j)) {
@@ -179,7 +183,9 @@ func TestRingPlanHazards(t *testing.T) {
 					// is posted, or wait for a receive at or after k.
 					after := p.sendAfterRecv(j) >= k
 					before := j <= p.recvAfterSend(k)
-					must.True(t, before || after, must.Sprintf("n=%d size=%d ce=%d rank %d: receive %d and send %d race", n, size, ce, rank, k, j))
+					if !before && !after {
+						t.Fatalf("n=%d size=%d ce=%d rank %d: receive %d and send %d race", n, size, ce, rank, k, j)
+					}
 				}
 			}
 		}

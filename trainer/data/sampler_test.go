@@ -73,7 +73,9 @@ func checkSampler(t *testing.T, base DistributedSampler) {
 	if base.DropLast {
 		want = n / w
 	}
+	var orders [][]int
 	for _, epoch := range []int{0, 1, 7} {
+		var order []int // every rank's shard, rank after rank
 		count := make([]int, n)
 		for r := 0; r < w; r++ {
 			s := base
@@ -87,7 +89,9 @@ func checkSampler(t *testing.T, base DistributedSampler) {
 				must.Between(t, 0, i, n-1)
 				count[i]++
 			}
+			order = append(order, got...)
 		}
+		orders = append(orders, order)
 		total := w * want
 		for i, c := range count {
 			switch {
@@ -107,6 +111,17 @@ func checkSampler(t *testing.T, base DistributedSampler) {
 		must.Eq(t, total, covered)
 		if !base.DropLast {
 			must.SliceNotContains(t, count, 0)
+		}
+	}
+	// The epoch reshuffles (with 5 or more examples a repeat is unlikely
+	// enough that these fixed seeds show none), or changes nothing without
+	// Shuffle.
+	for e := 1; e < len(orders); e++ {
+		switch {
+		case !base.Shuffle:
+			must.Eq(t, orders[0], orders[e])
+		case n >= 5 && want > 0:
+			must.NotEq(t, orders[0], orders[e])
 		}
 	}
 }

@@ -13,9 +13,14 @@ type activation struct {
 	dx  Matrix
 }
 
-func (*activation) NumParams() int                 { return 0 }
+// NumParams implements Layer: element-wise layers have no parameters.
+func (*activation) NumParams() int { return 0 }
+
+// Bind implements Layer; there is nothing to bind.
 func (*activation) Bind(_, _ []float32, _ Backend) {}
-func (*activation) Init(*rand.Rand)                {}
+
+// Init implements Layer; there is nothing to initialise.
+func (*activation) Init(*rand.Rand) {}
 
 // forward applies f element-wise into the output buffer.
 func (a *activation) forward(x *Matrix, f func(float32) float32) *Matrix {

@@ -26,14 +26,14 @@ func TestTrainingStepDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// stepper returns one training step (zero grads, forward, loss, backward,
-// optimizer) on a fixed batch.
+// stepper returns one training step (zero grads, forward, loss,
+// BackwardParams, optimizer) on a fixed batch.
 func stepper(m *Sequential, opt Optimizer, x *Matrix, loss LossFunc) func() {
 	var g Matrix
 	return func() {
 		m.ZeroGrad()
 		loss(m.Forward(x), &g)
-		m.Backward(&g)
+		m.BackwardParams(&g)
 		opt.Step()
 	}
 }

@@ -21,8 +21,9 @@ type Backend interface {
 }
 
 // Gonum is the default Backend: gonum's pure-Go BLAS. For products whose
-// output spans at least four 64×64 blocks gonum splits the work over
-// GOMAXPROCS goroutines, which costs a few small allocations per call.
+// output spans at least four 64×64 blocks gonum starts a goroutine per
+// block, which allocates per call (34 allocations for a 256×256 product);
+// Parallel avoids that.
 type Gonum struct{}
 
 // Sgemm implements Backend.

@@ -19,7 +19,7 @@
 //	model.ZeroGrad()
 //	pred := model.Forward(x)
 //	loss := nn.MSE(pred, y, &dout)
-//	model.Backward(&dout)
+//	model.BackwardParams(&dout) // Backward also returns dLoss/dx
 //	// data parallel: all-reduce model.Grads() and divide by the world size here
 //	opt.Step()
 //

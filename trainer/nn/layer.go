@@ -30,3 +30,10 @@ type Layer interface {
 	// Checkpoints store it to refuse loading into a different architecture.
 	Signature() string
 }
+
+// ParamBackwarder is implemented by layers that can compute their parameter
+// gradients without dLoss/dInput. Sequential.BackwardParams uses it for the
+// first layer, whose input gradient a training step never needs.
+type ParamBackwarder interface {
+	BackwardParams(dout *Matrix)
+}

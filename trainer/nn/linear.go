@@ -105,14 +105,26 @@ func (l *Linear) Forward(x *Matrix) *Matrix {
 // Backward implements Layer.
 func (l *Linear) Backward(dout *Matrix) *Matrix {
 	x := l.x
+	l.BackwardParams(dout)
+	l.dx.Resize(x.Rows, l.In)
+	if x.Rows > 0 {
+		// dx = dout·W.
+		l.be.Sgemm(false, false, x.Rows, l.In, l.Out, 1, dout.Data, l.Out, l.w, l.In, 0, l.dx.Data, l.In)
+	}
+	return &l.dx
+}
+
+// BackwardParams implements ParamBackwarder: the parameter gradients of
+// Backward without dLoss/dInput, one product instead of two.
+func (l *Linear) BackwardParams(dout *Matrix) {
+	x := l.x
 	if x == nil || dout.Rows != x.Rows || dout.Cols != l.Out {
 		panic(fmt.Sprintf("nn: %s backward shape mismatch or no forward", l.Signature()))
 	}
-	l.dx.Resize(x.Rows, l.In)
 	if x.Rows == 0 {
-		return &l.dx
+		return
 	}
-	// dW += doutᵀ·x, db += column sums of dout, dx = dout·W.
+	// dW += doutᵀ·x, db += column sums of dout.
 	l.be.Sgemm(true, false, l.Out, l.In, x.Rows, 1, dout.Data, l.Out, x.Data, l.In, 1, l.dw, l.In)
 	for i := 0; i < dout.Rows; i++ {
 		row := dout.Data[i*l.Out : (i+1)*l.Out]
@@ -120,8 +132,6 @@ func (l *Linear) Backward(dout *Matrix) *Matrix {
 			l.db[j] += v
 		}
 	}
-	l.be.Sgemm(false, false, x.Rows, l.In, l.Out, 1, dout.Data, l.Out, l.w, l.In, 0, l.dx.Data, l.In)
-	return &l.dx
 }
 
 // Signature implements Layer.

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 )
@@ -9,6 +10,7 @@ import (
 // buffer each, laid out layer after layer in order (for a Linear: its Out×In
 // weights, then its Out biases, as PyTorch's parameters() lists them), so a
 // data-parallel runtime can broadcast Params and all-reduce Grads in one call.
+// A Sequential is not safe for concurrent use.
 type Sequential struct {
 	layers  []Layer
 	params  []float32
@@ -78,6 +80,29 @@ func (m *Sequential) Grads() []float32 { return m.grads }
 // ZeroGrad sets every gradient to zero.
 func (m *Sequential) ZeroGrad() { clear(m.grads) }
 
+// ScaleGrads multiplies every gradient by s, e.g. by 1/world size after a
+// summing all-reduce.
+func (m *Sequential) ScaleGrads(s float32) {
+	for i := range m.grads {
+		m.grads[i] *= s
+	}
+}
+
+// ClipGradNorm rescales the gradients so their global L2 norm is at most
+// maxNorm, as torch.nn.utils.clip_grad_norm_ does, and returns the norm
+// before clipping. Run it after the all-reduce so every worker clips alike.
+func (m *Sequential) ClipGradNorm(maxNorm float64) float64 {
+	var sq float64
+	for _, g := range m.grads {
+		sq += float64(g) * float64(g)
+	}
+	norm := math.Sqrt(sq)
+	if norm > maxNorm {
+		m.ScaleGrads(float32(maxNorm / (norm + 1e-6)))
+	}
+	return norm
+}
+
 // Forward runs the batch x (one example per row) through every layer and
 // returns the output, which the last layer owns: it is valid until the next
 // Forward. x must stay unchanged until Backward has run.
@@ -96,6 +121,24 @@ func (m *Sequential) Backward(dout *Matrix) *Matrix {
 		dout = m.layers[i].Backward(dout)
 	}
 	return dout
+}
+
+// BackwardParams is Backward for a training step: it adds the parameter
+// gradients into Grads but lets the first layer skip dLoss/dInput when it
+// implements ParamBackwarder (a Linear first layer saves a third of its
+// backward work).
+func (m *Sequential) BackwardParams(dout *Matrix) {
+	if len(m.layers) == 0 {
+		return
+	}
+	for i := len(m.layers) - 1; i > 0; i-- {
+		dout = m.layers[i].Backward(dout)
+	}
+	if pb, ok := m.layers[0].(ParamBackwarder); ok {
+		pb.BackwardParams(dout)
+		return
+	}
+	m.layers[0].Backward(dout)
 }
 
 // Signature describes the architecture, e.g. "Linear(2,8)|Tanh|Linear(8,1)".

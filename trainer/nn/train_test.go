@@ -82,3 +82,56 @@ func TestLearnsLinearRegression(t *testing.T) {
 	}
 	must.Between(t, 0.25-1e-3, lin.Bias()[0], 0.25+1e-3)
 }
+
+func TestScaleAndClipGrads(t *testing.T) {
+	m := NewSequential(nil, NewLinear(1, 2))
+	copy(m.Grads(), []float32{3, 0, 4, 0})
+	m.ScaleGrads(0.5)
+	must.Eq(t, []float32{1.5, 0, 2, 0}, m.Grads())
+	must.InDelta(t, 2.5, m.ClipGradNorm(10), 1e-9)
+	must.Eq(t, []float32{1.5, 0, 2, 0}, m.Grads())
+	must.InDelta(t, 2.5, m.ClipGradNorm(1), 1e-9)
+	must.InDelta(t, 0.6, m.Grads()[0], 1e-6)
+	must.InDelta(t, 0.8, m.Grads()[2], 1e-6)
+}
+
+func TestBackwardParamsMatchesBackward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := randomInput(rng, 4, 3, 0)
+	labels := []int{0, 1, 1, 0}
+	for name, first := range map[string]func() Layer{
+		"linear-first": func() Layer { return NewLinear(3, 4) },
+		"tanh-first":   func() Layer { return NewTanh() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := 3
+			if _, ok := first().(*Linear); ok {
+				in = 4
+			}
+			m := NewSequential(rand.New(rand.NewPCG(1, 1)), first(), NewLinear(in, 2))
+			var g Matrix
+			m.ZeroGrad()
+			SoftmaxCrossEntropy(m.Forward(x), labels, &g)
+			m.Backward(&g)
+			want := append([]float32(nil), m.Grads()...)
+			m.ZeroGrad()
+			SoftmaxCrossEntropy(m.Forward(x), labels, &g)
+			m.BackwardParams(&g)
+			must.Eq(t, want, m.Grads())
+		})
+	}
+	NewSequential(nil).BackwardParams(NewMatrix(1, 1)) // no layers: nothing to do
+}
+
+func TestShapeMistakesPanicClearly(t *testing.T) {
+	m := NewSequential(nil, NewLinear(3, 2))
+	must.Panic(t, func() { m.Forward(NewMatrix(1, 4)) })
+	must.Panic(t, func() { m.Backward(NewMatrix(1, 2)) }) // no forward yet
+	m.Forward(NewMatrix(2, 3))
+	must.Panic(t, func() { m.Backward(NewMatrix(3, 2)) })
+	must.Panic(t, func() { NewReLU().Backward(NewMatrix(1, 1)) })
+	must.Panic(t, func() { MSE(NewMatrix(1, 2), NewMatrix(2, 1), &Matrix{}) })
+	must.Panic(t, func() { SoftmaxCrossEntropy(NewMatrix(1, 2), []int{2}, &Matrix{}) })
+	must.Panic(t, func() { NewLinear(0, 1) })
+	must.Panic(t, func() { NewSGD(make([]float32, 2), make([]float32, 3), SGDConfig{}) })
+}

@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -72,13 +73,14 @@ func Dial(ctx context.Context, addr string, secret []byte, logger hclog.Logger) 
 // readLoop owns the connection's reads and hands each response to its caller.
 func (c *Client) readLoop() {
 	defer c.wg.Done()
+	r := bufio.NewReader(c.conn)
 	var err error
 	for {
 		if err = c.conn.SetReadDeadline(time.Now().Add(3 * pingInterval)); err != nil {
 			break
 		}
 		var body []byte
-		body, err = readFrame(c.conn)
+		body, err = readFrame(r)
 		if err != nil {
 			break
 		}
@@ -202,12 +204,15 @@ func (c *Client) Get(ctx context.Context, key string) (Value, error) {
 }
 
 // CompareAndSet implements Store.
-func (c *Client) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (uint64, bool, error) {
+func (c *Client) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (Value, bool, error) {
 	resp, err := c.call(ctx, request{Op: opCAS, Key: key, Data: data, Version: version})
 	if err != nil {
-		return 0, false, fmt.Errorf("compare-and-set %s: %w", key, err)
+		return Value{}, false, fmt.Errorf("compare-and-set %s: %w", key, err)
 	}
-	return resp.Version, resp.OK, nil
+	if resp.OK {
+		return Value{Data: data, Version: resp.Version}, true, nil
+	}
+	return Value{Data: resp.Data, Version: resp.Version}, false, nil
 }
 
 // Delete implements Store.

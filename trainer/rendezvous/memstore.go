@@ -79,22 +79,24 @@ func (m *MemStore) getLocked(key string) Value {
 }
 
 // CompareAndSet implements Store.
-func (m *MemStore) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (uint64, bool, error) {
+func (m *MemStore) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (Value, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {
-		return 0, false, err
+		return Value{}, false, err
 	}
 	if m.kv[key].version != version {
-		return 0, false, nil
+		return m.getLocked(key), false, nil
 	}
 	m.putLocked(key, data, "")
-	return m.index, true, nil
+	return Value{Data: bytes.Clone(data), Version: m.index}, true, nil
 }
 
 func (m *MemStore) putLocked(key string, data []byte, lease string) {
 	if old, ok := m.kv[key]; ok && old.lease != "" && old.lease != lease {
-		delete(m.leases[old.lease].keys, key)
+		if l := m.leases[old.lease]; l != nil {
+			delete(l.keys, key) // a plain write makes the key persistent
+		}
 	}
 	v := m.bump()
 	m.kv[key] = memEntry{data: bytes.Clone(data), version: v, lease: lease}

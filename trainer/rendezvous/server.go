@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ const (
 	writeTimeout            = 10 * time.Second
 	maxServerWait           = 10 * time.Minute // longest a server holds one wait
 	maxWireWait             = time.Minute      // longest a client asks for
+	maxWaitsPerConn         = 256              // waits one connection may hold at once
 )
 
 // ServerConfig configures a Server.
@@ -36,7 +38,8 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds the auth handshake (default 5s).
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection that sent nothing, not even a ping,
-	// for this long (default 30s; clients ping every 10s).
+	// for this long (default 30s). Clients ping every 10s, so it must be
+	// well above that.
 	IdleTimeout time.Duration
 }
 
@@ -128,8 +131,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 }
 
-// serverConn is one client connection. The reading goroutine owns reads;
-// writes are serialized by wmu; each request runs in its own goroutine.
+// serverConn is one client connection. The reading goroutine owns reads
+// and answers the quick requests itself; each wait runs in its own
+// goroutine; writes are serialized by wmu.
 type serverConn struct {
 	s      *Server
 	conn   net.Conn
@@ -157,6 +161,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		leases: make(map[string]Lease),
 		ops:    make(map[uint64]context.CancelFunc),
 	}
+	r := bufio.NewReader(conn)
 	cctx, cancel := context.WithCancel(ctx)
 	var ops sync.WaitGroup
 	defer func() {
@@ -169,7 +174,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		if err := conn.SetReadDeadline(time.Now().Add(s.idle)); err != nil {
 			return
 		}
-		body, err := readFrame(conn)
+		body, err := readFrame(r)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 				logger.Debug("connection ended", "error", err)
@@ -186,7 +191,18 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			sc.cancelOp(req.Target)
 		case opPing:
 			sc.send(response{ID: req.ID})
-		default:
+		case opGet, opCAS, opDelete, opList, opGrant, opPutEphemeral, opRenew, opRevoke:
+			// These never block on anything but the store's mutex: answer
+			// them here, saving a goroutine hand-off per request.
+			sc.send(sc.handle(cctx, req))
+		default: // waits run on their own so that they do not hold up the rest
+			sc.mu.Lock()
+			busy := len(sc.ops) >= maxWaitsPerConn
+			sc.mu.Unlock()
+			if busy {
+				sc.send(response{ID: req.ID, Code: codeOther, Err: "too many waits on one connection"})
+				continue
+			}
 			octx, ocancel := context.WithCancel(cctx)
 			sc.mu.Lock()
 			sc.ops[req.ID] = ocancel
@@ -194,6 +210,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			ops.Add(1)
 			go func() {
 				defer ops.Done()
+				defer ocancel()
 				resp := sc.handle(octx, req)
 				sc.cancelOp(req.ID)
 				if cctx.Err() == nil {
@@ -276,11 +293,14 @@ func (sc *serverConn) handle(ctx context.Context, req request) response {
 		}
 		resp.Data, resp.Version = v.Data, v.Version
 	case opCAS:
-		nv, ok, err := st.CompareAndSet(ctx, req.Key, req.Data, req.Version)
+		v, ok, err := st.CompareAndSet(ctx, req.Key, req.Data, req.Version)
 		if err != nil {
 			return fail(err)
 		}
-		resp.Version, resp.OK = nv, ok
+		resp.Version, resp.OK = v.Version, ok
+		if !ok {
+			resp.Data = v.Data // the winner's value; the client has its own
+		}
 	case opDelete:
 		if err := st.Delete(ctx, req.Key); err != nil {
 			return fail(err)

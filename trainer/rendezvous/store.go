@@ -44,8 +44,10 @@ type Store interface {
 	Get(ctx context.Context, key string) (Value, error)
 	// CompareAndSet writes data if the key's version is still version
 	// (version 0: only if the key is absent). ok is false, with no error,
-	// when the version did not match.
-	CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (newVersion uint64, ok bool, err error)
+	// when the version did not match. It returns the key's value after the
+	// call: the one written, or the one that won (so a loser need not read
+	// again; a store that cannot tell atomically reads it afterwards).
+	CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (current Value, ok bool, err error)
 	// Delete removes the key whatever its version. Deleting an absent key
 	// is not an error.
 	Delete(ctx context.Context, key string) error
@@ -128,21 +130,31 @@ func sleep(ctx context.Context, clock Clock, d time.Duration) error {
 	}
 }
 
-// keepAlive is the KeepAlive loop shared by every Lease implementation.
+// keepAlive is the KeepAlive loop shared by every Lease implementation. It
+// renews every TTL/3, each attempt bounded by TTL/3; a failed attempt is
+// retried at the next tick unless the lease is known gone or a whole TTL has
+// passed since the last renewal.
 func keepAlive(ctx context.Context, clock Clock, l Lease) error {
-	every := l.TTL() / 3
+	ttl := l.TTL()
+	every := ttl / 3
 	if every <= 0 {
 		every = time.Second
 	}
+	last := clock.Now()
 	for {
 		if err := sleep(ctx, clock, every); err != nil {
 			return nil
 		}
-		if err := l.Renew(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("renew lease %s: %w", l.ID(), err)
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := l.Renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			last = clock.Now()
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrClosed), clock.Now().Sub(last) >= ttl:
+			return fmt.Errorf("keep lease %s alive: %w", l.ID(), err)
 		}
 	}
 }

@@ -37,7 +37,7 @@ var crashFiles = []struct {
 	name string
 	size int
 }{
-	{"model.bin", 8 << 20},
+	{"model.bin", 4 << 20},
 	{"meta/info.json", 1000},
 }
 
@@ -104,7 +104,7 @@ func TestCrashHelper(t *testing.T) {
 	}
 }
 
-// writeChunked writes data in 1 MiB chunks, calling half once half of it is
+// writeChunked writes data in 256 KiB chunks, calling half once half of it is
 // written.
 func writeChunked(dir, name string, data []byte, half func()) error {
 	p := filepath.Join(dir, name)
@@ -116,7 +116,7 @@ func writeChunked(dir, name string, data []byte, half func()) error {
 		return err
 	}
 	defer f.Close()
-	const chunk = 1 << 20
+	const chunk = 256 << 10
 	for off := 0; off < len(data); off += chunk {
 		if off >= len(data)/2 && off-chunk < len(data)/2 {
 			half()
@@ -162,6 +162,12 @@ func killChildAt(t *testing.T, root, point, want string, delay time.Duration) {
 			cmd.Wait()
 			t.Fatalf("helper did not reach %q: %s", want, stderr.String())
 		}
+	}
+	if delay == 0 {
+		// The helper is paused holding the writer lock: a second writer in
+		// another process is refused.
+		_, err := Open(root, "run", Policy{})
+		must.ErrorIs(t, err, ErrLocked)
 	}
 	time.Sleep(delay)
 	must.NoError(t, cmd.Process.Signal(syscall.SIGKILL))

@@ -26,7 +26,8 @@ type Record struct {
 	// Time is when the report was made; Append and Commit fill in the
 	// current time when it is zero.
 	Time time.Time
-	// Metrics are the reported values, keyed by name.
+	// Metrics are the reported values, keyed by name. A Run keeps them as
+	// they read back from the file: numbers become float64.
 	Metrics map[string]any
 	// Checkpoint names the checkpoint directory committed with this report,
 	// or is empty. Commit sets it; Append requires it empty.
@@ -67,6 +68,21 @@ func encodeRecord(rec Record) ([]byte, error) {
 		return nil, fmt.Errorf("%w: encoding step %d: %w", ErrInvalidRecord, rec.Step, err)
 	}
 	return append(b, '\n'), nil
+}
+
+// normalize encodes rec and returns it as a reader of the file will see
+// it (numbers as float64, metric maps not shared with the caller), with its
+// line.
+func normalize(rec Record) (Record, []byte, error) {
+	line, err := encodeRecord(rec)
+	if err != nil {
+		return Record{}, nil, err
+	}
+	back, err := decodeRecord(line[:len(line)-1])
+	if err != nil {
+		return Record{}, nil, fmt.Errorf("%w: step %d does not read back: %w", ErrInvalidRecord, rec.Step, err)
+	}
+	return back, line, nil
 }
 
 // decodeRecord parses one line (without its newline).

@@ -23,6 +23,7 @@ const (
 	pointRecordPartial = "record-partial" // half of the record line written
 	pointRecorded      = "recorded"       // record written, retention not run
 	pointTrashed       = "trashed"        // pruned checkpoint renamed to trash, not removed
+	pointFlushed       = "flushed"        // a progress record was fsynced
 )
 
 // Option configures Open and OpenReadOnly.
@@ -63,7 +64,7 @@ type Run struct {
 	hook     func(point string) // tests stop the process here; nil in production
 
 	mu sync.Mutex
-	// Guarded by mu (writer only):
+	// Guarded by mu; a read-only Run uses only closed:
 	progress *os.File        // progress.jsonl, append-only
 	size     int64           // bytes of progress.jsonl that hold records
 	lock     *os.File        // holds the writer lock
@@ -79,8 +80,9 @@ type Run struct {
 // creating the directories when needed and recovering from a crash of the
 // previous writer: it cuts a torn last line off progress.jsonl, removes
 // staging and trash directories and checkpoint directories that no record
-// commits, and finishes interrupted retention. Only one process may hold a
-// run open for writing (ErrLocked otherwise).
+// commits, and applies retention under p (finishing what a crash
+// interrupted, or a tighter policy). Only one process may hold a run open
+// for writing (ErrLocked otherwise).
 func Open(root, run string, p Policy, opts ...Option) (*Run, error) {
 	r, err := newRun(root, run, p, false, opts)
 	if err != nil {
@@ -94,11 +96,11 @@ func Open(root, run string, p Policy, opts ...Option) (*Run, error) {
 }
 
 // OpenReadOnly opens a run for reading without taking the writer lock or
-// repairing anything, for ranks that only load checkpoints. Every read
-// re-reads progress.jsonl, so a reader follows a live writer; a torn last
-// line is skipped. The run directory must exist.
-func OpenReadOnly(root, run string, opts ...Option) (*Run, error) {
-	r, err := newRun(root, run, Policy{}, true, opts)
+// repairing anything, for ranks that only load checkpoints; p only ranks
+// Best. Every read re-reads progress.jsonl, so a reader follows a live
+// writer; a torn last line is skipped. The run directory must exist.
+func OpenReadOnly(root, run string, p Policy, opts ...Option) (*Run, error) {
+	r, err := newRun(root, run, p, true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -242,21 +244,36 @@ func (r *Run) recoverDir() error {
 	return nil
 }
 
-// discard deletes an entry of the run directory so that no crash leaves it
-// half-deleted under its name: rename to a trash name, then remove.
-func (r *Run) discard(name string) error {
+// trash renames an entry of the run directory to a fresh trash name, so
+// that no crash leaves it half-deleted under its own name, and returns the
+// trash path.
+func (r *Run) trash(name string) (string, error) {
 	trash := filepath.Join(r.dir, scratchName(trashPrefix, name))
 	if err := os.Rename(filepath.Join(r.dir, name), trash); err != nil {
-		return fmt.Errorf("moving %s to trash: %w", name, err)
+		return "", fmt.Errorf("moving %s to trash: %w", name, err)
 	}
+	return trash, nil
+}
+
+// empty removes a trashed entry; Open removes what it leaves.
+func (r *Run) empty(trash string) error {
 	r.callHook(pointTrashed)
 	if err := os.RemoveAll(trash); err != nil {
-		return fmt.Errorf("removing %s: %w", name, err)
+		return fmt.Errorf("removing %s: %w", filepath.Base(trash), err)
 	}
 	return nil
 }
 
-// removeCheckpoint deletes a live checkpoint.
+// discard trashes an entry of the run directory and removes it.
+func (r *Run) discard(name string) error {
+	trash, err := r.trash(name)
+	if err != nil {
+		return err
+	}
+	return r.empty(trash)
+}
+
+// removeCheckpoint deletes a live checkpoint. mu is held.
 func (r *Run) removeCheckpoint(name string) error {
 	err := r.discard(name)
 	if _, statErr := os.Lstat(filepath.Join(r.dir, name)); errors.Is(statErr, fs.ErrNotExist) {
@@ -312,7 +329,7 @@ func (r *Run) Append(rec Record) error {
 	if rec.Time.IsZero() {
 		rec.Time = r.now()
 	}
-	line, err := encodeRecord(rec)
+	rec, line, err := normalize(rec)
 	if err != nil {
 		return err
 	}
@@ -345,6 +362,7 @@ func (r *Run) appendLine(rec Record, line []byte, sync bool) error {
 			r.broken = err
 			return fmt.Errorf("syncing progress: %w", err)
 		}
+		r.callHook(pointFlushed)
 	}
 	r.size += int64(len(line))
 	r.recs = append(r.recs, rec)
@@ -372,58 +390,100 @@ func (r *Run) Stage() (*Staged, error) {
 // appends rec naming the checkpoint: that record is the commit point. It
 // returns the checkpoint's name. rec.Checkpoint must be empty.
 //
-// A failure before the record is written leaves the previous checkpoint
-// latest; the Staged can then still be aborted. A failure to delete old
-// checkpoints is logged, not returned: the commit stands, and Open retries.
+// Any failure leaves the previous checkpoint latest. Before the rename the
+// Staged stays usable (Commit again or Abort); after it, the renamed
+// directory is removed. A failure to delete old checkpoints is logged, not
+// returned: the commit stands, and Open finishes the deletion.
 func (r *Run) Commit(s *Staged, rec Record) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.writable(); err != nil {
+	if err := r.checkCommit(s, rec); err != nil {
 		return "", err
 	}
-	switch {
-	case s.run != r:
-		return "", fmt.Errorf("committing a checkpoint staged by another run")
-	case s.done:
-		return "", ErrStagedDone
-	case rec.Checkpoint != "":
-		return "", fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
-	}
-	name := checkpointName(r.next)
-	rec.Checkpoint = name
-	if rec.Time.IsZero() {
-		rec.Time = r.now()
-	}
-	line, err := encodeRecord(rec)
-	if err != nil {
-		return "", err
-	}
+	// Flush without holding mu: a large checkpoint does not hold up Append.
 	if err := syncTree(s.dir); err != nil {
 		return "", fmt.Errorf("flushing staged checkpoint: %w", err)
 	}
 	r.callHook(pointSynced)
+	name, trashed, err := r.commitFlushed(s, rec)
+	// Retention renamed the dropped checkpoints away under mu; the slow
+	// removal runs without it.
+	for _, p := range trashed {
+		if err := r.empty(p); err != nil {
+			r.log.Warn("retention could not delete checkpoint", "error", err)
+		}
+	}
+	return name, err
+}
+
+// checkCommit rejects a commit that cannot proceed. s.mu is held.
+func (r *Run) checkCommit(s *Staged, rec Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return err
+	}
+	switch {
+	case s.run != r:
+		return fmt.Errorf("committing a checkpoint staged by another run")
+	case s.done:
+		return ErrStagedDone
+	case rec.Checkpoint != "":
+		return fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
+	}
+	return nil
+}
+
+// commitFlushed renames a flushed staging directory into place, records it
+// and moves the checkpoints retention drops to trash, returning their trash
+// paths. s.mu is held.
+func (r *Run) commitFlushed(s *Staged, rec Record) (name string, trashed []string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return "", nil, err
+	}
+	name = checkpointName(r.next)
+	rec.Checkpoint = name
+	if rec.Time.IsZero() {
+		rec.Time = r.now()
+	}
+	rec, line, err := normalize(rec)
+	if err != nil {
+		return "", nil, err
+	}
 	final := filepath.Join(r.dir, name)
-	if _, err := os.Lstat(final); !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("checkpoint directory %s already exists (err %v)", name, err)
+	switch _, err := os.Lstat(final); {
+	case err == nil:
+		r.next++ // something else took the name; the next commit skips it
+		return "", nil, fmt.Errorf("checkpoint directory %s appeared outside this writer", name)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", nil, fmt.Errorf("checking checkpoint directory: %w", err)
 	}
 	if err := os.Rename(s.dir, final); err != nil {
-		return "", fmt.Errorf("renaming staged checkpoint: %w", err)
+		return "", nil, fmt.Errorf("renaming staged checkpoint: %w", err)
 	}
 	r.next++
 	s.done = true
 	if err := syncDir(r.dir); err != nil {
-		return "", r.uncommit(name, err)
+		return "", nil, r.uncommit(name, err)
 	}
 	r.callHook(pointRenamed)
 	if err := r.appendLine(rec, line, true); err != nil {
-		return "", r.uncommit(name, err)
+		return "", nil, r.uncommit(name, err)
 	}
 	r.live[name] = true
 	r.callHook(pointRecorded)
-	r.prune()
-	return name, nil
+	for _, drop := range Prune(r.liveRecords(), r.policy) {
+		p, err := r.trash(drop)
+		if err != nil {
+			r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
+			continue
+		}
+		delete(r.live, drop)
+		trashed = append(trashed, p)
+	}
+	return name, trashed, nil
 }
 
 // uncommit removes a renamed checkpoint whose record could not be written.
@@ -434,15 +494,6 @@ func (r *Run) uncommit(name string, cause error) error {
 		return fmt.Errorf("committing %s: %w (and removing it: %w)", name, cause, err)
 	}
 	return fmt.Errorf("committing %s: %w", name, cause)
-}
-
-// prune deletes the checkpoints retention no longer keeps. mu is held.
-func (r *Run) prune() {
-	for _, name := range Prune(r.liveRecords(), r.policy) {
-		if err := r.removeCheckpoint(name); err != nil {
-			r.log.Warn("retention could not delete checkpoint", "checkpoint", name, "error", err)
-		}
-	}
 }
 
 // liveRecords returns the records of live checkpoints in commit order.
@@ -460,13 +511,13 @@ func (r *Run) liveRecords() []Record {
 // snapshot returns the records and the live checkpoints' records: the
 // writer's own view, or a fresh read for a read-only Run.
 func (r *Run) snapshot() (recs, live []Record, err error) {
-	if r.readOnly {
-		return r.readSnapshot()
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	switch {
+	case r.closed:
 		return nil, nil, ErrClosed
+	case r.readOnly:
+		return r.readSnapshot()
 	}
 	return cloneRecords(r.recs), cloneRecords(r.liveRecords()), nil
 }

@@ -239,7 +239,7 @@ func TestOpenCorruptMiddleLine(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, bad, after, must.Sprint("a corrupt file is left for a person to inspect"))
 	// The failed Open released the lock.
-	r2, err := OpenReadOnly(root, "r")
+	r2, err := OpenReadOnly(root, "r", Policy{})
 	must.NoError(t, err)
 	_, err = r2.Records()
 	must.True(t, errors.As(err, &ce))
@@ -298,11 +298,11 @@ func TestSingleWriter(t *testing.T) {
 
 func TestReadOnly(t *testing.T) {
 	root := t.TempDir()
-	_, err := OpenReadOnly(root, "missing")
+	_, err := OpenReadOnly(root, "missing", Policy{})
 	must.ErrorIs(t, err, fs.ErrNotExist)
 
 	w := openT(t, root, Policy{NumToKeep: 1})
-	rd, err := OpenReadOnly(root, "r")
+	rd, err := OpenReadOnly(root, "r", Policy{})
 	must.NoError(t, err)
 	_, _, ok, err := rd.Latest()
 	must.NoError(t, err)
@@ -456,13 +456,21 @@ func TestStagedAbort(t *testing.T) {
 	must.ErrorContains(t, err, "another run")
 }
 
-func TestInvalidRecordsChangeNothing(t *testing.T) {
+// oneCheckpoint opens a run under a new root, commits checkpoint_000000 and
+// returns the root, the run and the contents of progress.jsonl.
+func oneCheckpoint(t *testing.T) (string, *Run, []byte) {
+	t.Helper()
 	root := t.TempDir()
 	r := openT(t, root, Policy{})
 	commitT(t, r, map[string]string{"x": "0"}, Record{Step: 0})
-	path := filepath.Join(r.Dir(), ProgressFile)
-	before, err := os.ReadFile(path)
+	progress, err := os.ReadFile(filepath.Join(r.Dir(), ProgressFile))
 	must.NoError(t, err)
+	return root, r, progress
+}
+
+func TestInvalidRecordsChangeNothing(t *testing.T) {
+	_, r, before := oneCheckpoint(t)
+	path := filepath.Join(r.Dir(), ProgressFile)
 
 	must.ErrorIs(t, r.Append(Record{Checkpoint: "checkpoint_000000"}), ErrInvalidRecord)
 	must.ErrorIs(t, r.Append(Record{Metrics: map[string]any{"loss": math.Inf(1)}}), ErrInvalidRecord)
@@ -525,4 +533,93 @@ func TestConcurrentAppends(t *testing.T) {
 			must.Eq(t, []string{"checkpoint_000006", "checkpoint_000007"}, ck)
 		})
 	}
+}
+
+func TestRecordsReadBackAsFromFile(t *testing.T) {
+	root := t.TempDir()
+	r := openT(t, root, Policy{})
+	m := map[string]any{"n": int64(3), "f": float32(0.5)}
+	must.NoError(t, r.Append(Record{Step: 1, Metrics: m}))
+	m["n"] = "changed by the caller"
+	recs, err := r.Records()
+	must.NoError(t, err)
+	want := map[string]any{"n": 3.0, "f": 0.5}
+	must.Eq(t, want, recs[0].Metrics, must.Sprint("the writer's view equals a reader's"))
+	recs[0].Metrics["n"] = "changed by a reader"
+	rd, err := OpenReadOnly(root, "r", Policy{})
+	must.NoError(t, err)
+	fromFile, err := rd.Records()
+	must.NoError(t, err)
+	again, err := r.Records()
+	must.NoError(t, err)
+	must.Eq(t, fromFile, again)
+	must.Eq(t, want, again[0].Metrics)
+	must.NoError(t, rd.Close())
+	_, err = rd.Records()
+	must.ErrorIs(t, err, ErrClosed)
+}
+
+func TestFsyncPolicy(t *testing.T) {
+	cases := []struct {
+		fsync FsyncPolicy
+		want  int
+	}{
+		{FsyncEveryRecord, 4},
+		{FsyncCheckpointRecords, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.fsync.String(), func(t *testing.T) {
+			r := openT(t, t.TempDir(), Policy{Fsync: tc.fsync})
+			flushed := 0
+			r.hook = func(p string) {
+				if p == pointFlushed {
+					flushed++
+				}
+			}
+			for i := range 3 {
+				must.NoError(t, r.Append(Record{Step: int64(i)}))
+			}
+			commitT(t, r, map[string]string{"x": "1"}, Record{Step: 3})
+			must.Eq(t, tc.want, flushed, must.Sprint("progress fsyncs"))
+		})
+	}
+}
+
+func TestWriteFailureNeedsReopen(t *testing.T) {
+	root, r, before := oneCheckpoint(t)
+	path := filepath.Join(r.Dir(), ProgressFile)
+
+	// Swap the progress handle for a read-only one: the record write fails,
+	// and so does cutting the file back, so the Run refuses further writes.
+	ro, err := os.Open(path)
+	must.NoError(t, err)
+	r.mu.Lock()
+	good := r.progress
+	r.progress = ro
+	r.mu.Unlock()
+	s, err := r.Stage()
+	must.NoError(t, err)
+	writeTree(t, s.Dir(), map[string]string{"x": "1"})
+	_, err = r.Commit(s, Record{Step: 1})
+	must.ErrorContains(t, err, "committing checkpoint_000001")
+	must.Eq(t, []string{".writer.lock", "checkpoint_000000", ProgressFile}, entries(t, r.Dir()),
+		must.Sprint("the renamed checkpoint without a record is removed"))
+	name, _, _, err := r.Latest()
+	must.NoError(t, err)
+	must.Eq(t, "checkpoint_000000", name)
+	err = r.Append(Record{Step: 2})
+	must.ErrorContains(t, err, "needs reopening")
+	_, err = r.Stage()
+	must.ErrorContains(t, err, "needs reopening")
+
+	r.mu.Lock()
+	r.progress = good
+	r.mu.Unlock()
+	must.NoError(t, ro.Close())
+	must.NoError(t, r.Close())
+	after, err := os.ReadFile(path)
+	must.NoError(t, err)
+	must.Eq(t, before, after)
+	r2 := openT(t, root, Policy{})
+	must.Eq(t, "checkpoint_000001", commitT(t, r2, map[string]string{"x": "1"}, Record{Step: 1}))
 }

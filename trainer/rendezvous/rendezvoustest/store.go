@@ -102,10 +102,10 @@ func (h *handle) Get(ctx context.Context, key string) (rendezvous.Value, error) 
 	return st.Get(ctx, key)
 }
 
-func (h *handle) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (uint64, bool, error) {
+func (h *handle) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (rendezvous.Value, bool, error) {
 	st, err := h.open()
 	if err != nil {
-		return 0, false, err
+		return rendezvous.Value{}, false, err
 	}
 	return st.CompareAndSet(ctx, key, data, version)
 }
@@ -180,25 +180,33 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		v1, ok, err := st.CompareAndSet(ctx, key, []byte("one"), 0)
 		must.NoError(t, err)
 		must.True(t, ok)
-		must.Positive(t, v1)
+		must.Positive(t, v1.Version)
+		must.Eq(t, "one", string(v1.Data))
 
-		_, ok, err = st.CompareAndSet(ctx, key, []byte("again"), 0)
+		cur, ok, err := st.CompareAndSet(ctx, key, []byte("again"), 0)
 		must.NoError(t, err)
 		must.False(t, ok, must.Sprint("create-only CAS over an existing key"))
+		must.Eq(t, v1, cur, must.Sprint("a failed CAS returns the current value"))
 
-		v2, ok, err := st.CompareAndSet(ctx, key, []byte("two"), v1)
+		v2, ok, err := st.CompareAndSet(ctx, key, []byte("two"), v1.Version)
 		must.NoError(t, err)
 		must.True(t, ok)
-		must.Greater(t, v1, v2)
+		must.Greater(t, v1.Version, v2.Version)
 
-		_, ok, err = st.CompareAndSet(ctx, key, []byte("stale"), v1)
+		cur, ok, err = st.CompareAndSet(ctx, key, []byte("stale"), v1.Version)
 		must.NoError(t, err)
 		must.False(t, ok, must.Sprint("CAS with a stale version"))
+		must.Eq(t, v2, cur, must.Sprint("a failed CAS returns the current value"))
 
 		got, err := st.Get(ctx, key)
 		must.NoError(t, err)
-		must.Eq(t, "two", string(got.Data))
-		must.Eq(t, v2, got.Version)
+		must.Eq(t, v2, got)
+
+		must.NoError(t, st.Delete(ctx, key))
+		cur, ok, err = st.CompareAndSet(ctx, key, []byte("gone"), v2.Version)
+		must.NoError(t, err)
+		must.False(t, ok)
+		must.Eq(t, 0, cur.Version, must.Sprint("a failed CAS on a deleted key returns it absent"))
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -212,7 +220,7 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		got, err := st.Get(ctx, key)
 		must.NoError(t, err)
 		must.Eq(t, 0, got.Version)
-		_, ok, err = st.CompareAndSet(ctx, key, []byte("y"), v1)
+		_, ok, err = st.CompareAndSet(ctx, key, []byte("y"), v1.Version)
 		must.NoError(t, err)
 		must.False(t, ok, must.Sprint("CAS on a deleted key with its old version"))
 		_, ok, err = st.CompareAndSet(ctx, key, []byte("y"), 0)
@@ -260,18 +268,17 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		must.True(t, ok)
 		got := <-created
 		must.NoError(t, got.err)
-		must.Eq(t, v1, got.v.Version)
-		must.Eq(t, "a", string(got.v.Data))
+		must.Eq(t, v1, got.v)
 
-		updated := waitAsync(ctx, waiter, key, v1)
-		v2, ok, err := writer.CompareAndSet(ctx, key, []byte("b"), v1)
+		updated := waitAsync(ctx, waiter, key, v1.Version)
+		v2, ok, err := writer.CompareAndSet(ctx, key, []byte("b"), v1.Version)
 		must.NoError(t, err)
 		must.True(t, ok)
 		got = <-updated
 		must.NoError(t, got.err)
-		must.Eq(t, v2, got.v.Version)
+		must.Eq(t, v2, got.v)
 
-		deleted := waitAsync(ctx, waiter, key, v2)
+		deleted := waitAsync(ctx, waiter, key, v2.Version)
 		must.NoError(t, writer.Delete(ctx, key))
 		got = <-deleted
 		must.NoError(t, got.err)
@@ -283,9 +290,9 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		ctx, key := testCtx(t, 5*time.Second), keyspace(t)+"/k"
 		v1, _, err := st.CompareAndSet(ctx, key, []byte("a"), 0)
 		must.NoError(t, err)
-		got, err := st.Wait(ctx, key, v1+1000)
+		got, err := st.Wait(ctx, key, v1.Version+1000)
 		must.NoError(t, err)
-		must.Eq(t, v1, got.Version)
+		must.Eq(t, v1, got)
 	})
 
 	t.Run("wait honours its context", func(t *testing.T) {
@@ -365,15 +372,15 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		must.NoError(t, owner.PutEphemeral(ctx, lease, key, []byte("me")))
 
 		// Renewed in time, it lives past its first TTL.
-		f.pass(ttl * 3 / 4)
+		f.pass(ttl / 2)
 		must.NoError(t, lease.Renew(ctx))
-		f.pass(ttl * 3 / 4)
+		f.pass(ttl / 2) // a whole TTL since the grant
 		v, err := watcher.Get(ctx, key)
 		must.NoError(t, err)
 		must.Positive(t, v.Version, must.Sprint("key gone although its lease was renewed"))
 
 		// Left alone, it expires.
-		f.pass(ttl + f.Expiry + ttl/4)
+		f.pass(ttl/2 + f.Expiry + ttl/4)
 		wctx, cancel := context.WithTimeout(ctx, f.wallWait())
 		defer cancel()
 		got, err := watcher.Wait(wctx, key, v.Version)

@@ -1,0 +1,411 @@
+package trainer_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/data"
+	"github.com/nomad-train/nomad-train/trainer/nn"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+const ftEpochs = 30
+
+// ftTrain trains deterministically with a checkpoint every epoch and
+// resumes from the latest one, so a run that loses workers must end with
+// the same parameters as one that does not. Each worker records its pid in
+// FT_PID_DIR (file name pid, content rank) for the test's killer.
+func ftTrain(ctx context.Context, s *trainer.Session) error {
+	if dir := os.Getenv("FT_PID_DIR"); dir != "" {
+		os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())), []byte(strconv.Itoa(s.WorldRank())), 0o644)
+	}
+	x, y := dpData()
+	model, opt := dpModel()
+	start := 0
+	if ck := s.GetCheckpoint(); ck != nil {
+		f, err := os.Open(filepath.Join(ck.Path(), "model.bin"))
+		if err != nil {
+			return err
+		}
+		err = nn.LoadState(f, model, opt)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(ck.Path(), "epoch"))
+		if err != nil {
+			return err
+		}
+		done, _ := strconv.Atoi(string(b))
+		start = done + 1
+	}
+	dm, err := trainer.PrepareModel(ctx, s, model)
+	if err != nil {
+		return err
+	}
+	sampler := data.DistributedSampler{Len: dpSamples, Rank: s.WorldRank(), WorldSize: s.WorldSize(), Shuffle: true, Seed: 5}
+	var bx, by, dout nn.Matrix
+	loss := make([]float64, 1)
+	for epoch := start; epoch < ftEpochs; epoch++ {
+		loss[0] = 0
+		for _, b := range data.Batches(sampler.Indices(epoch), dpBatch/s.WorldSize()) {
+			fill(x, y, b, &bx, &by)
+			model.ZeroGrad()
+			loss[0] += nn.MSE(model.Forward(&bx), &by, &dout)
+			model.Backward(&dout)
+			if err := dm.SyncGradients(ctx); err != nil {
+				return err
+			}
+			opt.Step()
+			time.Sleep(5 * time.Millisecond) // leave the killer time to strike mid-epoch
+		}
+		if err := s.AllReduceFloat64(ctx, loss, trainer.Mean); err != nil {
+			return err
+		}
+		var ck *trainer.Checkpoint
+		if s.WorldRank() == 0 {
+			dir, err := s.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := nn.SaveState(&buf, model, opt); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "model.bin"), buf.Bytes(), 0o644); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "epoch"), []byte(strconv.Itoa(epoch)), 0o644); err != nil {
+				return err
+			}
+			ck = trainer.CheckpointFromDirectory(dir)
+		}
+		if err := s.Report(ctx, trainer.Metrics{"epoch": epoch, "loss": loss[0]}, ck); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// alive lists the pids in dir whose process still runs.
+func alive(dir string) []int {
+	entries, _ := os.ReadDir(dir)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err == nil && !strings.Contains(string(stat), ") Z ") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func countRecords(path string) int {
+	b, _ := os.ReadFile(path)
+	return bytes.Count(b, []byte("\n"))
+}
+
+// TestSurvivesKills: five SIGKILLs of random workers at random points; the
+// run recovers each time (replacement process, next generation, latest
+// checkpoint) and ends with parameters bit-identical to a run without
+// failures, and a metrics history with every epoch exactly once.
+func TestSurvivesKills(t *testing.T) {
+	pidDir := os.Getenv("FT_PID_DIR")
+	if pidDir == "" {
+		pidDir = t.TempDir()
+		t.Setenv("FT_PID_DIR", pidDir)
+	}
+	storageDir := t.TempDir()
+	clean, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	must.NoError(t, err, must.Sprint(out))
+
+	const kills = 5
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("killer seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	progress := filepath.Join(storageDir, "faulty", storage.ProgressFile)
+	killed := make(chan []string, 1)
+	go func() {
+		var log []string
+		defer func() { killed <- log }()
+		last := 0
+		for len(log) < kills {
+			// Strike only after the run made progress since the last kill.
+			deadline := time.Now().Add(time.Minute)
+			for countRecords(progress) <= last && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			last = countRecords(progress)
+			if last >= ftEpochs-2 {
+				return
+			}
+			time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
+			pids := alive(pidDir)
+			if len(pids) == 0 {
+				continue
+			}
+			pid := pids[rng.IntN(len(pids))]
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				log = append(log, fmt.Sprintf("pid %d after %d records", pid, last))
+			}
+		}
+	}()
+	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "faulty", StoragePath: storageDir,
+		Failure: trainer.FailureConfig{MaxFailures: -1}}, nil)
+	log := <-killed
+	t.Logf("kills: %v", log)
+	must.NoError(t, err, must.Sprint(out))
+	must.SliceLen(t, kills, log, must.Sprint("the run ended before the killer was done"))
+	must.SliceLen(t, kills, res.Recovered, must.Sprint(out))
+
+	st, err := storage.OpenReadOnly(storageDir, "faulty", storage.Policy{})
+	must.NoError(t, err)
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.SliceLen(t, ftEpochs, recs)
+	for i, r := range recs {
+		must.Eq(t, float64(i), r.Metrics["epoch"].(float64), must.Sprintf("record %d", i))
+		must.Eq(t, int64(i+1), r.Step)
+	}
+	want, err := os.ReadFile(filepath.Join(clean.Checkpoint.Path(), "model.bin"))
+	must.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(res.Checkpoint.Path(), "model.bin"))
+	must.NoError(t, err)
+	must.True(t, bytes.Equal(want, got), must.Sprint("parameters after recovery differ from the fault-free run"))
+	// The losses match too: recovery replays exactly.
+	cst, _ := storage.OpenReadOnly(storageDir, "clean", storage.Policy{})
+	crecs, _ := cst.Records()
+	for i := range crecs {
+		must.Eq(t, crecs[i].Metrics["loss"], recs[i].Metrics["loss"])
+	}
+	must.SliceEmpty(t, alive(pidDir))
+}
+
+// When the budget is spent the run fails with that reason and leaves no
+// process behind.
+func TestBudgetExhausted(t *testing.T) {
+	pidDir := os.Getenv("FT_PID_DIR")
+	if pidDir == "" {
+		pidDir = t.TempDir()
+		t.Setenv("FT_PID_DIR", pidDir)
+	}
+	storageDir := t.TempDir()
+	progress := filepath.Join(storageDir, "budget", storage.ProgressFile)
+	go func() {
+		for kills, last := 0, 0; kills < 3; {
+			for countRecords(progress) <= last {
+				time.Sleep(10 * time.Millisecond)
+			}
+			last = countRecords(progress)
+			if pids := alive(pidDir); len(pids) > 0 && syscall.Kill(pids[0], syscall.SIGKILL) == nil {
+				kills++
+			}
+		}
+	}()
+	res, err, out := fit(t, ftTrain, 2, trainer.Run{Name: "budget", StoragePath: storageDir,
+		Failure: trainer.FailureConfig{MaxFailures: 2}}, nil)
+	must.ErrorIs(t, err, trainer.ErrRunFailed, must.Sprint(out))
+	must.StrContains(t, err.Error(), "failure budget exhausted")
+	must.StrContains(t, err.Error(), "max_failures is 2")
+	must.SliceLen(t, 2, res.Recovered, must.Sprint(out))
+	must.SliceEmpty(t, alive(pidDir))
+}
+
+const (
+	ppEpochs  = 10
+	ppBatches = dpSamples / dpBatch // steps per epoch
+)
+
+// ppTrain checks ShouldCheckpoint every step, and on a stop checkpoints
+// the exact step it reached (epoch and batch), so a resumed run goes on
+// from there. Rank 0 logs every step it executes to PP_STEPS.
+func ppTrain(ctx context.Context, s *trainer.Session) error {
+	x, y := dpData()
+	model, opt := dpModel()
+	startEpoch, startBatch := 0, 0
+	if ck := s.GetCheckpoint(); ck != nil {
+		f, err := os.Open(filepath.Join(ck.Path(), "model.bin"))
+		if err != nil {
+			return err
+		}
+		err = nn.LoadState(f, model, opt)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(ck.Path(), "position"))
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Sscan(string(b), &startEpoch, &startBatch); err != nil {
+			return err
+		}
+	}
+	dm, err := trainer.PrepareModel(ctx, s, model)
+	if err != nil {
+		return err
+	}
+	save := func(epoch, batch int) error {
+		var ck *trainer.Checkpoint
+		if s.WorldRank() == 0 {
+			dir, err := s.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := nn.SaveState(&buf, model, opt); err != nil {
+				return err
+			}
+			os.WriteFile(filepath.Join(dir, "model.bin"), buf.Bytes(), 0o644)
+			os.WriteFile(filepath.Join(dir, "position"), []byte(fmt.Sprintf("%d %d", epoch, batch)), 0o644)
+			ck = trainer.CheckpointFromDirectory(dir)
+		}
+		return s.Report(ctx, trainer.Metrics{"epoch": epoch, "batch": batch}, ck)
+	}
+	steps, _ := os.OpenFile(os.Getenv("PP_STEPS"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	defer steps.Close()
+	sampler := data.DistributedSampler{Len: dpSamples, Rank: s.WorldRank(), WorldSize: s.WorldSize(), Shuffle: true, Seed: 9}
+	var bx, by, dout nn.Matrix
+	for epoch := startEpoch; epoch < ppEpochs; epoch++ {
+		batches := data.Batches(sampler.Indices(epoch), dpBatch/s.WorldSize())
+		for b := startBatch; b < len(batches); b++ {
+			fill(x, y, batches[b], &bx, &by)
+			model.ZeroGrad()
+			nn.MSE(model.Forward(&bx), &by, &dout)
+			model.Backward(&dout)
+			if err := dm.SyncGradients(ctx); err != nil {
+				return err
+			}
+			opt.Step()
+			if s.WorldRank() == 0 {
+				fmt.Fprintf(steps, "%d\n", epoch*ppBatches+b)
+			}
+			time.Sleep(5 * time.Millisecond)
+			stop, err := s.ShouldCheckpoint(ctx)
+			if err != nil {
+				return err
+			}
+			if stop {
+				return save(epoch, b+1) // resume at the next batch
+			}
+		}
+		startBatch = 0
+		if err := save(epoch+1, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestPreemptionLosesNoSteps: SIGTERM (a Nomad stop or drain) reaches the
+// workers mid-epoch; they agree to stop, checkpoint the step they reached
+// and exit; running the same run again resumes there. Every step runs
+// exactly once, and the parameters equal those of an uninterrupted run.
+func TestPreemptionLosesNoSteps(t *testing.T) {
+	stepsFile := os.Getenv("PP_STEPS")
+	if stepsFile == "" {
+		stepsFile = filepath.Join(t.TempDir(), "steps")
+		t.Setenv("PP_STEPS", stepsFile)
+	}
+	storageDir := t.TempDir()
+	run := trainer.Run{Name: "preempt", StoragePath: storageDir}
+
+	tr := trainer.New(ppTrain, trainer.Scaling{NumWorkers: 2}, run, nil)
+	tr.Args = []string{"-test.run=^" + t.Name() + "$"}
+	var out bytes.Buffer
+	tr.Stdout, tr.Stderr = &out, &out
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if workerenv.IsWorker() {
+			return // only the launching test process stops the run
+		}
+		for countRecords(stepsFile) < 2*ppBatches+3 { // mid-epoch 2
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel() // the launcher sends SIGTERM to every worker
+	}()
+	_, err := tr.Fit(ctx)
+	must.ErrorIs(t, err, trainer.ErrStopped, must.Sprint(out.String()))
+	stoppedAt := countRecords(stepsFile)
+	must.Less(t, ppEpochs*ppBatches, stoppedAt)
+
+	res, err, outs := fit(t, ppTrain, 2, run, nil)
+	must.NoError(t, err, must.Sprint(outs))
+
+	b, err := os.ReadFile(stepsFile)
+	must.NoError(t, err)
+	lines := strings.Fields(string(b))
+	must.SliceLen(t, ppEpochs*ppBatches, lines, must.Sprint("some steps ran twice or never"))
+	for i, l := range lines {
+		must.Eq(t, strconv.Itoa(i), l)
+	}
+
+	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
+	clean, err, outs := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	must.NoError(t, err, must.Sprint(outs))
+	want, _ := os.ReadFile(filepath.Join(clean.Checkpoint.Path(), "model.bin"))
+	got, _ := os.ReadFile(filepath.Join(res.Checkpoint.Path(), "model.bin"))
+	must.True(t, len(want) > 0 && bytes.Equal(want, got), must.Sprint("parameters after preemption differ from an uninterrupted run"))
+}
+
+// TestHungWorkerDetected: a SIGSTOPped worker neither fails nor exits. Its
+// peers' watchdog notices that no collective completes, they re-form the
+// gang without it, the launcher kills the frozen process when it does not
+// rejoin, and its replacement lets the run finish.
+func TestHungWorkerDetected(t *testing.T) {
+	pidDir := os.Getenv("FT_PID_DIR")
+	if pidDir == "" {
+		pidDir = t.TempDir()
+		t.Setenv("FT_PID_DIR", pidDir)
+	}
+	t.Setenv("NOMAD_TRAIN_LEASE_TTL", "30s") // the watchdog, not the lease, must notice
+	storageDir := t.TempDir()
+	progress := filepath.Join(storageDir, "hung", storage.ProgressFile)
+	stopped := make(chan int, 1)
+	go func() {
+		if workerenv.IsWorker() {
+			return
+		}
+		for countRecords(progress) < 3 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		pids := alive(pidDir)
+		syscall.Kill(pids[len(pids)-1], syscall.SIGSTOP)
+		stopped <- pids[len(pids)-1]
+	}()
+	start := time.Now()
+	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "hung", StoragePath: storageDir,
+		Failure: trainer.FailureConfig{MaxFailures: 1, StallFloor: time.Second, StallFactor: 10, RejoinTimeout: 2 * time.Second}}, nil)
+	must.NoError(t, err, must.Sprint(out))
+	pid := <-stopped
+	t.Logf("stopped pid %d; run took %v", pid, time.Since(start))
+	must.SliceLen(t, 1, res.Recovered, must.Sprint(out))
+	must.Eq(t, "killed by SIGKILL", res.Recovered[0].Message)
+	must.StrContains(t, out, "no collective completed for")
+	must.StrContains(t, out, "presumed hung, killing it")
+	st, err := storage.OpenReadOnly(storageDir, "hung", storage.Policy{})
+	must.NoError(t, err)
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.SliceLen(t, ftEpochs, recs)
+	must.SliceEmpty(t, alive(pidDir))
+}
