@@ -96,7 +96,7 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 		Command: p.Command, Args: p.Args, Env: p.Env,
 		NumWorkers: max(p.NumWorkers, 1), RunName: t.ID, StoragePath: t.StoragePath,
 		Config: t.Config, Checkpoint: t.Checkpoint,
-		StopGrace: p.StopGrace, FailGrace: 5 * time.Second,
+		StopGrace: p.StopGrace,
 		Logger: p.Logger,
 	}
 	if o.Command == "" {

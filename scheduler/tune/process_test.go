@@ -92,7 +92,8 @@ type slowConfig struct {
 
 // slowTrain is a training function whose epochs take SleepMS: it
 // checkpoints its epoch every epoch and resumes after the one in its
-// checkpoint, saying so on stdout.
+// checkpoint, saying so on stdout. It honours a stop request
+// (ShouldCheckpoint) between epochs.
 func slowTrain(ctx context.Context, s *trainer.Session) error {
 	var cfg slowConfig
 	if err := s.DecodeConfig(&cfg); err != nil {
@@ -112,6 +113,11 @@ func slowTrain(ctx context.Context, s *trainer.Session) error {
 		fmt.Printf("resuming at epoch %d\n", start)
 	}
 	for epoch := start; epoch < cfg.Epochs; epoch++ {
+		// Asked to stop (the tuner stopped the trial): the last epoch's
+		// checkpoint is committed, so return at once.
+		if stop, err := s.ShouldCheckpoint(ctx); err != nil || stop {
+			return err
+		}
 		select {
 		case <-time.After(time.Duration(cfg.SleepMS) * time.Millisecond):
 		case <-ctx.Done():

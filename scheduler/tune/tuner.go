@@ -527,7 +527,7 @@ func readProgress(path string, offset int64) ([]storage.Record, int64, error) {
 // from it. The commit record carries the donor's step and metrics, so the
 // trial's iteration count continues from the donor's.
 func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
-	donor, err := storage.OpenReadOnly(e.dir, d.Donor)
+	donor, err := storage.OpenReadOnly(e.dir, d.Donor, storage.Policy{})
 	if err != nil {
 		return fmt.Errorf("open donor storage: %w", err)
 	}
