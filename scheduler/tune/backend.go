@@ -97,7 +97,7 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 		NumWorkers: max(p.NumWorkers, 1), RunName: t.ID, StoragePath: t.StoragePath,
 		Config: t.Config, Checkpoint: t.Checkpoint,
 		StopGrace: p.StopGrace,
-		Logger: p.Logger,
+		Logger:    p.Logger,
 	}
 	if o.Command == "" {
 		exe, err := os.Executable()
