@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"encoding/csv"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -56,4 +60,58 @@ func TestTuneQuickstartSpec(t *testing.T) {
 	after, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
 	must.NoError(t, err)
 	must.Eq(t, before, after)
+}
+
+// Ctrl-C stops every trial and the tuner ends with 130, leaving the trials
+// unfinished (PENDING) with their progress, to resume on the next run.
+func TestTuneInterrupted(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "tune.json")
+	must.NoError(t, os.WriteFile(spec, []byte(`{
+  "name": "long", "builtin": "quickstart",
+  "config": {"lr": {"grid_search": [0.01, 0.02]}, "epochs": 100000, "samples": 200},
+  "tune": {"max_concurrent_trials": 2, "metric": "loss", "mode": "min"}
+}`), 0o644))
+	cmd := exec.Command(bin, "tune", spec)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must.NoError(t, cmd.Start())
+	exp := filepath.Join(dir, "results", "long")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b0, _ := os.ReadFile(filepath.Join(exp, "trial_0000", "progress.jsonl"))
+		b1, _ := os.ReadFile(filepath.Join(exp, "trial_0001", "progress.jsonl"))
+		if bytes.Count(b0, []byte("\n")) >= 2 && bytes.Count(b1, []byte("\n")) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("trials never reported:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	must.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("tune did not stop after SIGINT:\n%s", out.String())
+	}
+	must.EqOp(t, 130, cmd.ProcessState.ExitCode(), must.Sprint(out.String()))
+	must.StrContains(t, out.String(), "run it again to resume")
+	state, err := os.ReadFile(filepath.Join(exp, "experiment_state.json"))
+	must.NoError(t, err)
+	must.EqOp(t, 2, strings.Count(string(state), `"status": "PENDING"`), must.Sprint(string(state)))
+	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, p := range procs {
+		if target, err := os.Readlink(p); err == nil && target == bin {
+			t.Errorf("worker %s still running", p)
+		}
+	}
 }
