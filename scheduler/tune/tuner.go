@@ -34,6 +34,20 @@ type Tuner struct {
 	backend Backend
 	space   map[string]any
 	cfg     Config
+	restore bool // the experiment must exist
+}
+
+// ErrNoExperiment is returned by a restored Tuner's Fit when the directory
+// holds no experiment state.
+var ErrNoExperiment = errors.New("no experiment state to restore")
+
+// Restore returns a tuner that resumes the experiment in expDir (Ray's
+// Tuner.restore): its trials, configs and statuses come from the state
+// file, so no param space is needed. cfg supplies the scheduler, metric and
+// other settings; its Name and StoragePath are taken from expDir.
+func Restore(expDir string, backend Backend, cfg Config) *Tuner {
+	cfg.Name, cfg.StoragePath = filepath.Base(expDir), filepath.Dir(expDir)
+	return &Tuner{backend: backend, cfg: cfg, restore: true}
 }
 
 // New returns a tuner that samples space (a config with Domains anywhere
@@ -65,6 +79,13 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	e := &experiment{cfg: cfg, backend: t.backend, dir: filepath.Join(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
 		events: make(chan event)}
+	if t.restore {
+		if _, ok, err := LoadState(e.dir); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, fmt.Errorf("%w in %s", ErrNoExperiment, e.dir)
+		}
+	}
 	if err := os.MkdirAll(e.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("make experiment directory: %w", err)
 	}
@@ -74,7 +95,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	}
 	defer unlock()
 	e.writer = newStateWriter(filepath.Join(e.dir, StateFile))
-	if err := e.setup(t.space); err != nil {
+	if err := e.setup(t.space, t.restore); err != nil {
 		e.writer.close()
 		return nil, err
 	}
@@ -130,7 +151,7 @@ type event struct {
 }
 
 // setup creates or restores the state and rebuilds the scheduler.
-func (e *experiment) setup(space map[string]any) error {
+func (e *experiment) setup(space map[string]any, mustExist bool) error {
 	e.obj = Objective{Metric: e.cfg.Metric, Mode: e.cfg.Mode, TimeAttr: e.cfg.TimeAttr}
 	sched, err := e.cfg.Scheduler.New(e.obj, e.cfg.Seed)
 	if err != nil {
@@ -140,6 +161,9 @@ func (e *experiment) setup(space map[string]any) error {
 	st, ok, err := LoadState(e.dir)
 	if err != nil {
 		return err
+	}
+	if !ok && mustExist {
+		return fmt.Errorf("%w in %s", ErrNoExperiment, e.dir)
 	}
 	if !ok {
 		gen, err := NewGenerator(space, e.cfg.Searcher, e.cfg.NumSamples, e.cfg.Seed)

@@ -250,7 +250,10 @@ func TestRestoreInProcess(t *testing.T) {
 		must.EqOp(t, want, ts.Status, must.Sprint(ts.ID))
 	}
 
-	grid, err := New(&InProcess{Fn: fn}, lrSpace(4), cfg).Fit(context.Background())
+	_, err = Restore(filepath.Join(dir, "nothing"), &InProcess{Fn: fn}, cfg).Fit(context.Background())
+	must.ErrorIs(t, err, ErrNoExperiment)
+	must.DirNotExists(t, filepath.Join(dir, "nothing"))
+	grid, err := Restore(filepath.Join(dir, "exp"), &InProcess{Fn: fn}, cfg).Fit(context.Background())
 	must.NoError(t, err)
 	for _, tr := range grid.Trials {
 		must.EqOp(t, StatusTerminated, tr.Status)
