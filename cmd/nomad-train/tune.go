@@ -23,6 +23,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"and writes results.csv and results.json into the experiment directory.\n"+
 		"Running it again after a crash or Ctrl-C resumes the unfinished trials.", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
+	verbose := fs.Bool("v", false, "show the workers' output, each line prefixed with its trial and rank")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -55,6 +56,9 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		b.Command, b.Args = spec.Command[0], spec.Command[1:]
 	}
 	b.Stdout, b.Stderr = io.Discard, stderr
+	if *verbose {
+		b.Stdout = stdout
+	}
 	cfg.Progress, cfg.ProgressInterval = stdout, *interval
 	exp := filepath.Join(cfg.StoragePath, cfg.Name)
 	if cfg.StoragePath == "" {
