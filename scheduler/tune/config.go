@@ -36,6 +36,9 @@ type Config struct {
 	Seed     uint64
 	// Scheduler picks and configures the trial scheduler (FIFO when empty).
 	Scheduler SchedulerConfig
+	// NewScheduler, when set, builds the scheduler instead (a custom one);
+	// each Fit builds a fresh one and replays the recorded results into it.
+	NewScheduler func(Objective) (Scheduler, error)
 	// MaxFailures is each trial's failure budget: how many failed attempts
 	// are restarted (from the trial's latest checkpoint); -1 is unlimited.
 	MaxFailures int

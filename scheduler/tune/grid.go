@@ -64,7 +64,7 @@ func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
 	for _, ts := range st.Trials {
 		tr := TrialResult{ID: ts.ID, Config: ts.Config, Params: ts.Params, Status: ts.Status, Reason: ts.Reason,
 			Path: filepath.Join(expDir, ts.ID), Failures: ts.Failures}
-		recs, _, err := readProgress(filepath.Join(expDir, ts.ID, storage.ProgressFile), 0)
+		recs, err := readProgress(filepath.Join(expDir, ts.ID, storage.ProgressFile))
 		if err != nil {
 			return nil, fmt.Errorf("read progress of %s: %w", ts.ID, err)
 		}

@@ -125,7 +125,9 @@ func (t *Trial) DecodeConfig(v any) error {
 // trial (its own or one cloned by PBT), or "" when there is none.
 func (t *Trial) Checkpoint() string { return t.latest }
 
-// Iteration is the number of reports so far, across restarts.
+// Iteration is the step of the latest report: the number of reports so
+// far, across restarts. A restarted trial resumes at the step of its latest
+// checkpoint; reports made after that checkpoint are rolled back.
 func (t *Trial) Iteration() int64 { return t.step }
 
 // NewCheckpointDir returns an empty directory on the trial's storage to
@@ -178,17 +180,26 @@ func (b *InProcess) Run(ctx context.Context, spec TrialSpec) error {
 	}
 	defer st.Close()
 	t := &Trial{id: spec.ID, config: spec.Config, run: st, reported: spec.Reported}
-	recs, err := st.Records()
+	// Like a worker of the trainer runtime, restart from the latest
+	// checkpoint and roll back the reports made after it.
+	name, path, ok, err := st.Latest()
 	if err != nil {
-		return fmt.Errorf("read trial progress: %w", err)
-	}
-	if len(recs) > 0 {
-		t.step = recs[len(recs)-1].Step
-	}
-	if _, path, ok, err := st.Latest(); err != nil {
 		return fmt.Errorf("find latest checkpoint: %w", err)
-	} else if ok {
+	}
+	if ok {
 		t.latest = path
+		recs, err := st.Records()
+		if err != nil {
+			return fmt.Errorf("read trial progress: %w", err)
+		}
+		for _, r := range recs {
+			if r.Checkpoint == name {
+				t.step = r.Step
+			}
+		}
+	}
+	if err := st.TruncateAfter(t.step); err != nil {
+		return fmt.Errorf("roll back trial progress: %w", err)
 	}
 	if err := b.Fn(ctx, t); err != nil {
 		if ctx.Err() != nil {

@@ -188,7 +188,7 @@ func TestKillTunerResumes(t *testing.T) {
 		}
 		done, half := 0, 0
 		for _, ts := range st.Trials {
-			recs, _, _ := readProgress(filepath.Join(exp, ts.ID, storage.ProgressFile), 0)
+			recs, _ := readProgress(filepath.Join(exp, ts.ID, storage.ProgressFile))
 			if ts.Status == StatusTerminated {
 				done++
 			} else if len(recs) >= 2 && len(recs) < 5 {
@@ -232,7 +232,7 @@ func TestKillTunerResumes(t *testing.T) {
 	must.NoError(t, err)
 	for _, tr := range grid.Trials {
 		must.EqOp(t, StatusTerminated, tr.Status, must.Sprint(tr.ID))
-		recs, _, err := readProgress(filepath.Join(exp, tr.ID, storage.ProgressFile), 0)
+		recs, err := readProgress(filepath.Join(exp, tr.ID, storage.ProgressFile))
 		must.NoError(t, err)
 		for i, r := range recs { // steps 1..6, each once
 			must.EqOp(t, int64(i+1), r.Step, must.Sprint(tr.ID))
@@ -274,7 +274,7 @@ func TestPBTOnProcesses(t *testing.T) {
 	exploited := 0
 	for _, ts := range st.Trials {
 		must.EqOp(t, StatusTerminated, ts.Status, must.Sprint(ts.ID, ts.Reason))
-		recs, _, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile), 0)
+		recs, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile))
 		must.NoError(t, err)
 		must.EqOp(t, int64(8), recs[len(recs)-1].Step)
 		for i, x := range ts.Exploits {

@@ -135,10 +135,10 @@ type experiment struct {
 
 type trialRuntime struct {
 	cancel     context.CancelFunc
-	offset     int64     // bytes of progress.jsonl consumed
-	stopReason string    // set when the scheduler or the budget stopped it
-	exploit    *Decision // set when PBT exploits into it
-	stopping   bool      // a stop was asked: its results no longer count
+	tail       progressTail // how far progress.jsonl has been read
+	stopReason string       // set when the scheduler or the budget stopped it
+	exploit    *Decision    // set when PBT exploits into it
+	stopping   bool         // a stop was asked: its results no longer count
 }
 
 // event is a trial's message to the loop: it exited, or (in-process
@@ -153,7 +153,11 @@ type event struct {
 // setup creates or restores the state and rebuilds the scheduler.
 func (e *experiment) setup(space map[string]any, mustExist bool) error {
 	e.obj = Objective{Metric: e.cfg.Metric, Mode: e.cfg.Mode, TimeAttr: e.cfg.TimeAttr}
-	sched, err := e.cfg.Scheduler.New(e.obj, e.cfg.Seed)
+	newSched := func(o Objective) (Scheduler, error) { return e.cfg.Scheduler.New(o, e.cfg.Seed) }
+	if e.cfg.NewScheduler != nil {
+		newSched = e.cfg.NewScheduler
+	}
+	sched, err := newSched(e.obj)
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
 	}
@@ -214,11 +218,10 @@ func (e *experiment) replay() error {
 	}
 	var all []item
 	for _, ts := range e.state.Trials {
-		recs, n, err := readProgress(e.progressPath(ts.ID), 0)
+		recs, _, err := e.rt[ts.ID].tail.read(e.progressPath(ts.ID))
 		if err != nil {
 			return err
 		}
-		e.rt[ts.ID].offset = n
 		ts.Iterations = 0
 		for _, rec := range recs {
 			if _, cloned := rec.Metrics[ClonedFrom]; cloned {
@@ -490,13 +493,20 @@ func (e *experiment) trial(id string) *TrialState {
 // poll reads the trial's new records and lets the scheduler decide on each.
 func (e *experiment) poll(id string) {
 	rt := e.rt[id]
-	recs, n, err := readProgress(e.progressPath(id), rt.offset)
+	recs, rewritten, err := rt.tail.read(e.progressPath(id))
 	if err != nil {
 		e.log.Warn("cannot read trial progress", "trial", id, "error", err)
 		return
 	}
-	rt.offset = n
 	ts := e.trial(id)
+	if rewritten { // rolled back: count the history as it now is
+		all, err := readProgress(e.progressPath(id))
+		if err != nil {
+			e.log.Warn("cannot read trial progress", "trial", id, "error", err)
+			return
+		}
+		ts.Iterations = countOwn(all) - countOwn(recs)
+	}
 	for _, rec := range recs {
 		if _, cloned := rec.Metrics[ClonedFrom]; cloned {
 			continue
@@ -520,17 +530,86 @@ func (e *experiment) poll(id string) {
 	}
 }
 
-// readProgress reads the complete records of a progress file after offset
-// and returns them with the new offset. A missing file has no records.
-func readProgress(path string, offset int64) ([]storage.Record, int64, error) {
+// progressTail follows a growing progress.jsonl. A trial that restarts
+// rolls its history back to its latest checkpoint (storage TruncateAfter
+// replaces the file with a shorter one); the tail notices the new file and
+// skips the records it had already read, which are the older ones.
+type progressTail struct {
+	offset int64     // bytes of the current file consumed
+	ino    uint64    // the current file's inode
+	last   time.Time // time of the newest record read
+}
+
+// read returns the records written since the last read, and whether the
+// file was rewritten since.
+func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, offset, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, offset, err
+		return nil, false, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	rewritten = (t.ino != 0 && ino != t.ino) || fi.Size() < t.offset
+	if rewritten {
+		t.offset = 0
+	}
+	t.ino = ino
+	recs, n, err := readRecords(f, t.offset)
+	if err != nil {
+		return nil, false, err
+	}
+	t.offset = n
+	out := recs[:0]
+	for _, r := range recs {
+		if rewritten && !r.Time.After(t.last) {
+			continue // read before the rollback
+		}
+		out = append(out, r)
+		if r.Time.After(t.last) {
+			t.last = r.Time
+		}
+	}
+	return out, rewritten, nil
+}
+
+// countOwn counts the records a trial reported itself (not PBT clones).
+func countOwn(recs []storage.Record) int {
+	n := 0
+	for _, r := range recs {
+		if _, cloned := r.Metrics[ClonedFrom]; !cloned {
+			n++
+		}
+	}
+	return n
+}
+
+// readProgress reads every complete record of a progress file.
+func readProgress(path string) ([]storage.Record, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, _, err := readRecords(f, 0)
+	return recs, err
+}
+
+// readRecords reads the complete records of a progress file after offset
+// and returns them with the new offset.
+func readRecords(f *os.File, offset int64) ([]storage.Record, int64, error) {
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
 		return nil, offset, err
 	}

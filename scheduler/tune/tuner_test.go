@@ -276,7 +276,9 @@ func TestFailureBudget(t *testing.T) {
 			fails := 0
 			fn := func(ctx context.Context, tr *Trial) error {
 				if tr.Iteration() == 0 {
-					must.NoError(t, tr.Report(ctx, trainer.Metrics{"loss": 1.0}, ""))
+					d, err := tr.NewCheckpointDir()
+					must.NoError(t, err)
+					must.NoError(t, tr.Report(ctx, trainer.Metrics{"loss": 1.0}, d))
 					fails++
 					return errors.New("boom")
 				}
@@ -342,7 +344,7 @@ func TestPBTExploitsInProcess(t *testing.T) {
 	must.Positive(t, exploits)
 	must.MapNotEmpty(t, restoredFrom)
 	for _, ts := range st.Trials {
-		recs, _, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile), 0)
+		recs, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile))
 		must.NoError(t, err)
 		must.EqOp(t, int64(8), recs[len(recs)-1].Step) // every trial reaches epoch 8
 		clones := 0
@@ -383,4 +385,55 @@ func TestTimeBudget(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, StatusPending, g.Trials[1].Status)
 	must.EqOp(t, 0, g.Trials[1].Iterations)
+}
+
+// recorder is a scheduler that records the results it is fed.
+type recorder struct {
+	FIFO
+	mu   sync.Mutex
+	seen []string
+}
+
+func (r *recorder) OnResult(res Result) Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, fmt.Sprintf("%s@%v=%v", res.Trial, res.Time, res.Value))
+	return Decision{Action: Continue}
+}
+
+// A trial that fails after its checkpoint restarts from it: the reports
+// after the checkpoint are rolled back (the progress file is rewritten),
+// the tuner's tail notices and feeds the scheduler only the new reports.
+func TestRollbackAfterFailure(t *testing.T) {
+	rec := &recorder{}
+	attempt := 0
+	fn := func(ctx context.Context, tr *Trial) error {
+		attempt++
+		for step := tr.Iteration(); step < 4; step++ {
+			dir := ""
+			if step == 0 {
+				var err error
+				dir, err = tr.NewCheckpointDir()
+				must.NoError(t, err)
+			}
+			if err := tr.Report(ctx, trainer.Metrics{"loss": float64(10*attempt) + float64(step)}, dir); err != nil {
+				return err
+			}
+			if attempt == 1 && step == 2 {
+				return errors.New("crash after three reports")
+			}
+		}
+		return nil
+	}
+	g, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "rb", StoragePath: t.TempDir(),
+		Metric: "loss", Mode: ModeMin, MaxFailures: 1,
+		NewScheduler: func(Objective) (Scheduler, error) { return rec, nil }}).Fit(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []string{"trial_0000@1=10", "trial_0000@2=11", "trial_0000@3=12", "trial_0000@2=21", "trial_0000@3=22", "trial_0000@4=23"}, rec.seen)
+	must.EqOp(t, StatusTerminated, g.Trials[0].Status)
+	must.EqOp(t, 4, g.Trials[0].Iterations)
+	st, _, err := LoadState(g.Path)
+	must.NoError(t, err)
+	must.EqOp(t, 4, st.Trials[0].Iterations)
+	must.EqOp(t, 1, st.Trials[0].Failures)
 }
