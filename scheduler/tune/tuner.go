@@ -131,6 +131,10 @@ type experiment struct {
 	// stopAll is set when the experiment is ending (ctx done, budget spent):
 	// no trial starts any more.
 	stopAll string
+	// interrupted is the Fit context's Err: a trial that ends once it is
+	// set was stopped by the interruption, whether or not the loop has
+	// seen it yet.
+	interrupted func() error
 }
 
 type trialRuntime struct {
@@ -291,6 +295,7 @@ func (e *experiment) save() error {
 // loop runs trials until none is left to run. On return no trial
 // goroutine is left.
 func (e *experiment) loop(ctx context.Context) (err error) {
+	e.interrupted = ctx.Err
 	e.started = time.Now()
 	tick := time.NewTicker(e.cfg.PollInterval)
 	defer tick.Stop()
@@ -328,7 +333,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			return err
 		}
 		if e.running == 0 {
-			return nil
+			return ctx.Err() // nil unless interrupted before the last trial ended
 		}
 		select {
 		case ev := <-e.events:
@@ -465,7 +470,7 @@ func (e *experiment) handle(ev event) error {
 	case rt.stopReason != "":
 		ts.Status, ts.Reason = StatusStopped, rt.stopReason
 		e.sched.OnTrialComplete(ts.ID)
-	case e.stopAll != "":
+	case e.stopAll != "" || e.interrupted() != nil:
 		ts.Status = StatusPending // unfinished: resumes on the next Fit
 	default:
 		ts.Failures++
