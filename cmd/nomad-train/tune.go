@@ -17,6 +17,30 @@ func init() {
 	register("tune", "Tune hyperparameters: run trials of a spec's search space (locally)", tuneCmd)
 }
 
+// experiment is what a tune spec describes, whatever its form.
+type experiment struct {
+	builtin    string   // a builtin training function, or
+	command    []string // a worker command
+	env        []string
+	numWorkers int
+	space      map[string]any
+	cfg        tune.Config
+}
+
+// loadJSONExperiment reads the JSON form of a tune spec (tune.Spec).
+func loadJSONExperiment(path string) (*experiment, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	spec, space, cfg, err := tune.ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &experiment{builtin: spec.Builtin, command: spec.Command, env: spec.Env,
+		numWorkers: spec.NumWorkers, space: space, cfg: cfg}, nil
+}
+
 func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("tune", "tune [flags] spec.json\n\n"+
 		"Runs the trials of an experiment on local worker processes, shows a live table,\n"+
@@ -28,21 +52,16 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	data, err := os.ReadFile(path)
+	x, err := loadJSONExperiment(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
 		return exitSpec
 	}
-	spec, space, cfg, err := tune.ParseSpec(data)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tune: %s: %v\n", path, err)
-		return exitSpec
-	}
-	b := tune.NewProcesses(nil, spec.NumWorkers)
-	b.Env = spec.Env
-	if spec.Builtin != "" {
-		if _, ok := builtins.Lookup(spec.Builtin); !ok {
-			fmt.Fprintf(stderr, "nomad-train tune: unknown builtin %q (known: %v)\n", spec.Builtin, builtins.Names())
+	b := tune.NewProcesses(nil, x.numWorkers)
+	b.Env = x.env
+	if x.builtin != "" {
+		if _, ok := builtins.Lookup(x.builtin); !ok {
+			fmt.Fprintf(stderr, "nomad-train tune: unknown builtin %q (known: %v)\n", x.builtin, builtins.Names())
 			return exitSpec
 		}
 		exe, err := os.Executable()
@@ -51,21 +70,21 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		b.Command, b.Args = exe, []string{builtins.WorkerArg}
-		b.Env = append(b.Env, workerenv.Builtin+"="+spec.Builtin)
+		b.Env = append(b.Env, workerenv.Builtin+"="+x.builtin)
 	} else {
-		b.Command, b.Args = spec.Command[0], spec.Command[1:]
+		b.Command, b.Args = x.command[0], x.command[1:]
 	}
 	b.Stdout, b.Stderr = io.Discard, stderr
 	if *verbose {
 		b.Stdout = stdout
 	}
+	cfg := x.cfg
 	cfg.Progress, cfg.ProgressInterval = stdout, *interval
-	exp := filepath.Join(cfg.StoragePath, cfg.Name)
 	if cfg.StoragePath == "" {
-		exp = filepath.Join("./results", cfg.Name)
+		cfg.StoragePath = "./results"
 	}
-	fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, exp)
-	grid, err := tune.New(b, space, cfg).Fit(ctx)
+	fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, filepath.Join(cfg.StoragePath, cfg.Name))
+	grid, err := tune.New(b, x.space, cfg).Fit(ctx)
 	if grid != nil {
 		if werr := writeGrid(grid); werr != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
