@@ -90,8 +90,10 @@ func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
 	return g, nil
 }
 
-// TotalIterations is the number of reports of every trial together: the
-// compute the experiment spent, in iterations (epochs for most trainers).
+// TotalIterations is the number of reports in every trial's history
+// together: the compute the experiment spent, in iterations (epochs for
+// most trainers), less any iterations a restarted trial rolled back to
+// its checkpoint and redid.
 func (g *ResultGrid) TotalIterations() int {
 	n := 0
 	for _, t := range g.Trials {
