@@ -34,7 +34,7 @@ func quickstartSpace() map[string]any {
 		"lr":         LogUniform(1e-3, 0.1),
 		"batch_size": Choice(16, 32, 64),
 		"epochs":     9,
-		"samples":    4000,
+		"samples":    512,
 	}
 }
 
@@ -49,7 +49,7 @@ func TestQuickstartASHAAgainstFIFO(t *testing.T) {
 		b.Args = []string{"-test.run=^TestQuickstartASHAAgainstFIFO$"}
 		var out bytes.Buffer
 		b.Stdout, b.Stderr = &out, &out
-		b.StopGrace = 200 * time.Millisecond
+		b.StopGrace = 50 * time.Millisecond // the quickstart ignores stop requests: kill soon
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		g, err := New(b, quickstartSpace(), Config{Name: name, StoragePath: t.TempDir(), NumSamples: 8,
@@ -78,6 +78,7 @@ func TestQuickstartASHAAgainstFIFO(t *testing.T) {
 	t.Logf("FIFO: %d epochs, median final loss %.5f; ASHA: %d epochs, best %s loss %.5f",
 		fifo.TotalIterations(), median, asha.TotalIterations(), best.ID, bestLoss)
 	must.Less(t, median, bestLoss)
+	must.EqOp(t, 9, best.Iterations) // a trial ASHA promoted to the end, not one cut late
 	must.Less(t, fifo.TotalIterations(), asha.TotalIterations())
 	must.NotEq(t, "", best.BestCheckpoint)
 	must.DirExists(t, best.BestCheckpoint)
