@@ -2,6 +2,7 @@ package tune
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -97,7 +98,7 @@ func roundFloat(v float64) float64 {
 }
 
 // ErrSpace is wrapped by errors about a malformed param space.
-var ErrSpace = fmt.Errorf("invalid param space")
+var ErrSpace = errors.New("invalid param space")
 
 // ParseSpace turns a param space in its JSON form into one with Domains: an
 // object with exactly one key naming a search-space function, such as
