@@ -269,14 +269,18 @@ func (w *worker) generation(ctx context.Context) error {
 	if err := callTrain(gctx, w.fn, s); err != nil {
 		return lostOr(err)
 	}
-	// Every rank leaves together, so none closes its sockets while a peer
-	// still needs them. A rank that passed the barrier leaves the
-	// rendezvous, which must not look like a loss to one still in it: from
-	// here on only the barrier itself can fail.
+	// Every rank leaves together, so none closes its sockets or leaves the
+	// rendezvous while a peer still needs it. The barrier is kept in the
+	// store, not on the ring: a rank that is through may go at once without
+	// its departure looking like a loss to one still finishing.
 	stopWatch()
 	watchers.Wait()
-	if err := group.Barrier(gctx); err != nil {
-		return lostOr(fmt.Errorf("final barrier: %w", err))
+	if err := rdzv.Finish(gctx); err != nil {
+		var lost *rendezvous.LostError
+		if errors.As(err, &lost) && ctx.Err() == nil {
+			return &gangLost{generation: a.Generation, cause: lost.Event.String()}
+		}
+		return fmt.Errorf("finish: %w", err)
 	}
 	if s.stopAgreed {
 		return ErrStopped
