@@ -1,0 +1,150 @@
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Files the executor keeps in Config.StateDir.
+const (
+	specFile = "spec.json" // what the shim runs, written by Start
+	exitFile = "exit.json" // the worker's ExitResult, written by the shim
+	logFile  = "shim.log"  // the shim's own log (JSON lines)
+)
+
+// State is what the driver persists in Nomad's driver_state to recover a
+// running task after the plugin restarts. It is JSON-serialisable.
+type State struct {
+	// TaskID is Config.TaskID.
+	TaskID string
+	// ShimPID is the supervisor shim; ShimStartTime its start time in clock
+	// ticks since boot (field 22 of /proc/<pid>/stat), to detect pid reuse.
+	ShimPID       int
+	ShimStartTime uint64
+	// PID is the worker process, also its process group id; PIDStartTime
+	// guards against pid reuse like ShimStartTime.
+	PID          int
+	PIDStartTime uint64
+	// StateDir is Config.StateDir.
+	StateDir string
+	// StartedAt is when the worker started.
+	StartedAt time.Time
+	// Cgroup is the cgroup the worker was placed in; "" when none was
+	// usable (Config.CgroupPath may name one that could not be used).
+	Cgroup string
+	// Config is the task's configuration, kept for Exec after recovery.
+	Config Config
+}
+
+// ExitResult is how the worker ended.
+type ExitResult struct {
+	// ExitCode is the exit status; 128+Signal when killed by a signal (the
+	// shell convention, as Nomad's own executor reports it).
+	ExitCode int
+	// Signal is the terminating signal, 0 if the worker exited by itself.
+	Signal int
+	// OOMKilled is set when the task's cgroup recorded an OOM kill.
+	OOMKilled bool
+	// Err describes a failure to observe the exit; "" normally.
+	Err string
+	// At is when the exit was observed.
+	At time.Time
+}
+
+// Successful reports a clean exit: code 0, no signal, no error.
+func (r ExitResult) Successful() bool {
+	return r.ExitCode == 0 && r.Signal == 0 && r.Err == "" && !r.OOMKilled
+}
+
+// shimSpec is what Start hands the shim in StateDir/spec.json.
+type shimSpec struct {
+	TaskID string
+	Path   string
+	Args   []string // argv including argv[0]
+	Env    []string
+	Dir    string
+	Cred   *credential
+	Cgroup string // cgroup directory to start the worker in; "" = none
+}
+
+// shimStatus is the one message the shim sends back over the status pipe.
+type shimStatus struct {
+	PID       int    `json:",omitempty"`
+	StartTime uint64 `json:",omitempty"`
+	Err       string `json:",omitempty"`
+	// NotFound and Permission classify Err (not recoverable).
+	NotFound   bool `json:",omitempty"`
+	Permission bool `json:",omitempty"`
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory: write, fsync, rename, fsync the directory. Readers see either
+// the old file or the whole new one.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("create temporary file: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod temporary file: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync temporary file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close temporary file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	ok = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory: %w", err)
+	}
+	return nil
+}
+
+// writeJSONAtomic marshals v and writes it with writeFileAtomic.
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	return writeFileAtomic(path, b, 0o600)
+}
+
+// readExitFile returns the recorded exit, or ok=false if there is none.
+func readExitFile(stateDir string) (res ExitResult, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, exitFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return res, false, nil
+	}
+	if err != nil {
+		return res, false, fmt.Errorf("read exit file: %w", err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, false, fmt.Errorf("decode exit file: %w", err)
+	}
+	return res, true, nil
+}
