@@ -131,6 +131,10 @@ func TestRecoverAfterPluginDeath(t *testing.T) {
 	plugin := exec.Command(os.Args[0], "-test.run=^$")
 	plugin.Env = append(os.Environ(), envPlugin+"="+string(cfgJSON))
 	plugin.Stderr = testWriter{t}
+	// The plugin leads a process group, and the whole group gets killed
+	// (as a terminal's Ctrl-C or a service manager would): the shim
+	// survives only because it runs in a session of its own.
+	plugin.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := plugin.StdoutPipe()
 	must.NoError(t, err)
 	must.NoError(t, plugin.Start())
@@ -141,7 +145,7 @@ func TestRecoverAfterPluginDeath(t *testing.T) {
 	expectLine(t, f.outLines, "waiting")
 
 	// The plugin dies; the task must not.
-	must.NoError(t, plugin.Process.Kill())
+	must.NoError(t, syscall.Kill(-plugin.Process.Pid, syscall.SIGKILL))
 	_ = plugin.Wait()
 	must.True(t, alive(st.ShimPID))
 	must.True(t, alive(st.PID))
