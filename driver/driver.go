@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -211,10 +210,9 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	}
 	proc, err := d.runner.Start(ctx, spec)
 	if err != nil {
-		// A missing or forbidden program will not appear by retrying;
-		// anything else (fork, FIFO, cgroup trouble) may.
-		recoverable := !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission)
-		return nil, startError(recoverable, codes.Internal, fmt.Errorf("start task: %w", err))
+		// Only the Runner knows whether retrying can help (a transient
+		// fork or FIFO failure) or not (a bad user, a missing program).
+		return nil, startError(IsRetryable(err), codes.Internal, fmt.Errorf("start task: %w", err))
 	}
 	procState, err := proc.SaveState()
 	if err != nil {
