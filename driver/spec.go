@@ -193,8 +193,10 @@ func conform(raw cty.Value, want cty.Type, path string) (cty.Value, error) {
 			sort.Strings(unknown)
 			return cty.NilVal, fieldErr(unknown[0], "unknown field (not in the schema)")
 		}
-		out := make(map[string]cty.Value, len(want.AttributeTypes()))
-		for name, aty := range want.AttributeTypes() {
+		atys := want.AttributeTypes()
+		out := make(map[string]cty.Value, len(atys))
+		for _, name := range sortedKeys(atys) {
+			aty := atys[name]
 			v, ok := given[name]
 			if !ok {
 				v = cty.NullVal(cty.DynamicPseudoType)
@@ -267,8 +269,9 @@ func applySpec(s *hclspec.Spec, v cty.Value, path string) (cty.Value, error) {
 			return v, nil
 		}
 		out := v.AsValueMap()
-		for name, child := range b.Object.GetAttributes() {
-			cv, err := applySpec(child, out[name], join(path, name))
+		attrs := b.Object.GetAttributes()
+		for _, name := range sortedKeys(attrs) { // the first problem, deterministically
+			cv, err := applySpec(attrs[name], out[name], join(path, name))
 			if err != nil {
 				return cty.NilVal, err
 			}
@@ -382,4 +385,13 @@ func quoteAll(ss []string) []string {
 		out[i] = fmt.Sprintf("%q", s)
 	}
 	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
