@@ -28,5 +28,5 @@ func ExampleDecodeTaskConfig() {
 	fmt.Println(err)
 	// Output:
 	// quickstart 4 consul 5m0s train <nil>
-	// decode task config: field "world_size": required field is missing
+	// decode task config: field "storage_path": required field is missing
 }

@@ -60,7 +60,7 @@ func decodeState(h *drivers.TaskHandle) (taskState, *drivers.TaskConfig, error) 
 	if err := proto.Unmarshal(st.TaskConfig, &tc); err != nil {
 		return st, nil, fmt.Errorf("decode task config in driver state: %w", err)
 	}
-	if len(st.Process) == 0 {
+	if len(st.Process) == 0 || string(st.Process) == "null" {
 		return st, nil, errors.New("driver state has no process state")
 	}
 	return st, &tc, nil
