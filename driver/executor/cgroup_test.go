@@ -88,6 +88,7 @@ func TestCgroupPlacementStatsAndCleanup(t *testing.T) {
 	u, err := task.Stats(context.Background())
 	must.NoError(t, err)
 	must.Greater(t, 0, u.CPUPercent)
+	must.GreaterEq(t, 64<<20, u.RSS) // from memory.stat, or the tree without a memory controller
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -105,4 +106,24 @@ func TestCgroupUnusableRunsWithoutLimits(t *testing.T) {
 	task := startTask(t, cfg)
 	must.Eq(t, "", task.State().Cgroup)
 	must.Eq(t, 0, waitTask(t, task).ExitCode)
+}
+
+func TestCgroupOOMKill(t *testing.T) {
+	t.Parallel()
+	path := cgroupForTest(t)
+	ctrl, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "cgroup.controllers"))
+	if !hasWord(string(ctrl), "memory") {
+		t.Skip("no memory controller for this cgroup's children: OOM kills cannot happen here")
+	}
+	f := newFixture(t)
+	cfg := f.config("hog")
+	cfg.CgroupPath = path
+	cfg.MemoryMB = 32
+	task := startTask(t, cfg)
+	if _, err := os.Stat(filepath.Join(path, "memory.max")); err != nil {
+		t.Skip("memory controller not delegated to this cgroup: OOM kills cannot happen here")
+	}
+	res := waitTask(t, task)
+	must.True(t, res.OOMKilled, must.Sprintf("result %+v", res))
+	must.Eq(t, 9, res.Signal)
 }

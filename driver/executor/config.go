@@ -113,6 +113,13 @@ func validate(cfg *Config, lookup UserLookup, uid int) (resolved, error) {
 	if cfg.ShimPath == "" {
 		return r, configErr("ShimPath", "must not be empty")
 	}
+	// The shim starts in StateDir, where a relative path would mean
+	// something else.
+	abs, err := filepath.Abs(cfg.ShimPath)
+	if err != nil {
+		return r, &ConfigError{Field: "ShimPath", Err: err}
+	}
+	cfg.ShimPath = abs
 	if cfg.Command == "" {
 		return r, configErr("Command", "must not be empty")
 	}
@@ -127,29 +134,37 @@ func validate(cfg *Config, lookup UserLookup, uid int) (resolved, error) {
 	if cfg.CgroupPath != "" && !filepath.IsAbs(cfg.CgroupPath) {
 		return r, configErr("CgroupPath", "%q is not absolute", cfg.CgroupPath)
 	}
+	if r.Dir, r.Cred, err = environment(cfg, lookup, uid); err != nil {
+		return r, err
+	}
+	r.Path, err = lookCommand(cfg.Command, r.Dir, cfg.Env)
+	if err != nil {
+		return r, &ConfigError{Field: "Command", Err: err}
+	}
+	return r, nil
+}
+
+// environment resolves the working directory and identity of cfg, shared
+// by the task and the commands Exec runs in it.
+func environment(cfg *Config, lookup UserLookup, uid int) (string, *credential, error) {
 	dir := cfg.Dir
 	if dir == "" {
 		dir = filepath.Dir(filepath.Clean(cfg.StateDir))
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return r, &ConfigError{Field: "Dir", Err: err}
+		return "", nil, &ConfigError{Field: "Dir", Err: err}
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		return r, &ConfigError{Field: "Dir", Err: err}
+		return "", nil, &ConfigError{Field: "Dir", Err: err}
 	} else if !fi.IsDir() {
-		return r, configErr("Dir", "%s is not a directory", dir)
+		return "", nil, configErr("Dir", "%s is not a directory", dir)
 	}
-	r.Dir = dir
-	r.Path, err = lookCommand(cfg.Command, dir, cfg.Env)
+	cred, err := resolveUser(cfg.User, lookup, uid)
 	if err != nil {
-		return r, &ConfigError{Field: "Command", Err: err}
+		return "", nil, &ConfigError{Field: "User", Err: err}
 	}
-	r.Cred, err = resolveUser(cfg.User, lookup, uid)
-	if err != nil {
-		return r, &ConfigError{Field: "User", Err: err}
-	}
-	return r, nil
+	return dir, cred, nil
 }
 
 // lookCommand finds the executable: paths with a slash are taken relative to

@@ -38,21 +38,21 @@ func (t *Task) prepareExec(ctx context.Context, argv []string, setsid bool) (*ex
 		return nil, nil, fmt.Errorf("exec in task %q: empty command", t.st.TaskID)
 	}
 	cfg := t.st.Config
-	r, err := validate(&cfg, t.opts.lookup, os.Geteuid())
+	dir, cred, err := environment(&cfg, t.opts.lookup, os.Geteuid())
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec in task %q: %w", t.st.TaskID, err)
 	}
-	path, err := lookCommand(argv[0], r.Dir, cfg.Env)
+	path, err := lookCommand(argv[0], dir, cfg.Env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec in task %q: %w", t.st.TaskID, err)
 	}
 	cmd := exec.CommandContext(ctx, path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Env = append([]string{}, cfg.Env...)
-	cmd.Dir = r.Dir
+	cmd.Dir = dir
 	cmd.WaitDelay = execWaitDelay
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !setsid, Setsid: setsid}
-	if c := r.Cred; c != nil {
+	if c := cred; c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: c.Groups}
 	}
 	cmd.Cancel = func() error {
@@ -137,6 +137,9 @@ func (t *Task) ExecStreaming(ctx context.Context, argv []string, tty bool, stdin
 		return t.finishExec(ctx, argv[0], cmd.Wait())
 	}
 
+	if stdout == nil {
+		stdout = io.Discard
+	}
 	master, slave, err := openPTY()
 	if err != nil {
 		cleanup()

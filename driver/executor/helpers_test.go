@@ -108,6 +108,18 @@ func workerMain(mode string, args []string) int {
 		for {
 			x++
 		}
+	case "hog": // allocates up to 1 GiB, then idles
+		var keep [][]byte
+		for range 128 {
+			b := make([]byte, 8<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			keep = append(keep, b)
+		}
+		say("survived %d MiB", len(keep)*8)
+		time.Sleep(time.Hour)
+		return 0
 	case "waitfile": // waitfile PATH CODE: exit CODE once PATH exists
 		code, _ := strconv.Atoi(args[1])
 		say("waiting")
@@ -242,7 +254,11 @@ func startTask(t *testing.T, cfg Config) *Task {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		must.NoError(t, task.Destroy(ctx, true))
-		assertNoProcesses(t, task.State().PID)
+		assertNoProcesses(t, task.State().PID, task.State().ShimPID)
+		// The shim was our child: it must have been reaped, not left a zombie.
+		if st, err := readProcStat(task.State().ShimPID); err == nil && st.PPID == os.Getpid() {
+			t.Errorf("shim %d is still our child in state %c", st.PID, st.State)
+		}
 	})
 	return task
 }

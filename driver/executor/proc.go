@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// pollEvery bounds how late a wait on a pidfd notices a cancelled context.
-const pollEvery = 50 * time.Millisecond
 
 // openPidfd returns a pidfd for pid if that process still is the one that
 // started at startTime (0 = do not check). It returns -1 and no error when
@@ -44,18 +40,42 @@ func pidfdExited(fd int) bool {
 }
 
 // waitPidfd blocks until the process behind fd terminates or ctx is done.
+// It sleeps in poll(2) on the pidfd and an eventfd that ctx's cancellation
+// writes to, so it wakes at once either way and never spins.
 func waitPidfd(ctx context.Context, fd int) error {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	woken := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(woken)
+		one := [8]byte{1} // host-endian 1 on little-endian; any non-zero value wakes
+		_, _ = unix.Write(efd, one[:])
+	})
+	defer func() {
+		if !stop() {
+			<-woken // the writer runs: let it finish before efd is closed
+		}
+		_ = unix.Close(efd)
+	}()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(efd), Events: unix.POLLIN}}
 	for {
-		n, err := unix.Poll(fds, int(pollEvery/time.Millisecond))
-		if err != nil && !errors.Is(err, unix.EINTR) {
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("poll pidfd: %w", err)
 		}
-		if n > 0 {
+		if fds[0].Revents != 0 {
 			return nil
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if fds[1].Revents != 0 {
+			return ctx.Err()
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -56,15 +57,26 @@ func ShimMain(args []string) int {
 }
 
 func runShim(dir string, log hclog.Logger) error {
-	// The shim has no terminal and must not die with the plugin's pipes.
-	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGINT)
+	// The shim must not die of the hang-ups and interrupts meant for the
+	// plugin. Catching (not ignoring) them matters: an ignored signal would
+	// stay ignored in the worker across exec.
+	quiet := make(chan os.Signal, 1)
+	signal.Notify(quiet, syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	defer signal.Stop(quiet)
 
+	for _, fd := range []int{shimFDStdout, shimFDStderr, shimFDStatus} {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("descriptor %d from the plugin: %w", fd, err)
+		}
+	}
+	// Descriptors inherited without close-on-exec (ours, and whatever the
+	// plugin's own parent leaked) must not reach the worker: it gets only
+	// what the shim hands it explicitly.
+	closeOnExecFrom(3)
 	status := os.NewFile(shimFDStatus, "status")
 	stdout := os.NewFile(shimFDStdout, "stdout")
 	stderr := os.NewFile(shimFDStderr, "stderr")
-	if status == nil || stdout == nil || stderr == nil {
-		return errors.New("started without the stdout, stderr and status descriptors")
-	}
 	defer status.Close()
 
 	var spec shimSpec
@@ -131,6 +143,7 @@ func runShim(dir string, log hclog.Logger) error {
 		select {
 		case s := <-sigs:
 			_ = unix.Kill(-pid, s.(syscall.Signal))
+		case <-quiet:
 		case err := <-waited:
 			if err != nil {
 				log.Warn("waitid without reaping failed", "error", err)
@@ -192,4 +205,22 @@ func exitResultOf(ps *os.ProcessState, at time.Time) ExitResult {
 func sendStatus(w *os.File, st shimStatus) {
 	b, _ := json.Marshal(st)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// closeOnExecFrom marks every descriptor >= low close-on-exec: with
+// close_range(2) where the kernel has it (5.11+), else one by one from
+// /proc/self/fd.
+func closeOnExecFrom(low int) {
+	if unix.CloseRange(uint(low), ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= low {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

@@ -63,6 +63,10 @@ func (t *Task) Stats(ctx context.Context) (Usage, error) {
 	)
 	if t.st.Cgroup != "" {
 		cpu, mem, err = cgroupSample(t.st.Cgroup)
+		if err == nil && len(mem.measured) == 0 {
+			// No memory controller in this cgroup: count the tree's memory.
+			_, mem, err = treeSample(t.st.PID)
+		}
 	} else {
 		cpu, mem, err = treeSample(t.st.PID)
 	}

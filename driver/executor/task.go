@@ -204,10 +204,15 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 	}
 	files = nil
 
-	st, err := readShimStatus(ctx, pr)
+	st, err := readShimStatus(ctx, pr, func() { _ = shim.Process.Kill() })
 	if err != nil || st.Err != "" || st.PID <= 0 {
 		_ = shim.Process.Kill()
 		_ = shim.Wait()
+		if st.PID > 0 {
+			// Start was abandoned after the worker started: take it down.
+			killGroupIfSame(st.PID, st.StartTime)
+			_ = killCgroup(cgroup)
+		}
 		switch {
 		case err != nil:
 			return nil, recoverable("wait for the shim to start the worker: %w", err)
@@ -226,7 +231,9 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 		PID: st.PID, PIDStartTime: st.StartTime, StateDir: cfg.StateDir,
 		StartedAt: o.now(), Cgroup: cgroup, Config: cfg,
 	}
-	shimFD, err := openPidfd(state.ShimPID, 0)
+	// The shim is our unreaped child, so its pid cannot be reused even if
+	// it has already exited: open its pidfd without openPidfd's checks.
+	shimFD, err := unix.PidfdOpen(state.ShimPID, 0)
 	if err != nil {
 		_ = shim.Process.Kill()
 		_ = shim.Wait()
@@ -239,9 +246,10 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 }
 
 // readShimStatus reads the shim's one status line; EOF before it means the
-// shim died. Cancelling ctx abandons the read (the caller kills the shim,
-// which ends the reading goroutine).
-func readShimStatus(ctx context.Context, r io.Reader) (shimStatus, error) {
+// shim died. When ctx ends first, abort (which kills the shim) is called and
+// whatever the shim managed to send is still returned with ctx's error, so
+// the caller can clean up a worker that was started.
+func readShimStatus(ctx context.Context, r io.Reader, abort func()) (shimStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, startWait)
 	defer cancel()
 	type reply struct {
@@ -263,7 +271,20 @@ func readShimStatus(ctx context.Context, r io.Reader) (shimStatus, error) {
 	case rep := <-ch:
 		return rep.st, rep.err
 	case <-ctx.Done():
-		return shimStatus{}, ctx.Err()
+		abort()
+		// The shim is dead and the pipe's other ends are closed: the read
+		// ends at once.
+		rep := <-ch
+		return rep.st, ctx.Err()
+	}
+}
+
+// killGroupIfSame SIGKILLs process group pid if pid still is (or is the
+// zombie of) the process that started at startTime; a zombie leader keeps
+// its group id from being reused.
+func killGroupIfSame(pid int, startTime uint64) {
+	if st, err := readProcStat(pid); err == nil && st.StartTime == startTime {
+		_ = unix.Kill(-pid, unix.SIGKILL)
 	}
 }
 
@@ -379,6 +400,7 @@ func (t *Task) awaitExit(ctx context.Context, shimFD int) (ExitResult, error) {
 			return ExitResult{}, err
 		}
 	}
+	killGroupIfSame(t.st.PID, t.st.PIDStartTime)
 	_ = killCgroup(t.st.Cgroup)
 	return ExitResult{ExitCode: -1, Err: ErrExitUnknown.Error(), At: t.opts.now()}, ErrExitUnknown
 }

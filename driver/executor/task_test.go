@@ -292,3 +292,96 @@ func TestLogsToRegularFiles(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "to stderr\n", string(errb))
 }
+
+// shellConfig is a task running a shell command with the fixture's FIFOs.
+func (f *fixture) shellConfig(script string) Config {
+	cfg := f.config("unused")
+	cfg.Command, cfg.Args = "sh", []string{"-c", script}
+	return cfg
+}
+
+func TestWorkerGetsOnlyStdio(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	task := startTask(t, f.config("usr1"))
+	expectLine(t, f.outLines, "ready")
+	dir := filepath.Join("/proc", strconv.Itoa(task.State().PID), "fd")
+	ents, err := os.ReadDir(dir)
+	must.NoError(t, err)
+	toFIFO := map[string][]string{}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		must.NoError(t, err)
+		must.False(t, strings.HasPrefix(target, "pipe:"), must.Sprintf("fd %s is a pipe: the status pipe leaked", e.Name()))
+		toFIFO[target] = append(toFIFO[target], e.Name())
+	}
+	// Exactly fd 1 and fd 2 hold the FIFOs: no leaked copies of the shim's.
+	must.Eq(t, []string{"1"}, toFIFO[f.stdout])
+	must.Eq(t, []string{"2"}, toFIFO[f.stderr])
+}
+
+// TestStopWithSIGINT checks that the worker starts with default signal
+// dispositions: sleep(1) dies of SIGINT unless the shim left it ignored.
+func TestStopWithSIGINT(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	task := startTask(t, f.shellConfig("echo ready; exec sleep 60"))
+	expectLine(t, f.outLines, "ready")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must.NoError(t, task.Stop(ctx, syscall.SIGINT, 10*time.Second))
+	res := waitTask(t, task)
+	must.Eq(t, int(syscall.SIGINT), res.Signal)
+	must.Eq(t, 130, res.ExitCode)
+}
+
+func TestShimDeathLeavesExitUnknown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	task := startTask(t, f.config("usr1"))
+	expectLine(t, f.outLines, "ready")
+	must.NoError(t, syscall.Kill(task.State().ShimPID, syscall.SIGKILL))
+	// The worker outlives its shim and the task is still running.
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := task.Wait(short)
+	must.ErrorIs(t, err, context.DeadlineExceeded)
+	must.True(t, alive(task.State().PID))
+
+	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	must.NoError(t, task.Stop(ctx, syscall.SIGTERM, time.Second))
+	res, err := task.Wait(ctx)
+	must.ErrorIs(t, err, ErrExitUnknown)
+	must.Eq(t, -1, res.ExitCode)
+	must.NotEq(t, "", res.Err)
+	assertNoProcesses(t, task.State().PID)
+}
+
+// TestShimForwardsSIGTERM: a SIGTERM to the shim itself (a host shutdown)
+// reaches the worker, and the exit is still recorded.
+func TestShimForwardsSIGTERM(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	task := startTask(t, f.config("trap"))
+	expectLine(t, f.outLines, "ready")
+	must.NoError(t, syscall.Kill(task.State().ShimPID, syscall.SIGTERM))
+	expectLine(t, f.outLines, "terminating")
+	res := waitTask(t, task)
+	must.Eq(t, 0, res.ExitCode)
+	must.True(t, res.Successful())
+}
+
+func TestRelativeShimPath(t *testing.T) {
+	t.Parallel()
+	cwd, err := os.Getwd()
+	must.NoError(t, err)
+	rel, err := filepath.Rel(cwd, os.Args[0])
+	must.NoError(t, err)
+	dir := t.TempDir()
+	cfg := Config{TaskID: "t", Command: os.Args[0], Args: []string{"5"}, Env: []string{envWorker + "=exit"},
+		StateDir: filepath.Join(dir, "s"), ShimPath: rel}
+	task := startTask(t, cfg)
+	must.Eq(t, 5, waitTask(t, task).ExitCode)
+	must.True(t, filepath.IsAbs(task.State().Config.ShimPath))
+}

@@ -1,9 +1,14 @@
 package executor
 
 import (
+	"context"
 	"errors"
+	"os"
 	"os/user"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -56,4 +61,34 @@ func TestResolveUser(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunAsOtherUser runs the worker and an Exec as "nobody"; it needs root.
+func TestRunAsOtherUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("running as another user needs root")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	f := newFixture(t)
+	// The worker chdirs to the task dir as nobody.
+	must.NoError(t, os.Chmod(f.dir, 0o755))
+	must.NoError(t, os.Chmod(filepath.Dir(f.dir), 0o755))
+	cfg := f.config("unused")
+	cfg.Command, cfg.Args = "sh", []string{"-c", "echo uid $(id -u); echo ready; exec sleep 60"}
+	cfg.User = "nobody"
+	task := startTask(t, cfg)
+	must.Eq(t, "uid "+nobody.Uid, expectLine(t, f.outLines, "uid "))
+	out, _, code, err := task.Exec(context.Background(), []string{"id", "-u"}, 10*time.Second)
+	must.NoError(t, err)
+	must.Eq(t, 0, code)
+	must.Eq(t, nobody.Uid+"\n", string(out))
+	// The plugin (root) still signals and stops it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must.NoError(t, task.Stop(ctx, syscall.SIGTERM, 5*time.Second))
+	must.Eq(t, int(syscall.SIGTERM), waitTask(t, task).Signal)
 }
