@@ -2,9 +2,7 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -342,6 +340,3 @@ func (n *nomadClient) killPlugin(t *testing.T) {
 	}
 	must.True(t, n.client.Exited())
 }
-
-// isEOF reports the end of a server stream.
-func isEOF(err error) bool { return errors.Is(err, io.EOF) }
