@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -311,7 +312,31 @@ func (n *nomadClient) start(t *testing.T, f *taskFixture) *drivers.TaskHandle {
 	must.Eq(t, drivers.TaskState_RUNNING, h.GetState())
 	must.Positive(t, h.GetVersion())
 	must.Eq(t, f.cfg.GetId(), h.GetConfig().GetId())
+	t.Cleanup(func() {
+		if t.Failed() { // a passing test destroyed its task; its pids may be reused
+			killLeftovers(h)
+		}
+	})
 	return h
+}
+
+// killLeftovers SIGKILLs a task's process group and shim if a failed test
+// left them running (the plugin that started them may be gone).
+func killLeftovers(h *drivers.TaskHandle) {
+	st, _, err := decodeState(h)
+	if err != nil {
+		return
+	}
+	var p struct{ PID, ShimPID int }
+	if json.Unmarshal(st.Process, &p) != nil {
+		return
+	}
+	if p.PID > 0 {
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	}
+	if p.ShimPID > 0 {
+		_ = syscall.Kill(p.ShimPID, syscall.SIGKILL)
+	}
 }
 
 func (n *nomadClient) wait(t *testing.T, id string) *drivers.WaitTaskResponse {

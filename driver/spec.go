@@ -29,6 +29,7 @@ type ConfigError struct {
 	Msg   string
 }
 
+// Error implements error, naming the field.
 func (e *ConfigError) Error() string {
 	if e.Field == "" {
 		return e.Msg
