@@ -301,6 +301,27 @@ func TestWireExecStreaming(t *testing.T) {
 		}
 	}
 	must.Eq(t, "got ping\n", out.String())
+
+	// With a terminal (nomad alloc exec -t): the command sees a tty of the
+	// size the client sent.
+	s, err = n.driver.ExecTaskStreaming(ctx)
+	must.NoError(t, err)
+	must.NoError(t, s.Send(&drivers.ExecTaskStreamingRequest{
+		Setup:   &drivers.ExecTaskStreamingRequest_Setup{TaskId: id, Command: []string{"/bin/sh", "-c", "sleep 0.3; tty; stty size"}, Tty: true},
+		TtySize: &drivers.ExecTaskStreamingRequest_TerminalSize{Height: 33, Width: 101},
+	}))
+	out.Reset()
+	for {
+		r, err := s.Recv()
+		must.NoError(t, err)
+		out.Write(r.GetStdout().GetData())
+		if r.GetExited() {
+			must.Eq(t, int32(0), r.GetResult().GetExitCode())
+			break
+		}
+	}
+	must.StrContains(t, out.String(), "/dev/pts/")
+	must.StrContains(t, out.String(), "33 101")
 	_, err = n.driver.StopTask(ctx, &drivers.StopTaskRequest{TaskId: id, Signal: "SIGKILL"})
 	must.NoError(t, err)
 	n.wait(t, id)
