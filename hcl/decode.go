@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 )
@@ -41,6 +42,12 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Spec, hcl.Diagnosti
 	file, diags := parser.ParseHCL(src, filename)
 	if diags.HasErrors() {
 		return nil, diags
+	}
+	if body, ok := file.Body.(*hclsyntax.Body); ok {
+		diags = append(diags, checkLimits(body)...)
+		if diags.HasErrors() {
+			return nil, diags
+		}
 	}
 	spec, ddiags := decodeFile(file, opts, parser)
 	diags = append(diags, ddiags...)

@@ -178,6 +178,9 @@ func rawVariableValue(v *variable, raw, source string) (cty.Value, hcl.Diagnosti
 		return cty.StringVal(raw), nil
 	}
 	expr, diags := hclsyntax.ParseExpression([]byte(raw), "<"+source+">", hcl.InitialPos)
+	if !diags.HasErrors() {
+		diags = checkLimits(expr)
+	}
 	var val cty.Value
 	if !diags.HasErrors() {
 		val, diags = expr.Value(nil)
@@ -214,6 +217,9 @@ func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parse
 		file, diags = parser.ParseJSONFile(path)
 	} else {
 		file, diags = parser.ParseHCLFile(path)
+	}
+	if body, ok := file.Body.(*hclsyntax.Body); ok && !diags.HasErrors() {
+		diags = append(diags, checkLimits(body)...)
 	}
 	if diags.HasErrors() {
 		return diags
