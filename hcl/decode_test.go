@@ -108,6 +108,8 @@ func TestVariableErrors(t *testing.T) {
 	must.NoError(t, os.WriteFile(extra, []byte("workerz = 4\n"), 0o644))
 	badType := filepath.Join(dir, "bad.hcl")
 	must.NoError(t, os.WriteFile(badType, []byte("workers = \"many\"\n"), 0o644))
+	huge := filepath.Join(dir, "huge.hcl")
+	must.NoError(t, os.WriteFile(huge, []byte("workers = 1e-99999\n"), 0o644))
 
 	cases := []struct {
 		name string
@@ -125,6 +127,12 @@ func TestVariableErrors(t *testing.T) {
 		}},
 		{"-var wrong type", ParseOptions{Vars: map[string]string{"sizes": `["a"]`}}, []string{
 			`<-var sizes>:1:1-1:6: error: Invalid value for variable; The value "[\"a\"]" given by -var sizes is not a valid list(number) (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): a number is required.`,
+		}},
+		{"-var number out of range", ParseOptions{Vars: map[string]string{"workers": "1e99999999"}}, []string{
+			`<-var workers>:1:1-1:11: error: Invalid value for variable; The value "1e99999999" given by -var workers is not a valid number (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Number out of range.`,
+		}},
+		{"var file number out of range", ParseOptions{VarFiles: []string{huge}}, []string{
+			huge + `:1:11-1:19: error: Number out of range; Numbers must be within the range of a 64-bit float (about 1e-308 to 1e308).`,
 		}},
 		{"env not a number", ParseOptions{Getenv: mapEnv(map[string]string{"NOMAD_VAR_workers": "lots"})}, []string{
 			`<NOMAD_VAR_workers>:1:1-1:5: error: Invalid value for variable; The value "lots" given by NOMAD_VAR_workers is not a valid number (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Variables not allowed.`,

@@ -218,11 +218,13 @@ func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parse
 	} else {
 		file, diags = parser.ParseHCLFile(path)
 	}
-	if body, ok := file.Body.(*hclsyntax.Body); ok && !diags.HasErrors() {
-		diags = append(diags, checkLimits(body)...)
-	}
 	if diags.HasErrors() {
 		return diags
+	}
+	if body, ok := file.Body.(*hclsyntax.Body); ok {
+		if diags = append(diags, checkLimits(body)...); diags.HasErrors() {
+			return diags
+		}
 	}
 	attrs, adiags := file.Body.JustAttributes()
 	diags = append(diags, adiags...)
