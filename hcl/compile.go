@@ -55,10 +55,7 @@ const (
 // accepted) come back as diagnostics.
 func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
-	backend := s.Rendezvous.Backend
-	if backend == "" {
-		backend = BackendConsul
-	}
+	backend := s.Rendezvous.BackendFor(true)
 	if backend == BackendEmbedded && s.Rendezvous.Address == "" {
 		rng := s.ranges.backend
 		if rng == (hcl.Range{}) {

@@ -217,3 +217,28 @@ func TestFormatDuration(t *testing.T) {
 		must.Eq(t, d, back)
 	}
 }
+
+// TestCanonicalizeKeepsPolicies runs nomad/api's client-side Canonicalize
+// (what the Nomad CLI does before registering) over every example and wants
+// our explicit settings to survive Nomad's defaults.
+func TestCanonicalizeKeepsPolicies(t *testing.T) {
+	for _, rel := range examples(t) {
+		t.Run(rel, func(t *testing.T) {
+			job := compileExample(t, rel)
+			want := compileExample(t, rel)
+			job.Canonicalize()
+			must.Eq(t, *want.ID, *job.ID)
+			must.Eq(t, "batch", *job.Type)
+			for i, g := range job.TaskGroups {
+				w := want.TaskGroups[i]
+				must.Eq(t, *w.Count, *g.Count)
+				wr, gr := w.RestartPolicy, g.RestartPolicy
+				must.Eq(t, []any{*wr.Attempts, *wr.Interval, *wr.Delay, *wr.Mode}, []any{*gr.Attempts, *gr.Interval, *gr.Delay, *gr.Mode})
+				must.Eq(t, *w.ReschedulePolicy.Delay, *g.ReschedulePolicy.Delay)
+				must.Eq(t, *w.ReschedulePolicy.Unlimited, *g.ReschedulePolicy.Unlimited)
+				must.Eq(t, w.Tasks[0].Config, g.Tasks[0].Config)
+				must.Eq(t, w.Tasks[0].Resources.Devices, g.Tasks[0].Resources.Devices)
+			}
+		})
+	}
+}

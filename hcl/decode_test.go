@@ -252,3 +252,10 @@ func TestFunctionsAllowList(t *testing.T) {
 		must.SliceNotContains(t, names, banned)
 	}
 }
+
+func TestBackendFor(t *testing.T) {
+	must.Eq(t, BackendEmbedded, Rendezvous{}.BackendFor(false))
+	must.Eq(t, BackendConsul, Rendezvous{}.BackendFor(true))
+	must.Eq(t, BackendConsul, Rendezvous{Backend: BackendConsul}.BackendFor(false))
+	must.Eq(t, BackendEmbedded, Rendezvous{Backend: BackendEmbedded}.BackendFor(true))
+}

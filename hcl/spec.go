@@ -178,6 +178,19 @@ type Rendezvous struct {
 	Timeout time.Duration
 }
 
+// BackendFor is the backend a run uses: the one the spec names, or else
+// BackendConsul on Nomad and BackendEmbedded for a local run.
+func (r Rendezvous) BackendFor(onNomad bool) string {
+	switch {
+	case r.Backend != "":
+		return r.Backend
+	case onNomad:
+		return BackendConsul
+	default:
+		return BackendEmbedded
+	}
+}
+
 // SHA256 is the hex SHA-256 of the spec's canonical JSON form: two specs
 // with the same decoded settings have the same hash, whatever their
 // formatting, comments or variable sources.
