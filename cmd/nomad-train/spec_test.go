@@ -95,7 +95,7 @@ func TestCompile(t *testing.T) {
 
 	dir := t.TempDir()
 	outFile := filepath.Join(dir, "job.json")
-	code, out, errOut = runCLI(t, "compile", "-json", "-o", outFile, quickstart)
+	code, out, errOut = runCLI(t, "compile", "-json", quickstart, "-o", outFile) // flags after the file too
 	must.Eq(t, 0, code, must.Sprint(errOut))
 	must.Eq(t, "", out)
 	must.Eq(t, readFile(t, goldenPrefix+"quickstart.train.json"), readFile(t, outFile))
