@@ -189,6 +189,7 @@ func TestEmbeddedRendezvousOnNomad(t *testing.T) {
 	job, warnings := mustCompile(t, `train "e" {
   entrypoint { builtin = "quickstart" }
   rendezvous { backend = "embedded" }
+  run { storage_path = "/r" }
 }`)
 	must.Eq(t, []string{
 		`train.hcl:3:16-3:36: warning: Embedded rendezvous without an address; On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = "consul".`,
@@ -201,6 +202,7 @@ func TestEmbeddedRendezvousOnNomad(t *testing.T) {
     backend = "embedded"
     address = "10.0.0.1:4000"
   }
+  run { storage_path = "/r" }
 }`)
 	must.SliceEmpty(t, warnings)
 	must.Eq(t, "embedded", job.TaskGroups[0].Tasks[0].Config["rendezvous"].([]map[string]any)[0]["backend"])
@@ -241,4 +243,16 @@ func TestCanonicalizeKeepsPolicies(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRelativeStorageWarning(t *testing.T) {
+	_, warnings := mustCompile(t, minimal)
+	must.Eq(t, []string{
+		`train.hcl:2:1-2:13: warning: Relative storage path on Nomad; On Nomad, storage_path "./results" resolves inside each allocation's directory: workers do not share it, and it goes when the allocation is collected. Use a directory every client mounts, such as "/mnt/shared/results".`,
+	}, warnings)
+	_, warnings = mustCompile(t, `train "w" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = "file:///mnt/nfs/runs" }
+}`)
+	must.SliceEmpty(t, warnings)
 }

@@ -168,7 +168,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		d.scaling(sc, &s.Scaling)
 	}
 	if r := d.single(c, "run"); r != nil {
-		d.run(r, &s.Run)
+		d.run(r, &s.Run, &s.ranges)
 	}
 	if r := d.single(c, "rendezvous"); r != nil {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
@@ -453,7 +453,7 @@ var (
 	}
 )
 
-func (d *decoder) run(b *hcl.Block, r *Run) {
+func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 	c := d.content(b.Body, runSchema)
 	if attr := c.Attributes["storage_path"]; attr != nil {
 		var p string
@@ -462,6 +462,7 @@ func (d *decoder) run(b *hcl.Block, r *Run) {
 				d.errorf(attr, "Unsupported storage path", "%s.", err)
 			} else {
 				r.StoragePath = local
+				ranges.storage = attr.Range
 			}
 		}
 	}

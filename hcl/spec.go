@@ -89,6 +89,16 @@ type Spec struct {
 type specRanges struct {
 	block   hcl.Range // train "name" header
 	backend hcl.Range
+	storage hcl.Range
+}
+
+// rangeOr is r, or the train block's header when r was not recorded (a
+// setting left to its default, or a Spec built in Go).
+func (sr specRanges) rangeOr(r hcl.Range) *hcl.Range {
+	if r == (hcl.Range{}) {
+		r = sr.block
+	}
+	return r.Ptr()
 }
 
 // Entrypoint says what each worker runs: a builtin, or a user's command

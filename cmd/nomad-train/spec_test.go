@@ -92,6 +92,10 @@ func TestCompile(t *testing.T) {
 	code, out, errOut := runCLI(t, "compile", quickstart)
 	must.Eq(t, 0, code, must.Sprint(errOut))
 	must.Eq(t, readFile(t, goldenPrefix+"quickstart.train.nomad.hcl"), out)
+	// Warnings are printed, with the snippet, and do not fail the command.
+	must.StrContains(t, errOut, "Warning: Relative storage path on Nomad")
+	must.StrContains(t, errOut, `  25:     storage_path = "./results"`)
+	must.StrNotContains(t, errOut, "error(s)")
 
 	dir := t.TempDir()
 	outFile := filepath.Join(dir, "job.json")
