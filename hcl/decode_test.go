@@ -3,6 +3,7 @@ package hcl
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,4 +259,32 @@ func TestBackendFor(t *testing.T) {
 	must.Eq(t, BackendConsul, Rendezvous{}.BackendFor(true))
 	must.Eq(t, BackendConsul, Rendezvous{Backend: BackendConsul}.BackendFor(false))
 	must.Eq(t, BackendEmbedded, Rendezvous{Backend: BackendEmbedded}.BackendFor(true))
+}
+
+// TestDocExample parses the spec shown in the package comment, so the
+// documentation cannot drift into invalid syntax.
+func TestDocExample(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	must.NoError(t, err)
+	var lines []string
+	in := false
+	for _, l := range strings.Split(string(doc), "\n") {
+		switch {
+		case strings.HasPrefix(l, "//\t"):
+			in = true
+			lines = append(lines, strings.TrimPrefix(l, "//\t"))
+		case in && l == "//":
+			lines = append(lines, "")
+		case in:
+			in = false
+		}
+		if strings.HasPrefix(l, "// The train block also takes") {
+			break
+		}
+	}
+	src := strings.Join(lines, "\n")
+	must.StrContains(t, src, `train "quickstart"`)
+	s := mustParse(t, src, ParseOptions{})
+	must.Eq(t, 4, s.Scaling.NumWorkers)
+	must.Eq(t, "loss", s.Run.Checkpoint.ScoreAttribute)
 }

@@ -12,14 +12,25 @@
 //
 //	train "quickstart" {
 //	  entrypoint { builtin = "quickstart" }
-//	  config = { epochs = 20, learning_rate = 0.05 }   # reaches workers as JSON
+//
+//	  # The train loop config reaches every worker as JSON.
+//	  config = { epochs = 20, learning_rate = 0.05 }
+//
 //	  scaling {
 //	    num_workers = var.workers
-//	    resources_per_worker { cpu = 500, memory = "1 GiB" }
+//	    resources_per_worker {
+//	      cpu    = 500
+//	      memory = "1 GiB"
+//	    }
 //	  }
+//
 //	  run {
-//	    storage_path = "./results"
-//	    checkpoint { num_to_keep = 2, score_attribute = "loss", score_order = "min" }
+//	    storage_path = "/mnt/shared/results"
+//	    checkpoint {
+//	      num_to_keep     = 2
+//	      score_attribute = "loss"
+//	      score_order     = "min"
+//	    }
 //	    failure { max_failures = 2 }
 //	  }
 //	}
