@@ -65,7 +65,10 @@ var rootSchema = &hcl.BodySchema{
 }
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
-	d := &decoder{}
+	d := &decoder{builtins: opts.Builtins}
+	if d.builtins == nil {
+		d.builtins = KnownBuiltins()
+	}
 	root := d.content(file.Body, rootSchema)
 	vars, vdiags := decodeVariables(root.Blocks.OfType("variable"), opts, parser)
 	d.diags = append(d.diags, vdiags...)
@@ -216,11 +219,11 @@ func (d *decoder) entrypoint(b *hcl.Block, ep *Entrypoint) {
 		d.rangeErrorf(command.NameRange, "Conflicting entrypoint", "Set either builtin or command, not both.")
 	case builtin == nil && command == nil:
 		d.rangeErrorf(b.DefRange, "Missing entrypoint",
-			"The entrypoint block needs builtin (one of %s) or command.", quoteList(KnownBuiltins()))
+			"The entrypoint block needs builtin (one of %s) or command.", quoteList(d.builtins))
 	case builtin != nil:
-		if d.str(builtin, &ep.Builtin) && !slices.Contains(KnownBuiltins(), ep.Builtin) {
+		if d.str(builtin, &ep.Builtin) && !slices.Contains(d.builtins, ep.Builtin) {
 			d.errorf(builtin, "Unknown builtin", "There is no builtin %q; known builtins are %s.%s",
-				ep.Builtin, quoteList(KnownBuiltins()), suggest(ep.Builtin, KnownBuiltins()))
+				ep.Builtin, quoteList(d.builtins), suggest(ep.Builtin, d.builtins))
 		}
 		if attr := a["args"]; attr != nil {
 			d.rangeErrorf(attr.NameRange, "Arguments for a builtin", "args are passed to a command; a builtin takes its settings from config.")

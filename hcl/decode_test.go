@@ -288,3 +288,15 @@ func TestDocExample(t *testing.T) {
 	must.Eq(t, 4, s.Scaling.NumWorkers)
 	must.Eq(t, "loss", s.Run.Checkpoint.ScoreAttribute)
 }
+
+func TestBuiltinsOption(t *testing.T) {
+	src := `train "m" {
+  entrypoint { builtin = "mnist" }
+}`
+	_, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+	must.Eq(t, []string{
+		`train.hcl:2:26-2:33: error: Unknown builtin; There is no builtin "mnist"; known builtins are "quickstart".`,
+	}, diagLines(diags))
+	s := mustParse(t, src, ParseOptions{Builtins: []string{"mnist", "quickstart"}})
+	must.Eq(t, "mnist", s.Entrypoint.Builtin)
+}

@@ -29,6 +29,10 @@ type ParseOptions struct {
 	// Getenv looks up NOMAD_VAR_<name> for each declared variable; nil looks
 	// up nothing.
 	Getenv func(string) string
+	// Builtins are the names entrypoint { builtin = ... } accepts; nil
+	// means KnownBuiltins(). A binary that carries more builtins passes its
+	// own list.
+	Builtins []string
 	// Parser, when set, is the parser the spec and variable files are read
 	// with, so that the caller can print diagnostics with source snippets
 	// from Parser.Files(). Nil uses a fresh one.
