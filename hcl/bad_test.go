@@ -82,6 +82,10 @@ func TestBadSpecs(t *testing.T) {
 			"reserved_meta.hcl:4:5-4:20: error: Reserved meta key; Meta keys starting with \"nomad_train_\" are set by nomad-train; rename \"nomad_train_run\".",
 			"reserved_meta.hcl:7:5-7:20: error: Reserved environment variable; Variables starting with \"NOMAD_TRAIN_\" are set by nomad-train; rename \"NOMAD_TRAIN_RUN\".",
 		}},
+		{"runtime_interpolation.hcl", []string{
+			"runtime_interpolation.hcl:4:17-4:34: error: Unknown variable; There is no variable named \"NOMAD_ALLOC_INDEX\". The spec is evaluated before Nomad sees it: to leave ${NOMAD_ALLOC_INDEX} for Nomad to interpolate at run time, escape it as $${NOMAD_ALLOC_INDEX}.",
+			"runtime_interpolation.hcl:5:17-5:21: error: Unknown variable; There is no variable named \"node\". The spec is evaluated before Nomad sees it: to leave ${node.…} for Nomad to interpolate at run time, escape it as $${node.…}.",
+		}},
 		{"s3_storage.hcl", []string{
 			"s3_storage.hcl:4:20-4:41: error: Unsupported storage path; storage scheme \"s3\" is not supported; use a local or mounted shared directory, or a file:// URL.",
 		}},

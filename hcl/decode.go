@@ -83,7 +83,36 @@ func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Sp
 		return nil, d.diags
 	}
 	spec := d.train(train)
+	hintRuntimeInterpolation(d.diags)
 	return spec, d.diags
+}
+
+// unknownVariable matches hcl's detail for a reference to an undefined root
+// variable.
+var unknownVariable = regexp.MustCompile(`^There is no variable named "([^"]+)"\.`)
+
+// nomadRuntimeRoots are the names Nomad interpolates when a task starts.
+var nomadRuntimeRoots = []string{"attr", "device", "env", "meta", "node"}
+
+// hintRuntimeInterpolation explains, where a spec refers to something Nomad
+// interpolates at run time (${NOMAD_ALLOC_INDEX}, ${node.unique.name}), that
+// the spec is evaluated first and the reference must be escaped.
+func hintRuntimeInterpolation(diags hcl.Diagnostics) {
+	for _, diag := range diags {
+		m := unknownVariable.FindStringSubmatch(diag.Detail)
+		if diag.Summary != "Unknown variable" || m == nil {
+			continue
+		}
+		ref := m[1]
+		switch {
+		case strings.HasPrefix(ref, "NOMAD_"):
+		case slices.Contains(nomadRuntimeRoots, ref):
+			ref += ".…"
+		default:
+			continue
+		}
+		diag.Detail += fmt.Sprintf(" The spec is evaluated before Nomad sees it: to leave ${%s} for Nomad to interpolate at run time, escape it as $${%s}.", ref, ref)
+	}
 }
 
 var trainSchema = &hcl.BodySchema{
