@@ -2,6 +2,7 @@ package hcl
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -55,20 +56,22 @@ const (
 // accepted) come back as diagnostics.
 func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
-	backend := s.Rendezvous.Backend
-	if backend == "" {
-		backend = BackendConsul
-	}
+	backend := s.Rendezvous.BackendFor(true)
 	if backend == BackendEmbedded && s.Rendezvous.Address == "" {
-		rng := s.ranges.backend
-		if rng == (hcl.Range{}) {
-			rng = s.ranges.block
-		}
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagWarning,
 			Summary:  "Embedded rendezvous without an address",
 			Detail:   "On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = \"consul\".",
-			Subject:  rng.Ptr(),
+			Subject:  s.ranges.rangeOr(s.ranges.backend),
+		})
+	}
+	if !filepath.IsAbs(s.Run.StoragePath) {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "Relative storage path on Nomad",
+			Detail: fmt.Sprintf("On Nomad, storage_path %q resolves inside each allocation's directory: workers do not share it, and it goes when the allocation is collected. Use a directory every client mounts, such as \"/mnt/shared/results\".",
+				s.Run.StoragePath),
+			Subject: s.ranges.rangeOr(s.ranges.storage),
 		})
 	}
 

@@ -189,6 +189,7 @@ func TestEmbeddedRendezvousOnNomad(t *testing.T) {
 	job, warnings := mustCompile(t, `train "e" {
   entrypoint { builtin = "quickstart" }
   rendezvous { backend = "embedded" }
+  run { storage_path = "/r" }
 }`)
 	must.Eq(t, []string{
 		`train.hcl:3:16-3:36: warning: Embedded rendezvous without an address; On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = "consul".`,
@@ -201,6 +202,7 @@ func TestEmbeddedRendezvousOnNomad(t *testing.T) {
     backend = "embedded"
     address = "10.0.0.1:4000"
   }
+  run { storage_path = "/r" }
 }`)
 	must.SliceEmpty(t, warnings)
 	must.Eq(t, "embedded", job.TaskGroups[0].Tasks[0].Config["rendezvous"].([]map[string]any)[0]["backend"])
@@ -216,4 +218,41 @@ func TestFormatDuration(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, d, back)
 	}
+}
+
+// TestCanonicalizeKeepsPolicies runs nomad/api's client-side Canonicalize
+// (what the Nomad CLI does before registering) over every example and wants
+// our explicit settings to survive Nomad's defaults.
+func TestCanonicalizeKeepsPolicies(t *testing.T) {
+	for _, rel := range examples(t) {
+		t.Run(rel, func(t *testing.T) {
+			job := compileExample(t, rel)
+			want := compileExample(t, rel)
+			job.Canonicalize()
+			must.Eq(t, *want.ID, *job.ID)
+			must.Eq(t, "batch", *job.Type)
+			for i, g := range job.TaskGroups {
+				w := want.TaskGroups[i]
+				must.Eq(t, *w.Count, *g.Count)
+				wr, gr := w.RestartPolicy, g.RestartPolicy
+				must.Eq(t, []any{*wr.Attempts, *wr.Interval, *wr.Delay, *wr.Mode}, []any{*gr.Attempts, *gr.Interval, *gr.Delay, *gr.Mode})
+				must.Eq(t, *w.ReschedulePolicy.Delay, *g.ReschedulePolicy.Delay)
+				must.Eq(t, *w.ReschedulePolicy.Unlimited, *g.ReschedulePolicy.Unlimited)
+				must.Eq(t, w.Tasks[0].Config, g.Tasks[0].Config)
+				must.Eq(t, w.Tasks[0].Resources.Devices, g.Tasks[0].Resources.Devices)
+			}
+		})
+	}
+}
+
+func TestRelativeStorageWarning(t *testing.T) {
+	_, warnings := mustCompile(t, minimal)
+	must.Eq(t, []string{
+		`train.hcl:2:1-2:13: warning: Relative storage path on Nomad; On Nomad, storage_path "./results" resolves inside each allocation's directory: workers do not share it, and it goes when the allocation is collected. Use a directory every client mounts, such as "/mnt/shared/results".`,
+	}, warnings)
+	_, warnings = mustCompile(t, `train "w" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = "file:///mnt/nfs/runs" }
+}`)
+	must.SliceEmpty(t, warnings)
 }

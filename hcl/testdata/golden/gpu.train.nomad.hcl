@@ -4,6 +4,7 @@ job "resnet-gpu" {
   datacenters = ["dc1", "dc2"]
   node_pool   = "gpu"
   priority    = 70
+
   meta {
     nomad_train_run          = "resnet-gpu"
     nomad_train_spec_sha256  = "d3d97f970d558abd37c1ca27fc68561aa37e1362fe432295c72a4d1e2e27f7fb"
@@ -13,10 +14,12 @@ job "resnet-gpu" {
 
   group "worker" {
     count = 8
+
     network {
       port "train" {
       }
     }
+
     service {
       name     = "resnet-gpu-worker"
       port     = "train"
@@ -30,18 +33,21 @@ job "resnet-gpu" {
         timeout  = "2s"
       }
     }
+
     restart {
       attempts = 10
       interval = "10m"
       delay    = "1s"
       mode     = "delay"
     }
+
     reschedule {
       delay          = "5s"
       delay_function = "exponential"
       max_delay      = "1m"
       unlimited      = true
     }
+
     spread {
       attribute = "$${node.unique.id}"
       weight    = 100
@@ -49,6 +55,7 @@ job "resnet-gpu" {
 
     task "worker" {
       driver = "train"
+
       config {
         builtin      = "quickstart"
         port         = "train"
@@ -69,9 +76,11 @@ job "resnet-gpu" {
           timeout = "10m"
         }
       }
+
       env {
         NCCL_DEBUG = "WARN"
       }
+
       resources {
         cores  = 8
         memory = 65536
@@ -100,16 +109,19 @@ job "resnet-gpu" {
 
   group "controller" {
     count = 1
+
     network {
       port "train" {
       }
     }
+
     restart {
       attempts = 10
       interval = "10m"
       delay    = "1s"
       mode     = "delay"
     }
+
     reschedule {
       delay          = "5s"
       delay_function = "exponential"
@@ -119,6 +131,7 @@ job "resnet-gpu" {
 
     task "controller" {
       driver = "train"
+
       config {
         builtin      = "controller"
         port         = "train"
@@ -139,9 +152,11 @@ job "resnet-gpu" {
           timeout = "10m"
         }
       }
+
       env {
         NCCL_DEBUG = "WARN"
       }
+
       resources {
         cpu    = 500
         memory = 512
