@@ -18,12 +18,6 @@ const (
 	// WorkerGroup and WorkerTask name the workers' group and task.
 	WorkerGroup = "worker"
 	WorkerTask  = "worker"
-	// ControllerGroup and ControllerTask name the controller's group and
-	// task, compiled when the spec has trainer_resources.
-	ControllerGroup = "controller"
-	ControllerTask  = "controller"
-	// ControllerBuiltin is the builtin the controller task runs.
-	ControllerBuiltin = "controller"
 	// GPUDevice is the one device block GPUs are requested in.
 	GPUDevice = "nvidia/gpu"
 	// SpreadAttribute is what SPREAD placement spreads workers across.
@@ -146,17 +140,15 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}
 
-	if tr := s.Scaling.TrainerResources; tr != nil {
-		ctrl := newGroup(ControllerGroup, 1, s.Run.Failure.MaxFailures)
-		t := api.NewTask(ControllerTask, Driver)
-		t.Config = taskConfig(s, backend)
-		t.Config["builtin"] = ControllerBuiltin
-		if len(s.Env) > 0 {
-			t.Env = s.Env
-		}
-		t.Resources = resources(*tr)
-		ctrl.Tasks = []*api.Task{t}
-		job.TaskGroups = append(job.TaskGroups, ctrl)
+	if s.Scaling.TrainerResources != nil {
+		// Ray reserves trainer_resources for its driver process. On Nomad
+		// the workers coordinate through the rendezvous store and no
+		// controller process runs, so there is nothing to reserve.
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "trainer_resources reserve nothing on Nomad",
+			Detail:   "nomad-train runs no controller process on Nomad (the workers coordinate through the rendezvous store), so the compiled job has no group for trainer_resources.",
+		})
 	}
 	return job, diags
 }

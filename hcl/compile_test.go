@@ -1,6 +1,7 @@
 package hcl
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -164,22 +165,16 @@ func TestOneGPUDevice(t *testing.T) {
 	}, devs[0].Constraints)
 }
 
-func TestControllerGroup(t *testing.T) {
-	job, _ := mustCompile(t, `train "ctl" {
+func TestTrainerResourcesWarn(t *testing.T) {
+	job, diags := mustCompile(t, `train "ctl" {
   entrypoint { builtin = "quickstart" }
   scaling {
     num_workers = 2
     trainer_resources { cpu = 250 }
   }
 }`)
-	must.Len(t, 2, job.TaskGroups)
-	ctrl := job.TaskGroups[1]
-	must.Eq(t, ControllerGroup, *ctrl.Name)
-	must.Eq(t, 1, *ctrl.Count)
-	task := ctrl.Tasks[0]
-	must.Eq(t, ControllerBuiltin, task.Config["builtin"])
-	must.Eq(t, 2, task.Config["world_size"])
-	must.Eq(t, &api.Resources{CPU: new(250), MemoryMB: new(DefaultTrainerMemoryMB)}, task.Resources)
+	must.Len(t, 1, job.TaskGroups)
+	must.StrContains(t, strings.Join(diags, "\n"), "trainer_resources reserve nothing on Nomad")
 
 	job, _ = mustCompile(t, minimal)
 	must.Len(t, 1, job.TaskGroups)

@@ -14,6 +14,7 @@ import (
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 )
 
@@ -118,6 +119,7 @@ func loadSpec(path string, f *specFlags, stderr io.Writer) (*trainhcl.Spec, []by
 		Vars:     f.vars,
 		VarFiles: f.varFiles,
 		Getenv:   os.Getenv,
+		Builtins: builtins.Names(),
 		Parser:   parser,
 	})
 	var hclOut, jsonOut []byte
