@@ -72,7 +72,8 @@ func workerEnv(in envInput) []string {
 	if idx, ok := env[envAllocIndex]; ok {
 		env[workerenv.RankHint] = idx
 	}
-	env[workerenv.MemberID] = in.Task.GetAllocId() + "/" + in.Task.GetName()
+	// Rendezvous member IDs may not hold a slash (they are key path parts).
+	env[workerenv.MemberID] = in.Task.GetAllocId() + "." + in.Task.GetName()
 	node := in.Task.GetNodeName()
 	if node == "" {
 		node = in.HostName

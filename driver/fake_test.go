@@ -142,7 +142,7 @@ func TestStartTaskEnvironment(t *testing.T) {
 				"failure":      map[string]any{"max_failures": 3}},
 			want: map[string]string{
 				workerenv.Worker: "1", workerenv.RunName: "qs", workerenv.WorldSize: "4", workerenv.RankHint: "1",
-				workerenv.MemberID: "a1/w", workerenv.Node: "host-a", workerenv.Addr: "10.0.0.5:31000",
+				workerenv.MemberID: "a1.w", workerenv.Node: "host-a", workerenv.Addr: "10.0.0.5:31000",
 				workerenv.Rendezvous: "embedded://10.0.0.1:7777", workerenv.RendezvousTimeout: "2m0s",
 				workerenv.StoragePath: "/results", workerenv.Config: `{"epochs":2}`,
 				workerenv.Checkpoint:  `{"num_to_keep":2,"score_attribute":"loss","score_order":"min"}`,

@@ -274,7 +274,7 @@ rendezvous {
 	// The driver binary ran as a worker: the builtins package reports the
 	// unknown builtin and exits 2.
 	must.Eq(t, int32(2), res.GetResult().GetExitCode())
-	f.logs.waitFor(t, "", `no builtin "no-such-builtin"`)
+	f.logs.waitFor(t, "", `unknown builtin "no-such-builtin"`)
 	n.destroy(t, id)
 }
 
