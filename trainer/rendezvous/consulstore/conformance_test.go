@@ -20,6 +20,7 @@ func newStore(t *testing.T, cfg consulstore.Config) *consulstore.Store {
 	t.Helper()
 	st, err := consulstore.New(cfg)
 	must.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
 	return st
 }
 
