@@ -38,6 +38,9 @@ const (
 // holds the key after the store tried to take it over.
 var ErrKeyHeld = errors.New("key held by another session")
 
+// ErrNoLeader is returned by Ping when the agent knows no cluster leader.
+var ErrNoLeader = errors.New("consul cluster has no leader")
+
 // Config configures a Store. The zero value talks to the agent that
 // CONSUL_HTTP_ADDR names (default 127.0.0.1:8500) with the ACL token in
 // CONSUL_HTTP_TOKEN, as capi.DefaultConfig reads them.
@@ -171,6 +174,24 @@ func New(cfg Config) (*Store, error) {
 		seen:   make(map[string]seenKey),
 		leases: make(map[string]*lease),
 	}, nil
+}
+
+// Ping asks the agent for the cluster's leader, to tell early that the
+// agent is unreachable or has no leader.
+func (s *Store) Ping(ctx context.Context) error {
+	q, cancel, err := s.readOpts(ctx, 0, s.cfg.RequestTimeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	leader, err := s.client.Status().LeaderWithQueryOptions(q)
+	if err != nil {
+		return s.fail(ctx, "ping", err)
+	}
+	if leader == "" {
+		return fmt.Errorf("consul ping: %w", ErrNoLeader)
+	}
+	return nil
 }
 
 // Client returns the Consul client the store uses.

@@ -155,6 +155,9 @@ func New(opts Options) *Server {
 		createdBy: make(map[string]SessionInfo),
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status/leader", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, 0, "127.0.0.1:8300")
+	})
 	mux.HandleFunc("/v1/kv/", s.handleKV)
 	mux.HandleFunc("PUT /v1/txn", s.handleTxn)
 	mux.HandleFunc("PUT /v1/session/create", s.handleSessionCreate)
