@@ -501,56 +501,71 @@ func (s *Store) PutEphemeral(ctx context.Context, l rendezvous.Lease, key string
 	}
 	for attempt := 0; ; attempt++ {
 		held, err := s.acquire(ctx, ml.id, key, data)
-		if err != nil || held == "" {
+		if err != nil || held == nil {
 			return err
 		}
 		if attempt == 2 {
-			return fmt.Errorf("put ephemeral %s: %w (session %s)", key, ErrKeyHeld, held)
+			return fmt.Errorf("put ephemeral %s: %w (%s)", key, ErrKeyHeld, held)
 		}
-		s.cfg.Logger.Warn("taking over ephemeral key from another session", "key", key, "session", held)
-		if err := s.destroy(ctx, held); err != nil {
-			return err
+		if held.session != "" {
+			s.cfg.Logger.Warn("taking over ephemeral key from another session", "key", key, "session", held.session)
+			if err := s.destroy(ctx, held.session); err != nil {
+				return err
+			}
 		}
+		// The lock delay of the session that held the key (ours: 1 ms; a
+		// foreign one may be longer, and then the last attempt fails).
 		if err := sleepCtx(ctx, s.cfg.LockDelay+5*time.Millisecond); err != nil {
 			return err
 		}
 	}
 }
 
-// acquire tries to take key for session id. It returns "" once the key is
-// ours, or the session that holds it.
-func (s *Store) acquire(ctx context.Context, id, key string, data []byte) (string, error) {
+// refusal says why an acquire was refused: another session holds the key,
+// or (session "") the key is under a dead session's lock delay.
+type refusal struct{ session string }
+
+func (r *refusal) String() string {
+	if r.session == "" {
+		return "under lock delay"
+	}
+	return "session " + r.session
+}
+
+// acquire tries to take key for session id. It returns nil once the key is
+// ours, or why it is not.
+func (s *Store) acquire(ctx context.Context, id, key string, data []byte) (*refusal, error) {
 	cctx, cancel, err := s.call(ctx, s.cfg.RequestTimeout)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer cancel()
 	ok, _, err := s.kv.Acquire(&capi.KVPair{Key: s.full(key), Value: data, Session: id}, (&capi.WriteOptions{}).WithContext(cctx))
 	switch {
 	case err != nil && strings.Contains(strings.ToLower(err.Error()), "invalid session"):
-		return "", fmt.Errorf("put ephemeral %s: %w", key, rendezvous.ErrLeaseNotFound)
+		return nil, fmt.Errorf("put ephemeral %s: %w", key, rendezvous.ErrLeaseNotFound)
 	case err != nil:
-		return "", s.fail(ctx, "acquire "+key, err)
+		return nil, s.fail(ctx, "acquire "+key, err)
 	case ok:
-		return "", nil
+		return nil, nil
 	}
 	// Refused: held by another session, under lock delay, or our session
 	// went away between the two calls.
 	p, _, err := s.kv.Get(s.full(key), (&capi.QueryOptions{}).WithContext(cctx))
 	if err != nil {
-		return "", s.fail(ctx, "get "+key, err)
+		return nil, s.fail(ctx, "get "+key, err)
 	}
 	if p != nil && p.Session != "" && p.Session != id {
-		return p.Session, nil
+		return &refusal{session: p.Session}, nil
 	}
 	info, _, err := s.client.Session().Info(id, (&capi.QueryOptions{}).WithContext(cctx))
 	if err != nil {
-		return "", s.fail(ctx, "session info", err)
+		return nil, s.fail(ctx, "session info", err)
 	}
 	if info == nil {
-		return "", fmt.Errorf("put ephemeral %s: %w", key, rendezvous.ErrLeaseNotFound)
+		return nil, fmt.Errorf("put ephemeral %s: %w", key, rendezvous.ErrLeaseNotFound)
 	}
-	return "(lock delay)", nil
+	return &refusal{}, nil
 }
 
 func (s *Store) destroy(ctx context.Context, id string) error {

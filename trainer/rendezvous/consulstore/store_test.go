@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	capi "github.com/hashicorp/consul/api"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
@@ -196,4 +197,35 @@ func TestAgentUnreachable(t *testing.T) {
 	_, err := st.Get(ctxFor(t, 5*time.Second), "k")
 	must.Error(t, err)
 	must.StrContains(t, err.Error(), fmt.Sprintf("consul get %s", "k"))
+}
+
+// A session created without a lock delay gets Consul's 15s: its key cannot
+// be taken for that long after it dies. Ours use 1ms, so a restarted
+// member takes its key back at once.
+func TestLockDelayOfDeadSessions(t *testing.T) {
+	_, cfg := wallFake(t)
+	st := newStore(t, cfg)
+	ctx := ctxFor(t, 10*time.Second)
+	sess := st.Client().Session()
+	foreign, _, err := sess.Create(&capi.SessionEntry{Behavior: capi.SessionBehaviorDelete}, nil)
+	must.NoError(t, err)
+	ok, _, err := st.Client().KV().Acquire(&capi.KVPair{Key: "p/alive/m1", Session: foreign}, nil)
+	must.NoError(t, err)
+	must.True(t, ok)
+	_, err = sess.Destroy(foreign, nil)
+	must.NoError(t, err)
+
+	l, err := st.Grant(ctx, time.Minute)
+	must.NoError(t, err)
+	err = st.PutEphemeral(ctx, l, "alive/m1", []byte("me"))
+	must.ErrorIs(t, err, consulstore.ErrKeyHeld)
+	must.StrContains(t, err.Error(), "lock delay")
+
+	// Our own dead session's key is free again right away.
+	must.NoError(t, st.PutEphemeral(ctx, l, "alive/m2", []byte("me")))
+	must.NoError(t, l.Revoke(ctx))
+	l2, err := st.Grant(ctx, time.Minute)
+	must.NoError(t, err)
+	time.Sleep(5 * time.Millisecond)
+	must.NoError(t, st.PutEphemeral(ctx, l2, "alive/m2", []byte("me again")))
 }
