@@ -30,6 +30,9 @@ const (
 	// DefaultRetryPause is the least time between two blocking queries that
 	// came back with nothing changed.
 	DefaultRetryPause = 100 * time.Millisecond
+	// DefaultErrorGrace is how long a blocking wait rides out failing
+	// queries (an agent restarting, a leader election) before it gives up.
+	DefaultErrorGrace = 15 * time.Second
 	// DefaultSessionName names the sessions the store creates.
 	DefaultSessionName = "nomad-train-rendezvous"
 )
@@ -69,6 +72,11 @@ type Config struct {
 	// RetryPause rate-limits blocking queries that return unchanged
 	// (default DefaultRetryPause).
 	RetryPause time.Duration
+	// ErrorGrace is how long Wait and WaitPrefix retry failing queries,
+	// with backoff from RetryPause to 2s, before returning the error
+	// (default DefaultErrorGrace). Without it a short agent outage would
+	// look like a lost generation to every watcher.
+	ErrorGrace time.Duration
 	// SessionName names the sessions (default DefaultSessionName).
 	SessionName string
 	// Logger (default: none).
@@ -93,6 +101,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryPause <= 0 {
 		c.RetryPause = DefaultRetryPause
+	}
+	if c.ErrorGrace <= 0 {
+		c.ErrorGrace = DefaultErrorGrace
 	}
 	if c.SessionName == "" {
 		c.SessionName = DefaultSessionName
@@ -352,13 +363,18 @@ func (s *Store) Wait(ctx context.Context, key string, after uint64) (rendezvous.
 	if known && seen.version == after {
 		index = seen.index
 	}
-	p := pacer{pause: s.cfg.RetryPause}
+	p := s.newPacer()
 	for {
 		p.start()
 		v, last, err := s.get(ctx, key, index, 0)
 		if err != nil {
-			return rendezvous.Value{}, err
+			if err := p.failed(ctx, err); err != nil {
+				return rendezvous.Value{}, err
+			}
+			index = 0
+			continue
 		}
+		p.ok()
 		if v.Version != after {
 			return v, nil
 		}
@@ -384,13 +400,43 @@ func NextIndex(prev, last uint64) uint64 {
 }
 
 // pacer spaces blocking queries that came back with nothing changed, so a
-// server that keeps waking us (or resets its index) does not make us spin.
+// server that keeps waking us (or resets its index) does not make us spin,
+// and retries failed ones with backoff for a grace period.
 type pacer struct {
-	pause time.Duration
-	began time.Time
+	pause, grace time.Duration
+	began        time.Time
+	failingSince time.Time     // zero while queries succeed
+	backoff      time.Duration // next pause after a failure
+}
+
+// maxBackoff caps the pause between failed queries.
+const maxBackoff = 2 * time.Second
+
+func (s *Store) newPacer() pacer {
+	return pacer{pause: s.cfg.RetryPause, grace: s.cfg.ErrorGrace}
 }
 
 func (p *pacer) start() { p.began = time.Now() }
+
+func (p *pacer) ok() { p.failingSince, p.backoff = time.Time{}, 0 }
+
+// failed decides about a failed query: err itself when it is final (the
+// caller's context, a closed store) or failures have lasted the grace
+// period; otherwise nil after a backoff pause.
+func (p *pacer) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errors.Is(err, rendezvous.ErrClosed) {
+		return err
+	}
+	if p.failingSince.IsZero() {
+		p.failingSince, p.backoff = time.Now(), p.pause
+	}
+	if time.Since(p.failingSince) >= p.grace {
+		return err
+	}
+	d := p.backoff
+	p.backoff = min(2*p.backoff, maxBackoff)
+	return sleepCtx(ctx, d)
+}
 
 // wait sleeps what remains of pause since start.
 func (p *pacer) wait(ctx context.Context) error {
@@ -438,14 +484,18 @@ func (s *Store) list(ctx context.Context, prefix string, index uint64, timeout t
 // that went backwards differs from after, so it is returned: the caller
 // passes it back and blocks on the fresh index.
 func (s *Store) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]rendezvous.KeyValue, uint64, error) {
-	p := pacer{pause: s.cfg.RetryPause}
+	p := s.newPacer()
 	index := after
 	for {
 		p.start()
 		kvs, last, err := s.list(ctx, prefix, index, 0)
 		if err != nil {
-			return nil, 0, err
+			if err := p.failed(ctx, err); err != nil {
+				return nil, 0, err
+			}
+			continue
 		}
+		p.ok()
 		if last != after {
 			return kvs, last, nil
 		}

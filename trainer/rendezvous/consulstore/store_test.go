@@ -229,3 +229,35 @@ func TestLockDelayOfDeadSessions(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	must.NoError(t, st.PutEphemeral(ctx, l2, "alive/m2", []byte("me again")))
 }
+
+func TestWaitsRideOutAShortOutage(t *testing.T) {
+	fake, cfg := wallFake(t)
+	cfg.ErrorGrace = time.Second
+	st := newStore(t, cfg)
+	ctx := ctxFor(t, 10*time.Second)
+	v, _, err := st.CompareAndSet(ctx, "k", []byte("a"), 0)
+	must.NoError(t, err)
+
+	// A few failing queries (no leader for a moment) are retried.
+	fake.Fail.Store(3)
+	got := make(chan rendezvous.Value, 1)
+	go func() {
+		v, err := st.Wait(ctx, "k", 0)
+		must.NoError(t, err)
+		got <- v
+	}()
+	must.Eq(t, v, <-got)
+	fake.Fail.Store(3)
+	kvs, _, err := st.WaitPrefix(ctx, "", 0)
+	must.NoError(t, err)
+	must.Len(t, 1, kvs)
+
+	// An outage longer than the grace period is an error.
+	fake.Fail.Store(1 << 30)
+	start := time.Now()
+	_, err = st.Wait(ctx, "k", v.Version)
+	must.Error(t, err)
+	must.StrContains(t, err.Error(), "No cluster leader")
+	must.Between(t, time.Second, time.Since(start), 5*time.Second)
+	fake.Fail.Store(0)
+}

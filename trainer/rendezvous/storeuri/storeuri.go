@@ -35,7 +35,7 @@ func ConsulConfig(uri string) (consulstore.Config, error) {
 		return consulstore.Config{}, fmt.Errorf("%q: want consul://[host:port][/key/prefix/] (the token comes from CONSUL_HTTP_TOKEN)", uri)
 	}
 	cfg := consulstore.Config{Address: u.Host}
-	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+	if p := strings.TrimLeft(u.Path, "/"); p != "" {
 		if !strings.HasSuffix(p, "/") {
 			p += "/"
 		}

@@ -64,6 +64,9 @@ type Server struct {
 	Spurious atomic.Bool
 	// Requests counts the HTTP requests served.
 	Requests atomic.Int64
+	// Fail makes that many of the next requests answer 500, as an agent
+	// without a leader does.
+	Fail atomic.Int64
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -169,6 +172,11 @@ func New(opts Options) *Server {
 	mux.HandleFunc("PUT /v1/agent/check/update/{id}", s.handleCheckUpdate)
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Requests.Add(1)
+		if s.Fail.Add(-1) >= 0 {
+			writeText(w, http.StatusInternalServerError, "No cluster leader")
+			return
+		}
+		s.Fail.Store(0)
 		mux.ServeHTTP(w, r)
 	}))
 	return s
