@@ -27,13 +27,23 @@ func newStore(t *testing.T, cfg consulstore.Config) *consulstore.Store {
 // fakeFixture is the fake agent on a fake clock with Consul's real minimum
 // TTL (10s) and its 2×TTL expiry.
 func fakeFixture(t *testing.T) rendezvoustest.Fixture {
+	return fakeClockFixture(t, false, consulstore.Config{WaitTime: 2 * time.Second})
+}
+
+// spuriousFakeFixture is fakeFixture with every blocking query returning
+// early with nothing changed.
+func spuriousFakeFixture(t *testing.T) rendezvoustest.Fixture {
+	return fakeClockFixture(t, true, consulstore.Config{RetryPause: 20 * time.Millisecond})
+}
+
+func fakeClockFixture(t *testing.T, spurious bool, cfg consulstore.Config) rendezvoustest.Fixture {
 	clock := rendezvoustest.NewFakeClock(time.Unix(1_700_000_000, 0))
 	fake := fakeconsul.New(fakeconsul.Options{Clock: clock})
+	fake.Spurious.Store(spurious)
 	t.Cleanup(fake.Close)
+	cfg.Address = fake.Addr()
 	return rendezvoustest.Fixture{
-		Connect: func(t *testing.T) rendezvous.Store {
-			return newStore(t, consulstore.Config{Address: fake.Addr(), WaitTime: 2 * time.Second})
-		},
+		Connect: func(t *testing.T) rendezvous.Store { return newStore(t, cfg) },
 		Advance: clock.Advance,
 		TTL:     consulstore.DefaultMinTTL,
 		Expiry:  consulstore.DefaultMinTTL,
@@ -92,6 +102,10 @@ func needAgent(t testing.TB) {
 	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
 		t.Skip("CONSUL_HTTP_ADDR is not set: no Consul agent to test against")
 	}
+}
+
+func TestFakeSpuriousRendezvousConformance(t *testing.T) {
+	rendezvoustest.RunRendezvousConformance(t, spuriousFakeFixture)
 }
 
 func TestAgentStoreConformance(t *testing.T) {
