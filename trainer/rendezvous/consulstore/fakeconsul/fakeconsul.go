@@ -12,7 +12,8 @@
 //     them return early, unchanged, and ReapTombstones makes list indexes
 //     go backwards, as Consul's tombstone reaping does;
 //   - PUT ?cas=0 creates only, ?cas=N needs ModifyIndex N, and the answer
-//     is "true" or "false"; /v1/txn with verb "cas" answers 409 with "index
+//     is "true" or "false"; a write of the value already there succeeds
+//     without a new ModifyIndex; /v1/txn with verb "cas" answers 409 with "index
 //     is stale" when it loses;
 //   - sessions: TTL between MinTTL (session_ttl_min, default 10s) and 24h,
 //     invalidated 2×TTL after the last renewal, LockDelay defaulting to 15s
@@ -25,6 +26,7 @@
 package fakeconsul
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -451,9 +453,14 @@ func (s *Server) casLocked(key string, body []byte, want uint64) bool {
 	return true
 }
 
+// setLocked writes key. Like Consul's kvsSetTxn, a write that changes
+// nothing (same value and session) is skipped: the ModifyIndex stays.
 func (s *Server) setLocked(key string, body []byte, sess string) *entry {
-	idx := s.bumpKV()
 	e := s.kv[key]
+	if e != nil && bytes.Equal(e.Value, body) && e.Session == sess {
+		return e
+	}
+	idx := s.bumpKV()
 	if e == nil {
 		e = &entry{Key: key, CreateIndex: idx}
 		s.kv[key] = e
