@@ -35,6 +35,7 @@ type Session struct {
 	now                  func() time.Time
 	stopping             *atomic.Bool // this process was asked to stop
 	wd                   *watchdog    // told of every completed collective
+	hb                   heartbeat    // likewise (a Consul TTL check)
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
 	step       int64
@@ -223,6 +224,9 @@ func (s *Session) gatherJSON(ctx context.Context, v any) ([][]byte, error) {
 func (s *Session) done(err error) error {
 	if err == nil {
 		s.wd.progress(time.Now())
+		if s.hb != nil {
+			s.hb.Beat(s.step)
+		}
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/collective"
 	"github.com/nomad-train/nomad-train/trainer/internal/auth"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -126,12 +128,24 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 	if err != nil {
 		return err
 	}
-	store, err := rendezvous.Open(ctx, env.Rendezvous, secret, log)
+	store, err := storeuri.Open(ctx, env.Rendezvous, secret, log)
 	if err != nil {
 		return fmt.Errorf("open rendezvous store: %w", err)
 	}
 	defer store.Close()
-	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping}
+	// On Consul each worker is a service with a TTL check fed by its
+	// progress, so a hung worker turns critical though its process lives.
+	host, port := splitHostPort(env.Addr)
+	hb, err := storeuri.RegisterHealth(ctx, env.Rendezvous, storeuri.HealthSpec{
+		Service: "nomad-train", ID: env.RunName + "-" + env.MemberID, Addr: host, Port: port,
+		TTL: max(env.StallFloor, time.Minute), Tags: []string{env.RunName},
+		Meta: map[string]string{"run": env.RunName, "member": env.MemberID},
+	}, log)
+	if err != nil {
+		return fmt.Errorf("register health check: %w", err)
+	}
+	defer hb.Close(context.Background())
+	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping, hb: hb}
 	for {
 		err := w.generation(ctx)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
@@ -159,6 +173,19 @@ type worker struct {
 	secret []byte
 	// stopping is set on the first SIGTERM/SIGINT (see watchStop).
 	stopping *atomic.Bool
+	hb       heartbeat
+}
+
+// heartbeat is told of progress (a Consul TTL check on clusters).
+type heartbeat interface{ Beat(step int64) }
+
+func splitHostPort(addr string) (string, int) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	port, _ := strconv.Atoi(p)
+	return host, port
 }
 
 // gangLost says the generation broke because of something outside this
@@ -258,7 +285,7 @@ func (w *worker) generation(ctx context.Context) error {
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
-		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd,
+		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd, hb: w.hb,
 	}
 	if err := s.restore(gctx, env); err != nil {
 		return lostOr(err)
@@ -269,14 +296,18 @@ func (w *worker) generation(ctx context.Context) error {
 	if err := callTrain(gctx, w.fn, s); err != nil {
 		return lostOr(err)
 	}
-	// Every rank leaves together, so none closes its sockets while a peer
-	// still needs them. A rank that passed the barrier leaves the
-	// rendezvous, which must not look like a loss to one still in it: from
-	// here on only the barrier itself can fail.
+	// Every rank leaves together, so none closes its sockets or leaves the
+	// rendezvous while a peer still needs it. The barrier is kept in the
+	// store, not on the ring: a rank that is through may go at once without
+	// its departure looking like a loss to one still finishing.
 	stopWatch()
 	watchers.Wait()
-	if err := group.Barrier(gctx); err != nil {
-		return lostOr(fmt.Errorf("final barrier: %w", err))
+	if err := rdzv.Finish(gctx); err != nil {
+		var lost *rendezvous.LostError
+		if errors.As(err, &lost) && ctx.Err() == nil {
+			return &gangLost{generation: a.Generation, cause: lost.Event.String()}
+		}
+		return fmt.Errorf("finish: %w", err)
 	}
 	if s.stopAgreed {
 		return ErrStopped

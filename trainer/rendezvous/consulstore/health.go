@@ -1,0 +1,174 @@
+package consulstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	capi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Heartbeat is what the training runtime calls to show progress; it does
+// not block and needs no Consul import. *Health implements it.
+type Heartbeat interface {
+	// Beat records that step was reached.
+	Beat(step int64)
+}
+
+// DefaultDeregisterAfter is how long a worker's service may stay critical
+// before the agent removes it (Consul's smallest effective value is 1m).
+const DefaultDeregisterAfter = 10 * time.Minute
+
+// ErrRegistered is returned by Register on a Health already registered.
+var ErrRegistered = errors.New("health service already registered")
+
+// HealthOptions configure NewHealth.
+type HealthOptions struct {
+	// Tags and Meta go on the service (e.g. the run name and rank, for
+	// Health().Service filters).
+	Tags []string
+	Meta map[string]string
+	// DeregisterAfter removes a service critical for that long (default
+	// DefaultDeregisterAfter): cleanup for a worker that died without
+	// Deregister. It is not failure detection; the TTL check is.
+	DeregisterAfter time.Duration
+	// Logger (default: none).
+	Logger hclog.Logger
+}
+
+// Health registers a worker's own Consul agent service with a TTL check and
+// keeps the check passing while the training loop beats. Nomad job services
+// cannot carry TTL checks, so the worker does it: a hung worker (alive
+// process, no steps) turns critical one TTL after its last beat. Beat is
+// cheap and never blocks; a goroutine sends at most one update per TTL/3,
+// and only when a beat came since the last update.
+type Health struct {
+	agent *capi.Agent
+	opts  HealthOptions
+
+	step  atomic.Int64
+	beats chan struct{} // capacity 1: a pending beat
+
+	mu sync.Mutex
+	// guarded by mu:
+	serviceID string
+	stop      context.CancelFunc
+	done      chan struct{} // closed when the update loop ends
+}
+
+var _ Heartbeat = (*Health)(nil)
+
+// NewHealth returns an unregistered Health on client.
+func NewHealth(client *capi.Client, opts HealthOptions) *Health {
+	if opts.DeregisterAfter <= 0 {
+		opts.DeregisterAfter = DefaultDeregisterAfter
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	return &Health{agent: client.Agent(), opts: opts, beats: make(chan struct{}, 1)}
+}
+
+// CheckID names the TTL check of the service id.
+func CheckID(id string) string { return "service:" + id + ":progress" }
+
+// Register registers service id (named service, reachable at addr:port)
+// with the local agent, with a TTL check that starts passing (so a worker is
+// healthy while it rendezvous and loads) and turns critical ttl after the
+// last update. Re-registering replaces the checks. It starts the update
+// loop.
+func (h *Health) Register(ctx context.Context, service, id, addr string, port int, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("register health service %s: ttl %v is not positive", id, ttl)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop != nil {
+		return fmt.Errorf("register health service %s: %w", id, ErrRegistered)
+	}
+	check := CheckID(id)
+	reg := &capi.AgentServiceRegistration{
+		ID:      id,
+		Name:    service,
+		Tags:    h.opts.Tags,
+		Meta:    h.opts.Meta,
+		Address: addr,
+		Port:    port,
+		Check: &capi.AgentServiceCheck{
+			CheckID:                        check,
+			Name:                           "training progress",
+			TTL:                            ttl.String(),
+			Status:                         capi.HealthPassing,
+			DeregisterCriticalServiceAfter: h.opts.DeregisterAfter.String(),
+		},
+	}
+	opts := capi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)
+	if err := h.agent.ServiceRegisterOpts(reg, opts); err != nil {
+		return fmt.Errorf("register health service %s: %w", id, err)
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	h.serviceID, h.stop, h.done = id, stop, make(chan struct{})
+	go h.loop(lctx, check, max(ttl/3, time.Millisecond), h.done)
+	return nil
+}
+
+// Beat implements Heartbeat: it records step and wakes the update loop.
+func (h *Health) Beat(step int64) {
+	h.step.Store(step)
+	select {
+	case h.beats <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// loop sends one passing update per beat, at most one per every, until ctx
+// ends. A failed update is logged: the check then expires, which is the
+// truth if the agent is unreachable.
+func (h *Health) loop(ctx context.Context, check string, every time.Duration, done chan struct{}) {
+	defer close(done)
+	logger := h.opts.Logger.Named("health").With("check", check)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.beats:
+		case <-ctx.Done():
+			return
+		}
+		step := h.step.Load()
+		uctx, cancel := context.WithTimeout(ctx, every)
+		err := h.agent.UpdateTTLOpts(check, fmt.Sprintf("step %d", step), capi.HealthPassing, (&capi.QueryOptions{}).WithContext(uctx))
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("heartbeat update failed", "step", step, "error", err)
+		}
+		t.Reset(every)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Deregister stops the update loop and removes the service and its check
+// from the agent. It is a no-op on a Health not registered.
+func (h *Health) Deregister(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop == nil {
+		return nil
+	}
+	h.stop()
+	<-h.done
+	id := h.serviceID
+	h.stop, h.done, h.serviceID = nil, nil, ""
+	if err := h.agent.ServiceDeregisterOpts(id, (&capi.QueryOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("deregister health service %s: %w", id, err)
+	}
+	return nil
+}

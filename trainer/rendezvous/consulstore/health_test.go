@@ -1,0 +1,77 @@
+package consulstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore/fakeconsul"
+)
+
+func TestHealthTTLCheckFollowsBeats(t *testing.T) {
+	// Long enough that a loaded CI machine still delivers an update within
+	// a TTL; the update loop sends one every TTL/3.
+	const ttl = 600 * time.Millisecond
+	fake := fakeconsul.New(fakeconsul.Options{})
+	defer fake.Close()
+	client, _, err := consulstore.NewClient(fake.Addr())
+	must.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	h := consulstore.NewHealth(client, consulstore.HealthOptions{Tags: []string{"run1"}})
+	must.NoError(t, h.Register(ctx, "trainer", "run1-rank0", "10.0.0.1", 29500, ttl))
+	must.ErrorIs(t, h.Register(ctx, "trainer", "run1-rank0", "10.0.0.1", 29500, ttl), consulstore.ErrRegistered)
+	svc, ok := fake.Service("run1-rank0")
+	must.True(t, ok)
+	must.Eq(t, fakeconsul.Service{ID: "run1-rank0", Name: "trainer", Address: "10.0.0.1", Port: 29500,
+		CheckIDs: []string{consulstore.CheckID("run1-rank0")}}, svc)
+	check := func() fakeconsul.Check {
+		c, ok := fake.CheckState(consulstore.CheckID("run1-rank0"))
+		must.True(t, ok)
+		return c
+	}
+	must.Eq(t, "passing", check().Status, must.Sprint("a fresh worker starts passing"))
+
+	// A training loop that steps keeps the check passing well past its TTL.
+	var hb consulstore.Heartbeat = h
+	end := time.Now().Add(3 * ttl)
+	for step := int64(1); time.Now().Before(end); step++ {
+		hb.Beat(step)
+		time.Sleep(5 * time.Millisecond)
+		must.Eq(t, "passing", check().Status, must.Sprintf("critical while stepping (step %d)", step))
+	}
+	c := check()
+	must.StrHasPrefix(t, "step ", c.Output)
+	// Beats are coalesced: about one update per TTL/3, not one per step.
+	must.Between(t, 3, c.Updates, 12)
+
+	// A hung loop (no more beats) turns critical one TTL later.
+	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return check().Status == "critical" }))
+
+	// Beats again: passing again.
+	h.Beat(1000)
+	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return check().Output == "step 1000" }))
+	must.Eq(t, "passing", check().Status)
+
+	must.NoError(t, h.Deregister(ctx))
+	_, ok = fake.Service("run1-rank0")
+	must.False(t, ok, must.Sprint("service left behind after Deregister"))
+	must.NoError(t, h.Deregister(ctx), must.Sprint("second Deregister is a no-op"))
+	h.Beat(1001) // after Deregister: nothing to update, no panic
+}
+
+func TestHealthRegisterErrors(t *testing.T) {
+	fake := fakeconsul.New(fakeconsul.Options{})
+	defer fake.Close()
+	client, _, err := consulstore.NewClient(fake.Addr())
+	must.NoError(t, err)
+	ctx := context.Background()
+	h := consulstore.NewHealth(client, consulstore.HealthOptions{})
+	must.Error(t, h.Register(ctx, "trainer", "x", "", 0, 0))
+	must.Error(t, h.Register(ctx, "", "x", "", 0, time.Second), must.Sprint("the agent refuses a service without a name"))
+	must.NoError(t, h.Deregister(ctx))
+}
