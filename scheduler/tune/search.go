@@ -88,9 +88,6 @@ func NewGenerator(space map[string]any, searcher string, numSamples int, seed ui
 // Total is the number of variants: num_samples times the grid's size.
 func (g *Generator) Total() int { return g.numSamples * g.gridSize }
 
-// Generated is how many variants Next has returned.
-func (g *Generator) Generated() int { return g.next }
-
 // Next returns the next variant; ok is false after Total variants.
 func (g *Generator) Next() (v Variant, ok bool) {
 	if g.next >= g.Total() {
@@ -122,14 +119,4 @@ func (g *Generator) Next() (v Variant, ok bool) {
 	v = Variant{Index: g.next, Config: cfg, Params: params}
 	g.next++
 	return v, true
-}
-
-// Skip advances past n variants (used when an experiment is restored: the
-// same seed regenerates the same sequence).
-func (g *Generator) Skip(n int) {
-	for i := 0; i < n; i++ {
-		if _, ok := g.Next(); !ok {
-			return
-		}
-	}
 }
