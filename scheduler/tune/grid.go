@@ -102,28 +102,47 @@ func (g *ResultGrid) TotalIterations() int {
 	return n
 }
 
+// Scopes of BestOf, as in Ray's get_best_result.
+const (
+	ScopeLast = "last" // each trial's last report
+	ScopeAll  = "all"  // each trial's best report
+)
+
 // Best returns the trial whose last reported metric is best under mode
 // (Ray's get_best_result with scope "last"). Empty metric and mode use the
 // grid's.
 func (g *ResultGrid) Best(metric, mode string) (*TrialResult, error) {
+	return g.BestOf(metric, mode, ScopeLast)
+}
+
+// BestOf returns the best trial by metric and mode, judging each trial by
+// its last report (ScopeLast) or its best one (ScopeAll).
+func (g *ResultGrid) BestOf(metric, mode, scope string) (*TrialResult, error) {
 	if metric == "" {
 		metric, mode = g.Metric, g.Mode
 	}
 	if metric == "" || (mode != ModeMin && mode != ModeMax) {
 		return nil, fmt.Errorf("best result needs a metric and a mode (min or max)")
 	}
+	if scope != ScopeLast && scope != ScopeAll {
+		return nil, fmt.Errorf("best result scope must be %q or %q, got %q", ScopeLast, ScopeAll, scope)
+	}
+	sign := 1.0
+	if mode == ModeMin {
+		sign = -1
+	}
 	var best *TrialResult
 	bestScore := math.Inf(-1)
 	for i := range g.Trials {
-		v, ok := storage.Score(storage.Record{Metrics: g.Trials[i].Metrics}, metric)
-		if !ok {
-			continue
+		reports := []map[string]any{g.Trials[i].Metrics}
+		if scope == ScopeAll {
+			reports = g.Trials[i].History
 		}
-		if mode == ModeMin {
-			v = -v
-		}
-		if best == nil || v > bestScore {
-			best, bestScore = &g.Trials[i], v
+		for _, m := range reports {
+			v, ok := storage.Score(storage.Record{Metrics: m}, metric)
+			if ok && (best == nil || sign*v > bestScore) {
+				best, bestScore = &g.Trials[i], sign*v
+			}
 		}
 	}
 	if best == nil {

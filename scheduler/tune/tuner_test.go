@@ -121,6 +121,13 @@ func TestTuneInProcessASHAAgainstFIFO(t *testing.T) {
 	must.NoError(t, err)
 	ba, err := asha.Best("", "")
 	must.NoError(t, err)
+	all, err := asha.BestOf("loss", ModeMin, ScopeAll)
+	must.NoError(t, err)
+	must.EqOp(t, ba.ID, all.ID) // losses only fall: best report is the last
+	_, err = asha.BestOf("loss", ModeMin, "median")
+	must.Error(t, err)
+	_, err = asha.Best("accuracy", ModeMax)
+	must.ErrorIs(t, err, ErrNoResult)
 	// Same seed, same configs: ASHA keeps the best trial alive to the end.
 	must.EqOp(t, bf.ID, ba.ID)
 	must.EqOp(t, 9, ba.Iterations)
