@@ -47,7 +47,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"and writes results.csv and results.json into the experiment directory.\n"+
 		"Running it again after a crash or Ctrl-C resumes the unfinished trials.", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
-	verbose := fs.Bool("v", false, "show the workers' output, each line prefixed with its trial and rank")
+	verbose := fs.Bool("v", false, "show the workers' output and errors, each line prefixed with its trial and rank")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -74,9 +74,11 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		b.Command, b.Args = x.command[0], x.command[1:]
 	}
-	b.Stdout, b.Stderr = io.Discard, stderr
+	// Stopped trials' workers complain about their cancelled context;
+	// failures are in the table and results.json, the rest only with -v.
+	b.Stdout, b.Stderr = io.Discard, io.Discard
 	if *verbose {
-		b.Stdout = stdout
+		b.Stdout, b.Stderr = stdout, stderr
 	}
 	cfg := x.cfg
 	cfg.Progress, cfg.ProgressInterval = stdout, *interval
@@ -89,6 +91,11 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if werr := writeGrid(grid); werr != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
 			return 1
+		}
+		for _, tr := range grid.Trials {
+			if tr.Status == tune.StatusError {
+				fmt.Fprintf(stderr, "nomad-train tune: %s failed: %s\n", tr.ID, tr.Reason)
+			}
 		}
 		fmt.Fprintf(stdout, "==> results %s, %s\n", filepath.Join(grid.Path, "results.csv"), filepath.Join(grid.Path, "results.json"))
 		if best, berr := grid.Best("", ""); berr == nil {

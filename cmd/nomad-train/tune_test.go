@@ -115,3 +115,24 @@ func TestTuneInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// A trial whose workers fail beyond its failure budget ends in ERROR, and
+// the command names it with the worker's error.
+func TestTuneTrialError(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "tune.json")
+	// batch_size 3 does not split over 2 workers: the quickstart refuses it.
+	must.NoError(t, os.WriteFile(spec, []byte(`{
+  "name": "bad", "builtin": "quickstart", "num_workers": 2,
+  "config": {"batch_size": {"grid_search": [3, 4]}, "epochs": 1, "samples": 64},
+  "tune": {"max_concurrent_trials": 2}
+}`), 0o644))
+	cmd := exec.Command(bin, "tune", spec)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "trial_0000 failed: ")
+	must.StrContains(t, string(out), "does not split evenly over 2 workers")
+	must.StrNotContains(t, string(out), "trial_0001 failed")
+}
