@@ -100,6 +100,18 @@ func ftTrain(ctx context.Context, s *trainer.Session) error {
 	return nil
 }
 
+// sharedDir is a temporary directory the test's worker processes share
+// with it through the environment variable name (workers inherit it).
+func sharedDir(t *testing.T, name string) string {
+	t.Helper()
+	if dir := os.Getenv(name); dir != "" {
+		return dir // a worker process: the launching test made it
+	}
+	dir := t.TempDir()
+	t.Setenv(name, dir)
+	return dir
+}
+
 // alive lists the pids in dir whose process still runs.
 func alive(dir string) []int {
 	entries, _ := os.ReadDir(dir)
@@ -127,11 +139,7 @@ func countRecords(path string) int {
 // checkpoint) and ends with parameters bit-identical to a run without
 // failures, and a metrics history with every epoch exactly once.
 func TestSurvivesKills(t *testing.T) {
-	pidDir := os.Getenv("FT_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("FT_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "FT_PID_DIR")
 	storageDir := t.TempDir()
 	clean, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
 	must.NoError(t, err, must.Sprint(out))
@@ -201,11 +209,7 @@ func TestSurvivesKills(t *testing.T) {
 // When the budget is spent the run fails with that reason and leaves no
 // process behind.
 func TestBudgetExhausted(t *testing.T) {
-	pidDir := os.Getenv("FT_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("FT_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "FT_PID_DIR")
 	storageDir := t.TempDir()
 	progress := filepath.Join(storageDir, "budget", storage.ProgressFile)
 	go func() {
@@ -372,11 +376,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 // gang without it, the launcher kills the frozen process when it does not
 // rejoin, and its replacement lets the run finish.
 func TestHungWorkerDetected(t *testing.T) {
-	pidDir := os.Getenv("FT_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("FT_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "FT_PID_DIR")
 	t.Setenv("NOMAD_TRAIN_LEASE_TTL", "30s") // the watchdog, not the lease, must notice
 	storageDir := t.TempDir()
 	progress := filepath.Join(storageDir, "hung", storage.ProgressFile)

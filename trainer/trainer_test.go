@@ -206,11 +206,7 @@ var errBoom = errors.New("boom")
 // A worker whose training function fails fails the run with that rank's
 // error first; the others, cut off from it, end too, and none is left.
 func TestWorkerFailureFailsRun(t *testing.T) {
-	pidDir := os.Getenv("TEST_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("TEST_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "TEST_PID_DIR")
 	fn := func(ctx context.Context, s *trainer.Session) error {
 		os.WriteFile(filepath.Join(pidDir, fmt.Sprint(os.Getpid())), nil, 0o644)
 		buf := make([]float32, 1<<16)
