@@ -1,33 +1,23 @@
 package nomad
 
 import (
-	"encoding/json"
-	"os"
+	"github.com/hashicorp/go-hclog"
 	"path/filepath"
 	"testing"
 
-	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 )
 
-// recording is a recorded sequence of a job's allocation and evaluation
-// lists, each exactly the body of GET /v1/job/<id>/allocations and
-// /v1/job/<id>/evaluations at one moment.
-type recording struct {
-	Description string
-	Job         string
-	Steps       []struct {
-		Allocations []*api.AllocationListStub
-		Evaluations []*api.Evaluation
-	}
-}
-
-func loadRecording(t *testing.T, name string) recording {
+// loadRecording reads a recorded sequence of a job's allocation and
+// evaluation lists from testdata.
+func loadRecording(t *testing.T, name string) *nomadtest.Recording {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+	r, err := nomadtest.LoadRecording(filepath.Join("testdata", name+".json"))
 	must.NoError(t, err)
-	var r recording
-	must.NoError(t, json.Unmarshal(b, &r))
 	must.SliceNotEmpty(t, r.Steps)
 	return r
 }
+
+func nullLogger() hclog.Logger { return hclog.NewNullLogger() }
