@@ -231,7 +231,7 @@ func (t *Tracker) Status() Status {
 	switch {
 	case len(st.Lost) > 0:
 		st.Phase, st.Decision = PhaseFailed, Done
-	case complete == t.count:
+	case complete >= t.count:
 		st.Phase, st.Decision = PhaseComplete, Done
 	case stopped > 0 && stopped+complete == len(ranks):
 		st.Phase, st.Decision = PhaseStopped, Done
@@ -240,7 +240,7 @@ func (t *Tracker) Status() Status {
 		if !t.waitForCapacity {
 			st.Decision = StopGang
 		}
-	case running == t.count:
+	case running >= t.count:
 		st.Phase = PhaseRunning
 	default:
 		st.Phase = PhasePending

@@ -119,6 +119,15 @@ func (s *Server) Script(jobID string, steps []Step) {
 	s.scripts[jobID] = &script{steps: steps}
 }
 
+// Seek moves jobID's script to step i, as if time had passed.
+func (s *Server) Seek(jobID string, i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.scripts[jobID]
+	sc.cur = min(i, len(sc.steps)-1)
+	sc.allocs, sc.evals = false, false
+}
+
 // AddJob stores a job as if it had been registered.
 func (s *Server) AddJob(job *api.Job) {
 	s.mu.Lock()
