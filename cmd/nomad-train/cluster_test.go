@@ -65,8 +65,14 @@ func (f *clusterFixture) addJob(t *testing.T) {
 
 func (f *clusterFixture) cli(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return f.cliFor(t, 30*time.Second, args...)
+}
+
+// cliFor runs the command as if Ctrl-C came after d.
+func (f *clusterFixture) cliFor(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	full := append([]string{args[0], "-address", f.srv.URL}, args[1:]...)
 	code := dispatch(ctx, full, &out, &errb)
@@ -132,6 +138,23 @@ func TestRunOnNomadWorkerFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Waiting for capacity: the blocked half gang is shown, then the gang
+// runs; Ctrl-C detaches and leaves the run on the cluster.
+func TestRunOnNomadWaitsForCapacityThenDetaches(t *testing.T) {
+	f := newClusterFixture(t, "gang-blocked")
+	spec, err := os.ReadFile(f.spec)
+	must.NoError(t, err)
+	spec = bytes.Replace(spec, []byte("num_workers = 2"), []byte("num_workers = 4"), 1)
+	must.NoError(t, os.WriteFile(f.spec, spec, 0o644))
+	code, out, errs := f.cliFor(t, 2*time.Second, "run", "-wait-for-capacity", f.spec)
+	must.Eq(t, 130, code, must.Sprint(out, errs))
+	must.StrContains(t, out, `blocked: 2 workers not placed (4 nodes evaluated; exhausted "devices: nvidia/gpu" on 2)`)
+	must.StrContains(t, out, "running: 4/4 workers placed, 4 running")
+	must.StrContains(t, errs, "detached")
+	stopped, _ := f.srv.Stopped("fakerun")
+	must.False(t, stopped)
 }
 
 func TestStatusOnNomad(t *testing.T) {
