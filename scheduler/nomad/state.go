@@ -227,7 +227,7 @@ func (t *Tracker) Status() Status {
 	}
 	sort.Slice(st.Failures, func(i, j int) bool { return st.Failures[i].Time.Before(st.Failures[j].Time) })
 
-	st.Unplaced, st.Reason = t.blocked()
+	st.Unplaced, st.Reason = t.blocked(live)
 	switch {
 	case len(st.Lost) > 0:
 		st.Phase, st.Decision = PhaseFailed, Done
@@ -267,7 +267,7 @@ func (t *Tracker) replacementPending(a *api.AllocationListStub) bool {
 // they could not be placed. Nomad records the failure on the evaluation
 // that spawned the blocked one (FailedTGAllocs, QueuedAllocations) and
 // keeps the blocked one in status "blocked" until capacity appears.
-func (t *Tracker) blocked() (int, string) {
+func (t *Tracker) blocked(live int) (int, string) {
 	open := map[string]bool{}
 	for _, e := range t.evals {
 		if e.Status == "blocked" {
@@ -286,7 +286,10 @@ func (t *Tracker) blocked() (int, string) {
 		}
 	}
 	if best == nil {
-		return 0, ""
+		// The blocked evaluation without the one that spawned it (an
+		// older list, or a garbage-collected parent): the shortfall is
+		// what is not placed.
+		return max(t.count-live, 0), "waiting in a blocked evaluation"
 	}
 	n := best.QueuedAllocations[t.group]
 	m := best.FailedTGAllocs[t.group]

@@ -115,6 +115,19 @@ func TestTrackerDetails(t *testing.T) {
 	})
 }
 
+func TestTrackerBlockedEvalAlone(t *testing.T) {
+	rec := loadRecording(t, "gang-blocked")
+	step := rec.Steps[0]
+	tr := NewTracker("worker", 4, false)
+	tr.Allocations(step.Allocations)
+	tr.Evaluations(step.Evaluations[1:]) // only the blocked evaluation
+	st := tr.Status()
+	must.Eq(t, PhaseBlocked, st.Phase)
+	must.Eq(t, StopGang, st.Decision)
+	must.Eq(t, 2, st.Unplaced)
+	must.Eq(t, "waiting in a blocked evaluation", st.Reason)
+}
+
 func TestAllocRank(t *testing.T) {
 	for _, tc := range []struct {
 		name string

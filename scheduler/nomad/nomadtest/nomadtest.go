@@ -3,7 +3,7 @@
 // nomad/api client talks to it. A job's allocations and evaluations follow
 // a recorded script of steps: each blocking query that asks for a newer
 // index than the current step moves the script one step on, once both lists
-// have been read at the current step.
+// have been taken in at the current step (both watchers ask for more).
 //
 //	srv := nomadtest.New(t)
 //	steps, _ := nomadtest.LoadRecording("testdata/gang-complete.json")
@@ -74,9 +74,12 @@ type Server struct {
 }
 
 type script struct {
-	steps         []Step
-	cur           int
-	allocs, evals bool // read at cur
+	steps []Step
+	cur   int
+	// waitIdx is the index each list's pending blocking query waits past
+	// (0: none): the script moves on when both wait past the current step,
+	// that is when the client has taken in both answers for it.
+	waitIdx [2]uint64
 }
 
 // New starts a fake agent that closes when the test ends.
@@ -125,7 +128,6 @@ func (s *Server) Seek(jobID string, i int) {
 	defer s.mu.Unlock()
 	sc := s.scripts[jobID]
 	sc.cur = min(i, len(sc.steps)-1)
-	sc.allocs, sc.evals = false, false
 }
 
 // AddJob stores a job as if it had been registered.
@@ -276,18 +278,20 @@ func (s *Server) list(evals bool) http.HandlerFunc {
 				}
 				return
 			}
-			if want >= uint64(sc.cur+1) && sc.allocs && sc.evals && sc.cur+1 < len(sc.steps) {
-				sc.cur++
-				sc.allocs, sc.evals = false, false
+			kind := 0
+			if evals {
+				kind = 1
+			}
+			if idx := uint64(sc.cur + 1); want >= idx {
+				sc.waitIdx[kind] = want
+				if sc.waitIdx[0] >= idx && sc.waitIdx[1] >= idx && sc.cur+1 < len(sc.steps) {
+					sc.cur++
+				}
 			}
 			if want < uint64(sc.cur+1) || time.Now().After(deadline) || r.Context().Err() != nil {
 				step := sc.steps[sc.cur]
 				idx := uint64(sc.cur + 1)
-				if evals {
-					sc.evals = true
-				} else {
-					sc.allocs = true
-				}
+				sc.waitIdx[kind] = 0
 				s.mu.Unlock()
 				if evals {
 					reply(w, idx, step.Evaluations)
