@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ func TestFollowRecordings(t *testing.T) {
 		{"gang-blocked", 4, false, PhaseBlocked, ErrInsufficientCapacity, []Phase{PhaseBlocked}},
 		{"worker-rescheduled", 2, false, PhaseComplete, nil,
 			[]Phase{PhaseRunning, PhasePending, PhaseRunning, PhaseComplete}},
+		{"reschedule-blocked", 2, false, PhaseRunning, context.DeadlineExceeded,
+			[]Phase{PhaseRunning, PhaseBlocked, PhaseRunning}},
 		{"worker-failed", 2, false, PhaseFailed, ErrRunFailed, []Phase{PhaseRunning, PhaseFailed}},
 		{"job-stopped", 2, false, PhaseStopped, ErrRunStopped, []Phase{PhaseRunning, PhaseStopped}},
 	}
@@ -35,8 +38,10 @@ func TestFollowRecordings(t *testing.T) {
 			srv, c := newTestClient(t)
 			srv.AddJob(testJob("mnist", tc.count))
 			srv.Script("mnist", loadRecording(t, tc.name).Steps)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
 			var phases []Phase
-			st, err := Follow(context.Background(), c, FollowOptions{
+			st, err := Follow(ctx, c, FollowOptions{
 				JobID: "mnist", Count: tc.count, WaitForCapacity: tc.wait,
 				OnStatus: func(s Status) {
 					if len(phases) == 0 || phases[len(phases)-1] != s.Phase {
@@ -50,9 +55,33 @@ func TestFollowRecordings(t *testing.T) {
 			} else {
 				must.ErrorIs(t, err, tc.err)
 			}
-			must.Eq(t, tc.phases, phases)
+			must.True(t, phasesMatch(phases, tc.phases), must.Sprintf("phases %v, want %v", phases, tc.phases))
 		})
 	}
+}
+
+// phasesMatch reports whether got is want with, at most, extra pending
+// phases: a follower may see the allocation list of one moment with the
+// evaluation list of the moment before (two blocking queries), which can
+// read as pending in between.
+func phasesMatch(got, want []Phase) bool {
+	i := 0
+	for _, p := range got {
+		switch {
+		case i < len(want) && p == want[i]:
+			i++
+		case p != PhasePending:
+			return false
+		}
+	}
+	return i == len(want)
+}
+
+func TestPhasesMatch(t *testing.T) {
+	r, p, b := PhaseRunning, PhasePending, PhaseBlocked
+	must.True(t, phasesMatch([]Phase{r, p, b, p, r}, []Phase{r, b, r}))
+	must.False(t, phasesMatch([]Phase{r, r}, []Phase{r, b, r}))
+	must.False(t, phasesMatch([]Phase{r, PhaseFailed, r}, []Phase{r, r}))
 }
 
 func TestFollowBlockedGangIsStoppedNotRunHalf(t *testing.T) {
@@ -96,32 +125,32 @@ func TestFollowWaitsForCapacity(t *testing.T) {
 type flakyAPI struct {
 	API
 	mu    sync.Mutex
-	fails int
+	fails [2]int // allocations, evaluations
 	step  struct {
 		allocs []*api.AllocationListStub
 		evals  []*api.Evaluation
 	}
 }
 
-func (f *flakyAPI) fail() error {
+func (f *flakyAPI) fail(list int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.fails > 0 {
-		f.fails--
+	if f.fails[list] > 0 {
+		f.fails[list]--
 		return errors.New("connection refused")
 	}
 	return nil
 }
 
 func (f *flakyAPI) Allocations(ctx context.Context, _ string, _ uint64) ([]*api.AllocationListStub, uint64, error) {
-	if err := f.fail(); err != nil {
+	if err := f.fail(0); err != nil {
 		return nil, 0, err
 	}
 	return f.step.allocs, 5, nil
 }
 
 func (f *flakyAPI) Evaluations(ctx context.Context, _ string, _ uint64) ([]*api.Evaluation, uint64, error) {
-	if err := f.fail(); err != nil {
+	if err := f.fail(1); err != nil {
 		return nil, 0, err
 	}
 	return f.step.evals, 5, nil
@@ -133,7 +162,7 @@ func (f *flakyAPI) Logs(context.Context, *api.Allocation, string, string, bool) 
 
 func TestFollowBacksOffOnErrors(t *testing.T) {
 	rec := loadRecording(t, "gang-complete")
-	f := &flakyAPI{fails: 4}
+	f := &flakyAPI{fails: [2]int{2, 3}}
 	last := rec.Steps[len(rec.Steps)-1]
 	f.step.allocs, f.step.evals = last.Allocations, last.Evaluations
 	var mu sync.Mutex
@@ -147,15 +176,9 @@ func TestFollowBacksOffOnErrors(t *testing.T) {
 		}})
 	must.NoError(t, err)
 	must.Eq(t, PhaseComplete, st.Phase)
-	// Four failures over two watchers: each watcher's delays double from
-	// backoffMin; together they are four delays, all 250ms or 500ms.
-	must.Len(t, 4, delays)
-	var sum time.Duration
-	for _, d := range delays {
-		must.True(t, d == backoffMin || d == 2*backoffMin, must.Sprintf("delay %v", d))
-		sum += d
-	}
-	must.Greater(t, 4*backoffMin, sum, must.Sprint("some delay doubled"))
+	// Each watcher backs off on its own, doubling from backoffMin.
+	slices.Sort(delays)
+	must.Eq(t, []time.Duration{backoffMin, backoffMin, 2 * backoffMin, 2 * backoffMin, 4 * backoffMin}, delays)
 }
 
 func TestWatchBackoff(t *testing.T) {

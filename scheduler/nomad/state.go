@@ -127,10 +127,15 @@ type Tracker struct {
 	waitForCapacity bool
 	allocs          []*api.AllocationListStub
 	evals           []*api.Evaluation
+	// ranWhole: the whole gang has been seen running. A worker's
+	// replacement that cannot be placed after that is waited for (the
+	// workers' failure budget decides), never a reason to stop the run.
+	ranWhole bool
 }
 
-// NewTracker follows group (count workers) of a job. With waitForCapacity
-// a blocked evaluation means wait; without it, stop the gang.
+// NewTracker follows group (count workers) of a job. Until the gang has run
+// whole, a blocked evaluation means wait with waitForCapacity, and stop the
+// gang without it; afterwards it always means wait.
 func NewTracker(group string, count int, waitForCapacity bool) *Tracker {
 	return &Tracker{group: group, count: count, waitForCapacity: waitForCapacity}
 }
@@ -156,7 +161,8 @@ func AllocRank(name string) (int, bool) {
 	return n, true
 }
 
-// Status derives the run's status from the latest observations.
+// Status derives the run's status from the latest observations. It also
+// records that the gang has run whole, which later statuses depend on.
 func (t *Tracker) Status() Status {
 	byRank := map[int][]*api.AllocationListStub{}
 	for _, a := range t.allocs {
@@ -175,7 +181,8 @@ func (t *Tracker) Status() Status {
 		ranks = append(ranks, r)
 	}
 	sort.Ints(ranks)
-	var running, complete, live, stopped int
+	var running, complete, stopped int
+	live := 0 // ranks with a pending or running allocation
 	for _, r := range ranks {
 		chain := byRank[r]
 		sort.Slice(chain, func(i, j int) bool { return chain[i].CreateIndex < chain[j].CreateIndex })
@@ -222,7 +229,8 @@ func (t *Tracker) Status() Status {
 			cur.NextAllocation == "" && cur.FollowupEvalID == "" && !t.replacementPending(cur):
 			st.Lost = append(st.Lost, r)
 		default:
-			live++ // failed or lost, replacement on its way
+			// failed or lost, a replacement on its way: not live, so a
+			// blocked replacement shows as blocked
 		}
 	}
 	sort.Slice(st.Failures, func(i, j int) bool { return st.Failures[i].Time.Before(st.Failures[j].Time) })
@@ -237,11 +245,12 @@ func (t *Tracker) Status() Status {
 		st.Phase, st.Decision = PhaseStopped, Done
 	case st.Unplaced > 0 && live < t.count:
 		st.Phase = PhaseBlocked
-		if !t.waitForCapacity {
+		if !t.waitForCapacity && !t.ranWhole {
 			st.Decision = StopGang
 		}
 	case running >= t.count:
 		st.Phase = PhaseRunning
+		t.ranWhole = true
 	default:
 		st.Phase = PhasePending
 	}

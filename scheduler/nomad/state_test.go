@@ -50,6 +50,11 @@ func TestTrackerRecordings(t *testing.T) {
 			{phase: PhaseRunning, failures: 2, restarts: 2},
 			{phase: PhaseComplete, decision: Done, failures: 2, restarts: 2},
 		}},
+		{"reschedule-blocked", 2, false, []stepWant{
+			{phase: PhaseRunning},
+			{phase: PhaseBlocked, unplaced: 1, failures: 1},
+			{phase: PhaseRunning, failures: 1, restarts: 1},
+		}},
 		{"worker-failed", 2, false, []stepWant{
 			{phase: PhaseRunning},
 			{phase: PhaseFailed, decision: Done, failures: 1, lost: []int{0}},
