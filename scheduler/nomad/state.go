@@ -104,7 +104,8 @@ type Status struct {
 	// (from the evaluation's FailedTGAllocs), while Phase is blocked.
 	Unplaced int
 	Reason   string
-	// Lost names the ranks Nomad gave up on when Phase is failed.
+	// Lost names the ranks Nomad gave up on (failed, with no restart or
+	// reschedule left) when Phase is failed.
 	Lost []int
 }
 
@@ -216,7 +217,7 @@ func (t *Tracker) Status() Status {
 		st.Workers = append(st.Workers, w)
 
 		switch {
-		case cur.DesiredStatus == api.AllocDesiredStatusStop:
+		case cur.DesiredStatus == api.AllocDesiredStatusStop && cur.ClientStatus != api.AllocClientStatusLost:
 			stopped++ // the job is being (or was) stopped
 		case cur.ClientStatus == api.AllocClientStatusRunning:
 			running++
@@ -225,12 +226,13 @@ func (t *Tracker) Status() Status {
 			complete++
 		case cur.ClientStatus == api.AllocClientStatusPending:
 			live++
-		case (cur.ClientStatus == api.AllocClientStatusFailed || cur.ClientStatus == api.AllocClientStatusLost) &&
+		case cur.ClientStatus == api.AllocClientStatusFailed &&
 			cur.NextAllocation == "" && cur.FollowupEvalID == "" && !t.replacementPending(cur):
-			st.Lost = append(st.Lost, r)
+			st.Lost = append(st.Lost, r) // no reschedule left
 		default:
-			// failed or lost, a replacement on its way: not live, so a
-			// blocked replacement shows as blocked
+			// Failed with a reschedule on its way, or lost with its node
+			// (Nomad replaces lost allocations whatever the reschedule
+			// policy): not live, so a blocked replacement shows as blocked.
 		}
 	}
 	sort.Slice(st.Failures, func(i, j int) bool { return st.Failures[i].Time.Before(st.Failures[j].Time) })
@@ -248,8 +250,8 @@ func (t *Tracker) Status() Status {
 		if !t.waitForCapacity && !t.ranWhole {
 			st.Decision = StopGang
 		}
-	case running >= t.count:
-		st.Phase = PhaseRunning
+	case running > 0 && running+complete >= t.count:
+		st.Phase = PhaseRunning // some ranks may finish before others
 		t.ranWhole = true
 	default:
 		st.Phase = PhasePending

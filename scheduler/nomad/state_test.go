@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/shoenig/test/must"
 )
 
@@ -161,4 +163,35 @@ func statusAt(t *testing.T, name string, count, step int) Status {
 	tr.Allocations(rec.Steps[step].Allocations)
 	tr.Evaluations(rec.Steps[step].Evaluations)
 	return tr.Status()
+}
+
+// Edge cases written out by hand: each stub is one rank's only allocation.
+func TestTrackerEdgeCases(t *testing.T) {
+	stub := func(rank int, client, desired string) *api.AllocationListStub {
+		return &api.AllocationListStub{ID: fmt.Sprintf("a%d", rank), Name: fmt.Sprintf("j.worker[%d]", rank),
+			TaskGroup: "worker", ClientStatus: client, DesiredStatus: desired, CreateIndex: 10}
+	}
+	cases := []struct {
+		name   string
+		allocs []*api.AllocationListStub
+		phase  Phase
+	}{
+		{"every node lost, replacements not yet placed", []*api.AllocationListStub{
+			stub(0, "lost", "stop"), stub(1, "lost", "stop")}, PhasePending},
+		{"rank 0 finished first", []*api.AllocationListStub{
+			stub(0, "complete", "run"), stub(1, "running", "run")}, PhaseRunning},
+		{"stopped while one was failing", []*api.AllocationListStub{
+			stub(0, "complete", "stop"), stub(1, "failed", "stop")}, PhaseStopped},
+		{"other groups ignored", []*api.AllocationListStub{
+			stub(0, "running", "run"), stub(1, "running", "run"),
+			{ID: "c", Name: "j.controller[0]", TaskGroup: "controller", ClientStatus: "failed", DesiredStatus: "run"}}, PhaseRunning},
+		{"missing rank", []*api.AllocationListStub{stub(1, "running", "run")}, PhasePending},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker("worker", 2, false)
+			tr.Allocations(tc.allocs)
+			must.Eq(t, tc.phase, tr.Status().Phase)
+		})
+	}
 }
