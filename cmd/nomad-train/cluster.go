@@ -39,7 +39,9 @@ type clusterFlags struct {
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.address, "address", os.Getenv("NOMAD_ADDR"), "Nomad address (env NOMAD_ADDR)")
-	fs.StringVar(&f.token, "token", os.Getenv("NOMAD_TOKEN"), "Nomad ACL token (env NOMAD_TOKEN)")
+	// No env default here: flag help prints defaults, and a token must not
+	// show up there; nomad/api reads NOMAD_TOKEN itself.
+	fs.StringVar(&f.token, "token", "", "Nomad ACL token (default env NOMAD_TOKEN)")
 	fs.StringVar(&f.namespace, "namespace", os.Getenv("NOMAD_NAMESPACE"), "Nomad namespace (env NOMAD_NAMESPACE)")
 	fs.StringVar(&f.region, "region", os.Getenv("NOMAD_REGION"), "Nomad region (env NOMAD_REGION)")
 }

@@ -243,3 +243,21 @@ func TestE2ENomadQuickstart(t *testing.T) {
 	stop, err := exec.CommandContext(ctx, bin, "stop", "-purge", "quickstart").CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(stop)))
 }
+
+func TestTokenNotInHelp(t *testing.T) {
+	t.Setenv("NOMAD_TOKEN", "9f0c2c5e-token-must-stay-secret")
+	var out, errb bytes.Buffer
+	code := dispatch(context.Background(), []string{"run", "-h"}, &out, &errb)
+	must.Eq(t, 0, code)
+	must.StrContains(t, errb.String(), "-token")
+	must.StrNotContains(t, errb.String()+out.String(), "must-stay-secret")
+}
+
+func TestConnectionFlagsReachNomad(t *testing.T) {
+	f := newClusterFixture(t, "gang-complete")
+	f.addJob(t)
+	code, _, errs := f.cli(t, "list", "-token", "tok-123", "-namespace", "ml", "-region", "eu")
+	must.Eq(t, 0, code, must.Sprint(errs))
+	must.True(t, f.srv.SawToken("tok-123"))
+	must.True(t, f.srv.SawNamespace("ml"))
+}

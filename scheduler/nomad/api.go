@@ -78,8 +78,13 @@ func NewClient(cfg Config) (*Client, error) {
 // ErrNoSuchRun is returned for a job Nomad does not know.
 var ErrNoSuchRun = errors.New("no such run")
 
+// qo is a query that blocks past waitIndex (when not 0) and ends with ctx.
 func qo(ctx context.Context, waitIndex uint64) *api.QueryOptions {
-	return (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait}).WithContext(ctx)
+	q := &api.QueryOptions{WaitIndex: waitIndex}
+	if waitIndex > 0 {
+		q.WaitTime = blockingWait
+	}
+	return q.WithContext(ctx)
 }
 
 func wo(ctx context.Context) *api.WriteOptions { return (&api.WriteOptions{}).WithContext(ctx) }

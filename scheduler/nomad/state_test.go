@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
-
 	"github.com/shoenig/test/must"
 )
 

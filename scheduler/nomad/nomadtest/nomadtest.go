@@ -71,6 +71,8 @@ type Server struct {
 	planFailures []map[string]*api.AllocationMetric
 	logs         map[string]string
 	requests     []string
+	tokens       map[string]bool // X-Nomad-Token values seen
+	namespaces   map[string]bool // namespace parameters seen
 }
 
 type script struct {
@@ -87,6 +89,7 @@ func New(t testing.TB) *Server {
 	s := &Server{
 		jobs: map[string]*api.Job{}, stopped: map[string]bool{}, vars: map[string]*api.Variable{},
 		scripts: map[string]*script{}, logs: map[string]string{},
+		tokens: map[string]bool{}, namespaces: map[string]bool{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs", s.listJobs)
@@ -105,6 +108,8 @@ func New(t testing.TB) *Server {
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requests = append(s.requests, r.Method+" "+r.URL.Path)
+		s.tokens[r.Header.Get("X-Nomad-Token")] = true
+		s.namespaces[r.URL.Query().Get("namespace")] = true
 		s.mu.Unlock()
 		w.Header().Set("X-Nomad-LastContact", "0")
 		w.Header().Set("X-Nomad-KnownLeader", "true")
@@ -157,6 +162,20 @@ func (s *Server) Requests() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.requests...)
+}
+
+// SawToken reports whether any request carried this ACL token.
+func (s *Server) SawToken(token string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens[token]
+}
+
+// SawNamespace reports whether any request asked for this namespace.
+func (s *Server) SawNamespace(ns string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.namespaces[ns]
 }
 
 // Job returns a registered job, or nil.
