@@ -71,9 +71,20 @@ func TestBadSpecs(t *testing.T) {
 		{"missing_train.hcl", []string{
 			"missing_train.hcl:1:1-1:1: error: Missing train block; A spec needs one train \"<name>\" {} block.",
 		}},
+		{"nested_for.hcl", []string{
+			"nested_for.hcl:4:37-4:80: error: Nested for expression; A for expression may not contain another: the result would grow with the product of the inputs.",
+		}},
+		{"number_out_of_range.hcl", []string{
+			"number_out_of_range.hcl:4:12-4:22: error: Number out of range; Numbers must be within the range of a 64-bit float (about 1e-308 to 1e308).",
+			"number_out_of_range.hcl:5:12-5:23: error: Number out of range; Numbers must be within the range of a 64-bit float (about 1e-308 to 1e308).",
+		}},
 		{"reserved_meta.hcl", []string{
 			"reserved_meta.hcl:4:5-4:20: error: Reserved meta key; Meta keys starting with \"nomad_train_\" are set by nomad-train; rename \"nomad_train_run\".",
 			"reserved_meta.hcl:7:5-7:20: error: Reserved environment variable; Variables starting with \"NOMAD_TRAIN_\" are set by nomad-train; rename \"NOMAD_TRAIN_RUN\".",
+		}},
+		{"runtime_interpolation.hcl", []string{
+			"runtime_interpolation.hcl:4:17-4:34: error: Unknown variable; There is no variable named \"NOMAD_ALLOC_INDEX\". The spec is evaluated before Nomad sees it: to leave ${NOMAD_ALLOC_INDEX} for Nomad to interpolate at run time, escape it as $${NOMAD_ALLOC_INDEX}.",
+			"runtime_interpolation.hcl:5:17-5:21: error: Unknown variable; There is no variable named \"node\". The spec is evaluated before Nomad sees it: to leave ${node.…} for Nomad to interpolate at run time, escape it as $${node.…}.",
 		}},
 		{"s3_storage.hcl", []string{
 			"s3_storage.hcl:4:20-4:41: error: Unsupported storage path; storage scheme \"s3\" is not supported; use a local or mounted shared directory, or a file:// URL.",

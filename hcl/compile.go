@@ -2,6 +2,7 @@ package hcl
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -17,12 +18,6 @@ const (
 	// WorkerGroup and WorkerTask name the workers' group and task.
 	WorkerGroup = "worker"
 	WorkerTask  = "worker"
-	// ControllerGroup and ControllerTask name the controller's group and
-	// task, compiled when the spec has trainer_resources.
-	ControllerGroup = "controller"
-	ControllerTask  = "controller"
-	// ControllerBuiltin is the builtin the controller task runs.
-	ControllerBuiltin = "controller"
 	// GPUDevice is the one device block GPUs are requested in.
 	GPUDevice = "nvidia/gpu"
 	// SpreadAttribute is what SPREAD placement spreads workers across.
@@ -55,20 +50,22 @@ const (
 // accepted) come back as diagnostics.
 func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
-	backend := s.Rendezvous.Backend
-	if backend == "" {
-		backend = BackendConsul
-	}
+	backend := s.Rendezvous.BackendFor(true)
 	if backend == BackendEmbedded && s.Rendezvous.Address == "" {
-		rng := s.ranges.backend
-		if rng == (hcl.Range{}) {
-			rng = s.ranges.block
-		}
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagWarning,
 			Summary:  "Embedded rendezvous without an address",
 			Detail:   "On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = \"consul\".",
-			Subject:  rng.Ptr(),
+			Subject:  s.ranges.rangeOr(s.ranges.backend),
+		})
+	}
+	if !filepath.IsAbs(s.Run.StoragePath) {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "Relative storage path on Nomad",
+			Detail: fmt.Sprintf("On Nomad, storage_path %q resolves inside each allocation's directory: workers do not share it, and it goes when the allocation is collected. Use a directory every client mounts, such as \"/mnt/shared/results\".",
+				s.Run.StoragePath),
+			Subject: s.ranges.rangeOr(s.ranges.storage),
 		})
 	}
 
@@ -143,17 +140,15 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}
 
-	if tr := s.Scaling.TrainerResources; tr != nil {
-		ctrl := newGroup(ControllerGroup, 1, s.Run.Failure.MaxFailures)
-		t := api.NewTask(ControllerTask, Driver)
-		t.Config = taskConfig(s, backend)
-		t.Config["builtin"] = ControllerBuiltin
-		if len(s.Env) > 0 {
-			t.Env = s.Env
-		}
-		t.Resources = resources(*tr)
-		ctrl.Tasks = []*api.Task{t}
-		job.TaskGroups = append(job.TaskGroups, ctrl)
+	if s.Scaling.TrainerResources != nil {
+		// Ray reserves trainer_resources for its driver process. On Nomad
+		// the workers coordinate through the rendezvous store and no
+		// controller process runs, so there is nothing to reserve.
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "trainer_resources reserve nothing on Nomad",
+			Detail:   "nomad-train runs no controller process on Nomad (the workers coordinate through the rendezvous store), so the compiled job has no group for trainer_resources.",
+		})
 	}
 	return job, diags
 }

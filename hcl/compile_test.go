@@ -1,6 +1,7 @@
 package hcl
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -164,22 +165,16 @@ func TestOneGPUDevice(t *testing.T) {
 	}, devs[0].Constraints)
 }
 
-func TestControllerGroup(t *testing.T) {
-	job, _ := mustCompile(t, `train "ctl" {
+func TestTrainerResourcesWarn(t *testing.T) {
+	job, diags := mustCompile(t, `train "ctl" {
   entrypoint { builtin = "quickstart" }
   scaling {
     num_workers = 2
     trainer_resources { cpu = 250 }
   }
 }`)
-	must.Len(t, 2, job.TaskGroups)
-	ctrl := job.TaskGroups[1]
-	must.Eq(t, ControllerGroup, *ctrl.Name)
-	must.Eq(t, 1, *ctrl.Count)
-	task := ctrl.Tasks[0]
-	must.Eq(t, ControllerBuiltin, task.Config["builtin"])
-	must.Eq(t, 2, task.Config["world_size"])
-	must.Eq(t, &api.Resources{CPU: new(250), MemoryMB: new(DefaultTrainerMemoryMB)}, task.Resources)
+	must.Len(t, 1, job.TaskGroups)
+	must.StrContains(t, strings.Join(diags, "\n"), "trainer_resources reserve nothing on Nomad")
 
 	job, _ = mustCompile(t, minimal)
 	must.Len(t, 1, job.TaskGroups)
@@ -189,6 +184,7 @@ func TestEmbeddedRendezvousOnNomad(t *testing.T) {
 	job, warnings := mustCompile(t, `train "e" {
   entrypoint { builtin = "quickstart" }
   rendezvous { backend = "embedded" }
+  run { storage_path = "/r" }
 }`)
 	must.Eq(t, []string{
 		`train.hcl:3:16-3:36: warning: Embedded rendezvous without an address; On Nomad, workers reach the embedded rendezvous store only at an address; set rendezvous.address, or use backend = "consul".`,
@@ -201,6 +197,7 @@ func TestEmbeddedRendezvousOnNomad(t *testing.T) {
     backend = "embedded"
     address = "10.0.0.1:4000"
   }
+  run { storage_path = "/r" }
 }`)
 	must.SliceEmpty(t, warnings)
 	must.Eq(t, "embedded", job.TaskGroups[0].Tasks[0].Config["rendezvous"].([]map[string]any)[0]["backend"])
@@ -216,4 +213,41 @@ func TestFormatDuration(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, d, back)
 	}
+}
+
+// TestCanonicalizeKeepsPolicies runs nomad/api's client-side Canonicalize
+// (what the Nomad CLI does before registering) over every example and wants
+// our explicit settings to survive Nomad's defaults.
+func TestCanonicalizeKeepsPolicies(t *testing.T) {
+	for _, rel := range examples(t) {
+		t.Run(rel, func(t *testing.T) {
+			job := compileExample(t, rel)
+			want := compileExample(t, rel)
+			job.Canonicalize()
+			must.Eq(t, *want.ID, *job.ID)
+			must.Eq(t, "batch", *job.Type)
+			for i, g := range job.TaskGroups {
+				w := want.TaskGroups[i]
+				must.Eq(t, *w.Count, *g.Count)
+				wr, gr := w.RestartPolicy, g.RestartPolicy
+				must.Eq(t, []any{*wr.Attempts, *wr.Interval, *wr.Delay, *wr.Mode}, []any{*gr.Attempts, *gr.Interval, *gr.Delay, *gr.Mode})
+				must.Eq(t, *w.ReschedulePolicy.Delay, *g.ReschedulePolicy.Delay)
+				must.Eq(t, *w.ReschedulePolicy.Unlimited, *g.ReschedulePolicy.Unlimited)
+				must.Eq(t, w.Tasks[0].Config, g.Tasks[0].Config)
+				must.Eq(t, w.Tasks[0].Resources.Devices, g.Tasks[0].Resources.Devices)
+			}
+		})
+	}
+}
+
+func TestRelativeStorageWarning(t *testing.T) {
+	_, warnings := mustCompile(t, minimal)
+	must.Eq(t, []string{
+		`train.hcl:2:1-2:13: warning: Relative storage path on Nomad; On Nomad, storage_path "./results" resolves inside each allocation's directory: workers do not share it, and it goes when the allocation is collected. Use a directory every client mounts, such as "/mnt/shared/results".`,
+	}, warnings)
+	_, warnings = mustCompile(t, `train "w" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = "file:///mnt/nfs/runs" }
+}`)
+	must.SliceEmpty(t, warnings)
 }

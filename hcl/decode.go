@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 )
@@ -42,6 +43,12 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Spec, hcl.Diagnosti
 	if diags.HasErrors() {
 		return nil, diags
 	}
+	if body, ok := file.Body.(*hclsyntax.Body); ok {
+		diags = append(diags, checkLimits(body)...)
+		if diags.HasErrors() {
+			return nil, diags
+		}
+	}
 	spec, ddiags := decodeFile(file, opts, parser)
 	diags = append(diags, ddiags...)
 	if diags.HasErrors() {
@@ -58,7 +65,10 @@ var rootSchema = &hcl.BodySchema{
 }
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
-	d := &decoder{}
+	d := &decoder{builtins: opts.Builtins}
+	if d.builtins == nil {
+		d.builtins = KnownBuiltins()
+	}
 	root := d.content(file.Body, rootSchema)
 	vars, vdiags := decodeVariables(root.Blocks.OfType("variable"), opts, parser)
 	d.diags = append(d.diags, vdiags...)
@@ -73,7 +83,36 @@ func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Sp
 		return nil, d.diags
 	}
 	spec := d.train(train)
+	hintRuntimeInterpolation(d.diags)
 	return spec, d.diags
+}
+
+// unknownVariable matches hcl's detail for a reference to an undefined root
+// variable.
+var unknownVariable = regexp.MustCompile(`^There is no variable named "([^"]+)"\.`)
+
+// nomadRuntimeRoots are the names Nomad interpolates when a task starts.
+var nomadRuntimeRoots = []string{"attr", "device", "env", "meta", "node"}
+
+// hintRuntimeInterpolation explains, where a spec refers to something Nomad
+// interpolates at run time (${NOMAD_ALLOC_INDEX}, ${node.unique.name}), that
+// the spec is evaluated first and the reference must be escaped.
+func hintRuntimeInterpolation(diags hcl.Diagnostics) {
+	for _, diag := range diags {
+		m := unknownVariable.FindStringSubmatch(diag.Detail)
+		if diag.Summary != "Unknown variable" || m == nil {
+			continue
+		}
+		ref := m[1]
+		switch {
+		case strings.HasPrefix(ref, "NOMAD_"):
+		case slices.Contains(nomadRuntimeRoots, ref):
+			ref += ".…"
+		default:
+			continue
+		}
+		diag.Detail += fmt.Sprintf(" The spec is evaluated before Nomad sees it: to leave ${%s} for Nomad to interpolate at run time, escape it as $${%s}.", ref, ref)
+	}
 }
 
 var trainSchema = &hcl.BodySchema{
@@ -161,7 +200,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		d.scaling(sc, &s.Scaling)
 	}
 	if r := d.single(c, "run"); r != nil {
-		d.run(r, &s.Run)
+		d.run(r, &s.Run, &s.ranges)
 	}
 	if r := d.single(c, "rendezvous"); r != nil {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
@@ -209,11 +248,11 @@ func (d *decoder) entrypoint(b *hcl.Block, ep *Entrypoint) {
 		d.rangeErrorf(command.NameRange, "Conflicting entrypoint", "Set either builtin or command, not both.")
 	case builtin == nil && command == nil:
 		d.rangeErrorf(b.DefRange, "Missing entrypoint",
-			"The entrypoint block needs builtin (one of %s) or command.", quoteList(KnownBuiltins()))
+			"The entrypoint block needs builtin (one of %s) or command.", quoteList(d.builtins))
 	case builtin != nil:
-		if d.str(builtin, &ep.Builtin) && !slices.Contains(KnownBuiltins(), ep.Builtin) {
+		if d.str(builtin, &ep.Builtin) && !slices.Contains(d.builtins, ep.Builtin) {
 			d.errorf(builtin, "Unknown builtin", "There is no builtin %q; known builtins are %s.%s",
-				ep.Builtin, quoteList(KnownBuiltins()), suggest(ep.Builtin, KnownBuiltins()))
+				ep.Builtin, quoteList(d.builtins), suggest(ep.Builtin, d.builtins))
 		}
 		if attr := a["args"]; attr != nil {
 			d.rangeErrorf(attr.NameRange, "Arguments for a builtin", "args are passed to a command; a builtin takes its settings from config.")
@@ -446,7 +485,7 @@ var (
 	}
 )
 
-func (d *decoder) run(b *hcl.Block, r *Run) {
+func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 	c := d.content(b.Body, runSchema)
 	if attr := c.Attributes["storage_path"]; attr != nil {
 		var p string
@@ -455,6 +494,7 @@ func (d *decoder) run(b *hcl.Block, r *Run) {
 				d.errorf(attr, "Unsupported storage path", "%s.", err)
 			} else {
 				r.StoragePath = local
+				ranges.storage = attr.Range
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package hcl
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,8 @@ func TestVariableErrors(t *testing.T) {
 	must.NoError(t, os.WriteFile(extra, []byte("workerz = 4\n"), 0o644))
 	badType := filepath.Join(dir, "bad.hcl")
 	must.NoError(t, os.WriteFile(badType, []byte("workers = \"many\"\n"), 0o644))
+	huge := filepath.Join(dir, "huge.hcl")
+	must.NoError(t, os.WriteFile(huge, []byte("workers = 1e-99999\n"), 0o644))
 
 	cases := []struct {
 		name string
@@ -125,6 +128,12 @@ func TestVariableErrors(t *testing.T) {
 		}},
 		{"-var wrong type", ParseOptions{Vars: map[string]string{"sizes": `["a"]`}}, []string{
 			`<-var sizes>:1:1-1:6: error: Invalid value for variable; The value "[\"a\"]" given by -var sizes is not a valid list(number) (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): a number is required.`,
+		}},
+		{"-var number out of range", ParseOptions{Vars: map[string]string{"workers": "1e99999999"}}, []string{
+			`<-var workers>:1:1-1:11: error: Invalid value for variable; The value "1e99999999" given by -var workers is not a valid number (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Number out of range.`,
+		}},
+		{"var file number out of range", ParseOptions{VarFiles: []string{huge}}, []string{
+			huge + `:1:11-1:19: error: Number out of range; Numbers must be within the range of a 64-bit float (about 1e-308 to 1e308).`,
 		}},
 		{"env not a number", ParseOptions{Getenv: mapEnv(map[string]string{"NOMAD_VAR_workers": "lots"})}, []string{
 			`<NOMAD_VAR_workers>:1:1-1:5: error: Invalid value for variable; The value "lots" given by NOMAD_VAR_workers is not a valid number (a typed variable takes an HCL expression, such as 3 or ["a", "b"]): Variables not allowed.`,
@@ -243,4 +252,51 @@ func TestFunctionsAllowList(t *testing.T) {
 	for _, banned := range []string{"file", "range", "pow", "timestamp", "env"} {
 		must.SliceNotContains(t, names, banned)
 	}
+}
+
+func TestBackendFor(t *testing.T) {
+	must.Eq(t, BackendEmbedded, Rendezvous{}.BackendFor(false))
+	must.Eq(t, BackendConsul, Rendezvous{}.BackendFor(true))
+	must.Eq(t, BackendConsul, Rendezvous{Backend: BackendConsul}.BackendFor(false))
+	must.Eq(t, BackendEmbedded, Rendezvous{Backend: BackendEmbedded}.BackendFor(true))
+}
+
+// TestDocExample parses the spec shown in the package comment, so the
+// documentation cannot drift into invalid syntax.
+func TestDocExample(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	must.NoError(t, err)
+	var lines []string
+	in := false
+	for _, l := range strings.Split(string(doc), "\n") {
+		switch {
+		case strings.HasPrefix(l, "//\t"):
+			in = true
+			lines = append(lines, strings.TrimPrefix(l, "//\t"))
+		case in && l == "//":
+			lines = append(lines, "")
+		case in:
+			in = false
+		}
+		if strings.HasPrefix(l, "// The train block also takes") {
+			break
+		}
+	}
+	src := strings.Join(lines, "\n")
+	must.StrContains(t, src, `train "quickstart"`)
+	s := mustParse(t, src, ParseOptions{})
+	must.Eq(t, 4, s.Scaling.NumWorkers)
+	must.Eq(t, "loss", s.Run.Checkpoint.ScoreAttribute)
+}
+
+func TestBuiltinsOption(t *testing.T) {
+	src := `train "m" {
+  entrypoint { builtin = "mnist" }
+}`
+	_, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+	must.Eq(t, []string{
+		`train.hcl:2:26-2:33: error: Unknown builtin; There is no builtin "mnist"; known builtins are "quickstart".`,
+	}, diagLines(diags))
+	s := mustParse(t, src, ParseOptions{Builtins: []string{"mnist", "quickstart"}})
+	must.Eq(t, "mnist", s.Entrypoint.Builtin)
 }

@@ -45,13 +45,23 @@ func RenderHCL(job *api.Job) []byte {
 	return hclwrite.Format(f.Bytes())
 }
 
+// spaced returns b after a blank line when b already has content, so that
+// the blocks of a job, group or task stand apart.
+func spaced(b *hclwrite.Body) *hclwrite.Body {
+	if len(b.Attributes()) > 0 || len(b.Blocks()) > 0 {
+		b.AppendNewline()
+	}
+	return b
+}
+
 func writeGroup(parent *hclwrite.Body, g *api.TaskGroup) {
-	parent.AppendNewline()
-	b := parent.AppendNewBlock("group", []string{deref(g.Name)}).Body()
+	b := spaced(parent).AppendNewBlock("group", []string{deref(g.Name)}).Body()
 	setInt(b, "count", g.Count)
-	writeConstraints(b, g.Constraints)
+	if len(g.Constraints) > 0 {
+		writeConstraints(spaced(b), g.Constraints)
+	}
 	for _, n := range g.Networks {
-		nb := b.AppendNewBlock("network", nil).Body()
+		nb := spaced(b).AppendNewBlock("network", nil).Body()
 		if n.Mode != "" {
 			nb.SetAttributeValue("mode", cty.StringVal(n.Mode))
 		}
@@ -63,14 +73,14 @@ func writeGroup(parent *hclwrite.Body, g *api.TaskGroup) {
 		writeService(b, s)
 	}
 	if r := g.RestartPolicy; r != nil {
-		rb := b.AppendNewBlock("restart", nil).Body()
+		rb := spaced(b).AppendNewBlock("restart", nil).Body()
 		setInt(rb, "attempts", r.Attempts)
 		setDuration(rb, "interval", r.Interval)
 		setDuration(rb, "delay", r.Delay)
 		setString(rb, "mode", r.Mode)
 	}
 	if r := g.ReschedulePolicy; r != nil {
-		rb := b.AppendNewBlock("reschedule", nil).Body()
+		rb := spaced(b).AppendNewBlock("reschedule", nil).Body()
 		setInt(rb, "attempts", r.Attempts)
 		setDuration(rb, "interval", r.Interval)
 		setDuration(rb, "delay", r.Delay)
@@ -81,7 +91,7 @@ func writeGroup(parent *hclwrite.Body, g *api.TaskGroup) {
 		}
 	}
 	for _, s := range g.Spreads {
-		sb := b.AppendNewBlock("spread", nil).Body()
+		sb := spaced(b).AppendNewBlock("spread", nil).Body()
 		sb.SetAttributeValue("attribute", cty.StringVal(s.Attribute))
 		if s.Weight != nil {
 			sb.SetAttributeValue("weight", cty.NumberIntVal(int64(*s.Weight)))
@@ -93,7 +103,7 @@ func writeGroup(parent *hclwrite.Body, g *api.TaskGroup) {
 }
 
 func writeService(parent *hclwrite.Body, s *api.Service) {
-	b := parent.AppendNewBlock("service", nil).Body()
+	b := spaced(parent).AppendNewBlock("service", nil).Body()
 	b.SetAttributeValue("name", cty.StringVal(s.Name))
 	b.SetAttributeValue("port", cty.StringVal(s.PortLabel))
 	if s.Provider != "" {
@@ -113,22 +123,21 @@ func writeService(parent *hclwrite.Body, s *api.Service) {
 }
 
 func writeTask(parent *hclwrite.Body, t *api.Task) {
-	parent.AppendNewline()
-	b := parent.AppendNewBlock("task", []string{t.Name}).Body()
+	b := spaced(parent).AppendNewBlock("task", []string{t.Name}).Body()
 	b.SetAttributeValue("driver", cty.StringVal(t.Driver))
 	if t.Config != nil {
-		writeConfig(b.AppendNewBlock("config", nil).Body(), t.Config)
+		writeConfig(spaced(b).AppendNewBlock("config", nil).Body(), t.Config)
 	}
 	writeStringMap(b, "env", t.Env)
 	for _, a := range t.Artifacts {
-		ab := b.AppendNewBlock("artifact", nil).Body()
+		ab := spaced(b).AppendNewBlock("artifact", nil).Body()
 		setString(ab, "source", a.GetterSource)
 		setString(ab, "destination", a.RelativeDest)
 		setString(ab, "mode", a.GetterMode)
 		writeStringMap(ab, "options", a.GetterOptions)
 	}
 	if r := t.Resources; r != nil {
-		rb := b.AppendNewBlock("resources", nil).Body()
+		rb := spaced(b).AppendNewBlock("resources", nil).Body()
 		setInt(rb, "cpu", r.CPU)
 		setInt(rb, "cores", r.Cores)
 		setInt(rb, "memory", r.MemoryMB)
@@ -218,7 +227,7 @@ func writeStringMap(b *hclwrite.Body, name string, m map[string]string) {
 		b.SetAttributeValue(name, cty.MapVal(vals))
 		return
 	}
-	mb := b.AppendNewBlock(name, nil).Body()
+	mb := spaced(b).AppendNewBlock(name, nil).Body()
 	for _, k := range keys {
 		mb.SetAttributeValue(k, cty.StringVal(m[k]))
 	}

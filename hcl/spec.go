@@ -89,6 +89,16 @@ type Spec struct {
 type specRanges struct {
 	block   hcl.Range // train "name" header
 	backend hcl.Range
+	storage hcl.Range
+}
+
+// rangeOr is r, or the train block's header when r was not recorded (a
+// setting left to its default, or a Spec built in Go).
+func (sr specRanges) rangeOr(r hcl.Range) *hcl.Range {
+	if r == (hcl.Range{}) {
+		r = sr.block
+	}
+	return r.Ptr()
 }
 
 // Entrypoint says what each worker runs: a builtin, or a user's command
@@ -176,6 +186,19 @@ type Rendezvous struct {
 	// Address is the store's address when it is not the default one.
 	Address string `json:",omitempty"`
 	Timeout time.Duration
+}
+
+// BackendFor is the backend a run uses: the one the spec names, or else
+// BackendConsul on Nomad and BackendEmbedded for a local run.
+func (r Rendezvous) BackendFor(onNomad bool) string {
+	switch {
+	case r.Backend != "":
+		return r.Backend
+	case onNomad:
+		return BackendConsul
+	default:
+		return BackendEmbedded
+	}
 }
 
 // SHA256 is the hex SHA-256 of the spec's canonical JSON form: two specs

@@ -29,6 +29,10 @@ type ParseOptions struct {
 	// Getenv looks up NOMAD_VAR_<name> for each declared variable; nil looks
 	// up nothing.
 	Getenv func(string) string
+	// Builtins are the names entrypoint { builtin = ... } accepts; nil
+	// means KnownBuiltins(). A binary that carries more builtins passes its
+	// own list.
+	Builtins []string
 	// Parser, when set, is the parser the spec and variable files are read
 	// with, so that the caller can print diagnostics with source snippets
 	// from Parser.Files(). Nil uses a fresh one.
@@ -178,6 +182,9 @@ func rawVariableValue(v *variable, raw, source string) (cty.Value, hcl.Diagnosti
 		return cty.StringVal(raw), nil
 	}
 	expr, diags := hclsyntax.ParseExpression([]byte(raw), "<"+source+">", hcl.InitialPos)
+	if !diags.HasErrors() {
+		diags = checkLimits(expr)
+	}
 	var val cty.Value
 	if !diags.HasErrors() {
 		val, diags = expr.Value(nil)
@@ -217,6 +224,11 @@ func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parse
 	}
 	if diags.HasErrors() {
 		return diags
+	}
+	if body, ok := file.Body.(*hclsyntax.Body); ok {
+		if diags = append(diags, checkLimits(body)...); diags.HasErrors() {
+			return diags
+		}
 	}
 	attrs, adiags := file.Body.JustAttributes()
 	diags = append(diags, adiags...)

@@ -19,6 +19,7 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/data"
 	"github.com/nomad-train/nomad-train/trainer/nn"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 const ftEpochs = 30
@@ -224,5 +225,187 @@ func TestBudgetExhausted(t *testing.T) {
 	must.StrContains(t, err.Error(), "failure budget exhausted")
 	must.StrContains(t, err.Error(), "max_failures is 2")
 	must.SliceLen(t, 2, res.Recovered, must.Sprint(out))
+	must.SliceEmpty(t, alive(pidDir))
+}
+
+const (
+	ppEpochs  = 10
+	ppBatches = dpSamples / dpBatch // steps per epoch
+)
+
+// ppTrain checks ShouldCheckpoint every step, and on a stop checkpoints
+// the exact step it reached (epoch and batch), so a resumed run goes on
+// from there. Rank 0 logs every step it executes to PP_STEPS.
+func ppTrain(ctx context.Context, s *trainer.Session) error {
+	x, y := dpData()
+	model, opt := dpModel()
+	startEpoch, startBatch := 0, 0
+	if ck := s.GetCheckpoint(); ck != nil {
+		f, err := os.Open(filepath.Join(ck.Path(), "model.bin"))
+		if err != nil {
+			return err
+		}
+		err = nn.LoadState(f, model, opt)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(ck.Path(), "position"))
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Sscan(string(b), &startEpoch, &startBatch); err != nil {
+			return err
+		}
+	}
+	dm, err := trainer.PrepareModel(ctx, s, model)
+	if err != nil {
+		return err
+	}
+	save := func(epoch, batch int) error {
+		var ck *trainer.Checkpoint
+		if s.WorldRank() == 0 {
+			dir, err := s.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := nn.SaveState(&buf, model, opt); err != nil {
+				return err
+			}
+			os.WriteFile(filepath.Join(dir, "model.bin"), buf.Bytes(), 0o644)
+			os.WriteFile(filepath.Join(dir, "position"), []byte(fmt.Sprintf("%d %d", epoch, batch)), 0o644)
+			ck = trainer.CheckpointFromDirectory(dir)
+		}
+		return s.Report(ctx, trainer.Metrics{"epoch": epoch, "batch": batch}, ck)
+	}
+	steps, _ := os.OpenFile(os.Getenv("PP_STEPS"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	defer steps.Close()
+	sampler := data.DistributedSampler{Len: dpSamples, Rank: s.WorldRank(), WorldSize: s.WorldSize(), Shuffle: true, Seed: 9}
+	var bx, by, dout nn.Matrix
+	for epoch := startEpoch; epoch < ppEpochs; epoch++ {
+		batches := data.Batches(sampler.Indices(epoch), dpBatch/s.WorldSize())
+		for b := startBatch; b < len(batches); b++ {
+			fill(x, y, batches[b], &bx, &by)
+			model.ZeroGrad()
+			nn.MSE(model.Forward(&bx), &by, &dout)
+			model.Backward(&dout)
+			if err := dm.SyncGradients(ctx); err != nil {
+				return err
+			}
+			opt.Step()
+			if s.WorldRank() == 0 {
+				fmt.Fprintf(steps, "%d\n", epoch*ppBatches+b)
+			}
+			time.Sleep(5 * time.Millisecond)
+			stop, err := s.ShouldCheckpoint(ctx)
+			if err != nil {
+				return err
+			}
+			if stop {
+				return save(epoch, b+1) // resume at the next batch
+			}
+		}
+		startBatch = 0
+		if err := save(epoch+1, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestPreemptionLosesNoSteps: SIGTERM (a Nomad stop or drain) reaches the
+// workers mid-epoch; they agree to stop, checkpoint the step they reached
+// and exit; running the same run again resumes there. Every step runs
+// exactly once, and the parameters equal those of an uninterrupted run.
+func TestPreemptionLosesNoSteps(t *testing.T) {
+	stepsFile := os.Getenv("PP_STEPS")
+	if stepsFile == "" {
+		stepsFile = filepath.Join(t.TempDir(), "steps")
+		t.Setenv("PP_STEPS", stepsFile)
+	}
+	storageDir := t.TempDir()
+	run := trainer.Run{Name: "preempt", StoragePath: storageDir}
+
+	tr := trainer.New(ppTrain, trainer.Scaling{NumWorkers: 2}, run, nil)
+	tr.Args = []string{"-test.run=^" + t.Name() + "$"}
+	var out bytes.Buffer
+	tr.Stdout, tr.Stderr = &out, &out
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if workerenv.IsWorker() {
+			return // only the launching test process stops the run
+		}
+		for countRecords(stepsFile) < 2*ppBatches+3 { // mid-epoch 2
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel() // the launcher sends SIGTERM to every worker
+	}()
+	_, err := tr.Fit(ctx)
+	must.ErrorIs(t, err, trainer.ErrStopped, must.Sprint(out.String()))
+	stoppedAt := countRecords(stepsFile)
+	must.Less(t, ppEpochs*ppBatches, stoppedAt)
+
+	res, err, outs := fit(t, ppTrain, 2, run, nil)
+	must.NoError(t, err, must.Sprint(outs))
+
+	b, err := os.ReadFile(stepsFile)
+	must.NoError(t, err)
+	lines := strings.Fields(string(b))
+	must.SliceLen(t, ppEpochs*ppBatches, lines, must.Sprint("some steps ran twice or never"))
+	for i, l := range lines {
+		must.Eq(t, strconv.Itoa(i), l)
+	}
+
+	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
+	clean, err, outs := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	must.NoError(t, err, must.Sprint(outs))
+	want, _ := os.ReadFile(filepath.Join(clean.Checkpoint.Path(), "model.bin"))
+	got, _ := os.ReadFile(filepath.Join(res.Checkpoint.Path(), "model.bin"))
+	must.True(t, len(want) > 0 && bytes.Equal(want, got), must.Sprint("parameters after preemption differ from an uninterrupted run"))
+}
+
+// TestHungWorkerDetected: a SIGSTOPped worker neither fails nor exits. Its
+// peers' watchdog notices that no collective completes, they re-form the
+// gang without it, the launcher kills the frozen process when it does not
+// rejoin, and its replacement lets the run finish.
+func TestHungWorkerDetected(t *testing.T) {
+	pidDir := os.Getenv("FT_PID_DIR")
+	if pidDir == "" {
+		pidDir = t.TempDir()
+		t.Setenv("FT_PID_DIR", pidDir)
+	}
+	t.Setenv("NOMAD_TRAIN_LEASE_TTL", "30s") // the watchdog, not the lease, must notice
+	storageDir := t.TempDir()
+	progress := filepath.Join(storageDir, "hung", storage.ProgressFile)
+	stopped := make(chan int, 1)
+	go func() {
+		if workerenv.IsWorker() {
+			return
+		}
+		for countRecords(progress) < 3 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		pids := alive(pidDir)
+		syscall.Kill(pids[len(pids)-1], syscall.SIGSTOP)
+		stopped <- pids[len(pids)-1]
+	}()
+	start := time.Now()
+	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "hung", StoragePath: storageDir,
+		Failure: trainer.FailureConfig{MaxFailures: 1, StallFloor: time.Second, StallFactor: 10, RejoinTimeout: 2 * time.Second}}, nil)
+	must.NoError(t, err, must.Sprint(out))
+	pid := <-stopped
+	t.Logf("stopped pid %d; run took %v", pid, time.Since(start))
+	must.SliceLen(t, 1, res.Recovered, must.Sprint(out))
+	must.Eq(t, "killed by SIGKILL", res.Recovered[0].Message)
+	must.StrContains(t, out, "no collective completed for")
+	must.StrContains(t, out, "presumed hung, killing it")
+	st, err := storage.OpenReadOnly(storageDir, "hung", storage.Policy{})
+	must.NoError(t, err)
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.SliceLen(t, ftEpochs, recs)
 	must.SliceEmpty(t, alive(pidDir))
 }

@@ -34,7 +34,7 @@ func PrepareModel(ctx context.Context, s *Session, m Model) (*DistributedModel, 
 	if len(m.Params()) != len(m.Grads()) {
 		return nil, fmt.Errorf("prepare model: %d parameters but %d gradients", len(m.Params()), len(m.Grads()))
 	}
-	if err := s.group.BroadcastFloat32(ctx, m.Params(), 0); err != nil {
+	if err := s.done(s.group.BroadcastFloat32(ctx, m.Params(), 0)); err != nil {
 		return nil, fmt.Errorf("prepare model: broadcast parameters: %w", err)
 	}
 	return &DistributedModel{model: m, s: s, bucket: DefaultBucketBytes / int(unsafe.Sizeof(float32(0)))}, nil
@@ -50,7 +50,7 @@ func (d *DistributedModel) SyncGradients(ctx context.Context) error {
 	g := d.model.Grads()
 	for off := 0; off < len(g) || off == 0; off += d.bucket {
 		end := min(off+d.bucket, len(g))
-		if err := d.s.group.AllReduceFloat32(ctx, g[off:end], collective.Mean); err != nil {
+		if err := d.s.done(d.s.group.AllReduceFloat32(ctx, g[off:end], collective.Mean)); err != nil {
 			return fmt.Errorf("sync gradients: %w", err)
 		}
 		if end == len(g) {

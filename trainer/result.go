@@ -95,8 +95,13 @@ func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out 
 	if !out.Failed() {
 		return res, nil
 	}
+	stopped := true
 	for _, r := range out.Failures() {
 		res.Errors = append(res.Errors, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
+		stopped = stopped && r.ExitCode == ExitStopped
+	}
+	if stopped {
+		return res, fmt.Errorf("%w: every worker checkpointed and stopped; run again to resume", ErrStopped)
 	}
 	var msgs []string
 	if out.BudgetExhausted != "" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -32,10 +33,33 @@ type Session struct {
 	events               *eventLog
 	log                  hclog.Logger
 	now                  func() time.Time
+	stopping             *atomic.Bool // this process was asked to stop
+	wd                   *watchdog    // told of every completed collective
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
-	step   int64
-	latest *Checkpoint
+	step       int64
+	latest     *Checkpoint
+	stopAgreed bool // ShouldCheckpoint said yes: the gang is stopping
+}
+
+// ShouldCheckpoint reports whether the gang has been asked to stop (a
+// SIGTERM, as Nomad sends on stop, drain and preemption, reached any
+// worker). It is collective: call it on every rank at the same point, for
+// example once per step. When it returns true on one rank it does on all:
+// report a checkpoint of the current state and return from the training
+// function; the run resumes from that checkpoint with no step lost.
+func (s *Session) ShouldCheckpoint(ctx context.Context) (bool, error) {
+	flag := []float64{0}
+	if s.stopping != nil && s.stopping.Load() {
+		flag[0] = 1
+	}
+	if err := s.done(s.group.AllReduceFloat64(ctx, flag, collective.Sum)); err != nil {
+		return false, fmt.Errorf("agree on stop: %w", err)
+	}
+	if flag[0] > 0 {
+		s.stopAgreed = true
+	}
+	return s.stopAgreed, nil
 }
 
 // WorldRank is this worker's rank in the gang, 0..WorldSize-1.
@@ -192,32 +216,41 @@ func (s *Session) gatherJSON(ctx context.Context, v any) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.group.AllGather(ctx, b)
+	return s.AllGather(ctx, b)
+}
+
+// done tells the watchdog a collective completed.
+func (s *Session) done(err error) error {
+	if err == nil {
+		s.wd.progress(time.Now())
+	}
+	return err
 }
 
 // AllReduceFloat32 reduces buf across all ranks in place (sum or mean);
 // every rank ends with the same bits.
 func (s *Session) AllReduceFloat32(ctx context.Context, buf []float32, op collective.Op) error {
-	return s.group.AllReduceFloat32(ctx, buf, op)
+	return s.done(s.group.AllReduceFloat32(ctx, buf, op))
 }
 
 // AllReduceFloat64 reduces buf across all ranks in place (sum or mean).
 func (s *Session) AllReduceFloat64(ctx context.Context, buf []float64, op collective.Op) error {
-	return s.group.AllReduceFloat64(ctx, buf, op)
+	return s.done(s.group.AllReduceFloat64(ctx, buf, op))
 }
 
 // Broadcast copies root's buf to every rank's buf (same length everywhere).
 func (s *Session) Broadcast(ctx context.Context, buf []byte, root int) error {
-	return s.group.Broadcast(ctx, buf, root)
+	return s.done(s.group.Broadcast(ctx, buf, root))
 }
 
 // AllGather returns every rank's in, indexed by rank.
 func (s *Session) AllGather(ctx context.Context, in []byte) ([][]byte, error) {
-	return s.group.AllGather(ctx, in)
+	out, err := s.group.AllGather(ctx, in)
+	return out, s.done(err)
 }
 
 // Barrier returns once every rank has entered it.
-func (s *Session) Barrier(ctx context.Context) error { return s.group.Barrier(ctx) }
+func (s *Session) Barrier(ctx context.Context) error { return s.done(s.group.Barrier(ctx)) }
 
 // Sum and Mean are the all-reduce operations.
 const (

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -39,6 +40,15 @@ type FailureConfig struct {
 	// unlimited, 0 fails the run at the first failure. A failure of the
 	// training function itself (an error or a panic) is never retried.
 	MaxFailures int
+	// StallFloor and StallFactor set the progress watchdog: when no
+	// collective completes for max(StallFloor, StallFactor × the median
+	// time between collectives) the gang is declared hung and re-forms
+	// (defaults 2m and 20).
+	StallFloor  time.Duration
+	StallFactor float64
+	// RejoinTimeout is how long a worker may stay out of a re-forming gang
+	// before it is presumed hung and replaced (default 1m).
+	RejoinTimeout time.Duration
 }
 
 // Run names a run and where it keeps its results (Ray's RunConfig).
@@ -115,9 +125,11 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		Config:      cfg,
 		Checkpoint:  policy,
 		MaxFailures: t.run.Failure.MaxFailures,
-		Stdout:      t.Stdout,
-		Stderr:      t.Stderr,
-		Logger:      t.Logger,
+		StallFloor:  t.run.Failure.StallFloor, StallFactor: t.run.Failure.StallFactor,
+		RejoinTimeout: t.run.Failure.RejoinTimeout,
+		Stdout:        t.Stdout,
+		Stderr:        t.Stderr,
+		Logger:        t.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,7 +33,43 @@ const (
 	ExitPeerLost   = workerenv.ExitPeerLost
 
 	ExitBudgetExhausted = workerenv.ExitBudgetExhausted
+	ExitStopped         = workerenv.ExitStopped
 )
+
+// ErrStopped is returned when the worker was asked to stop (SIGTERM, as
+// Nomad sends on stop and drain): the training function saw
+// ShouldCheckpoint, checkpointed and returned, or the grace period ran out.
+var ErrStopped = errors.New("stopped")
+
+// watchStop turns the first SIGTERM or SIGINT into a stop request that the
+// training function reads through ShouldCheckpoint, and cancels ctx (with
+// ErrStopped) when a second signal comes or grace has passed, so a worker
+// that ignores the request still ends.
+func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) *atomic.Bool {
+	var stopping atomic.Bool
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		defer signal.Stop(sigs)
+		select {
+		case sig := <-sigs:
+			stopping.Store(true)
+			ev.emit("stop_requested", fmt.Sprintf("%v: checkpoint and stop within %v", sig, grace), nil)
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-sigs:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		cancel(ErrStopped)
+	}()
+	return &stopping
+}
 
 // ErrUser marks a failure of the training function itself.
 var ErrUser = errors.New("training function failed")
@@ -53,10 +91,11 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	}
 	ev := openEventLog(env.Events)
 	defer ev.close()
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopping := watchStop(ctx, cancel, env.StopGrace, ev)
 
-	err = runWorker(ctx, env, fn, ev, log)
+	err = runWorker(ctx, env, fn, ev, log, stopping)
 	if err == nil {
 		ev.emit("worker_finished", "training function returned", nil)
 		return ExitOK
@@ -67,6 +106,8 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 		code = ExitUserError
 	case errors.Is(err, ErrBudgetExhausted):
 		code = ExitBudgetExhausted
+	case errors.Is(err, ErrStopped):
+		code = ExitStopped
 	case errors.Is(err, collective.ErrPeerLost):
 		code = ExitPeerLost
 	}
@@ -80,7 +121,7 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 // generation, joins the next one (with the lost worker's replacement),
 // restores the latest checkpoint and calls the training function again, as
 // long as the failure budget allows.
-func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger) error {
+func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger, stopping *atomic.Bool) error {
 	secret, err := auth.ReadSecretFile(env.SecretFile)
 	if err != nil {
 		return err
@@ -90,12 +131,18 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		return fmt.Errorf("open rendezvous store: %w", err)
 	}
 	defer store.Close()
-	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret}
+	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping}
 	for {
 		err := w.generation(ctx)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
+			return fmt.Errorf("%w: grace period over: %w", ErrStopped, err)
+		}
 		var lost *gangLost
 		if !errors.As(err, &lost) || ctx.Err() != nil {
 			return err
+		}
+		if stopping.Load() {
+			return fmt.Errorf("%w while the gang was broken: %w", ErrStopped, err)
 		}
 		log.Warn("gang lost a member; joining the next generation", "cause", lost.Error())
 		ev.emit("generation_changed", lost.Error(), map[string]string{"generation": fmt.Sprint(lost.generation)})
@@ -110,6 +157,8 @@ type worker struct {
 	log    hclog.Logger
 	store  rendezvous.Store
 	secret []byte
+	// stopping is set on the first SIGTERM/SIGINT (see watchStop).
+	stopping *atomic.Bool
 }
 
 // gangLost says the generation broke because of something outside this
@@ -138,7 +187,7 @@ func (w *worker) generation(ctx context.Context) error {
 
 	rdzv, err := rendezvous.Join(ctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
-	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, Logger: w.log})
+	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log})
 	if err != nil {
 		return fmt.Errorf("rendezvous: %w", err)
 	}
@@ -161,14 +210,23 @@ func (w *worker) generation(ctx context.Context) error {
 	gctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	wctx, stopWatch := context.WithCancel(gctx)
-	watching := make(chan struct{})
+	var watchers sync.WaitGroup
+	watchers.Add(2)
 	go func() {
-		defer close(watching)
+		defer watchers.Done()
 		if ev, ok := <-rdzv.WatchLoss(wctx); ok {
 			cancel(&gangLost{generation: a.Generation, cause: ev.String()})
 		}
 	}()
-	defer func() { stopWatch(); <-watching }()
+	wd := newWatchdog(env.StallFloor, env.StallFactor, time.Now())
+	go func() {
+		defer watchers.Done()
+		if cause, hung := watchStall(wctx, wd, env.StallFloor); hung {
+			w.ev.emit("hang_detected", cause, nil)
+			cancel(&gangLost{generation: a.Generation, cause: cause})
+		}
+	}()
+	defer func() { stopWatch(); watchers.Wait() }()
 	lostOr := func(err error) error {
 		if cause := context.Cause(gctx); cause != nil && ctx.Err() == nil {
 			var lost *gangLost
@@ -200,7 +258,7 @@ func (w *worker) generation(ctx context.Context) error {
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
-		events: w.ev, log: log, now: time.Now,
+		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd,
 	}
 	if err := s.restore(gctx, env); err != nil {
 		return lostOr(err)
@@ -211,16 +269,40 @@ func (w *worker) generation(ctx context.Context) error {
 	if err := callTrain(gctx, w.fn, s); err != nil {
 		return lostOr(err)
 	}
-	// Every rank leaves together, so none closes its sockets while a peer
-	// still needs them. A rank that passed the barrier leaves the
-	// rendezvous, which must not look like a loss to one still in it: from
-	// here on only the barrier itself can fail.
+	// Every rank leaves together, so none closes its sockets or leaves the
+	// rendezvous while a peer still needs it. The barrier is kept in the
+	// store, not on the ring: a rank that is through may go at once without
+	// its departure looking like a loss to one still finishing.
 	stopWatch()
-	<-watching
-	if err := group.Barrier(gctx); err != nil {
-		return lostOr(fmt.Errorf("final barrier: %w", err))
+	watchers.Wait()
+	if err := rdzv.Finish(gctx); err != nil {
+		var lost *rendezvous.LostError
+		if errors.As(err, &lost) && ctx.Err() == nil {
+			return &gangLost{generation: a.Generation, cause: lost.Event.String()}
+		}
+		return fmt.Errorf("finish: %w", err)
+	}
+	if s.stopAgreed {
+		return ErrStopped
 	}
 	return nil
+}
+
+// watchStall polls the watchdog until ctx ends or the gang has made no
+// progress for too long, and then says why.
+func watchStall(ctx context.Context, wd *watchdog, floor time.Duration) (string, bool) {
+	t := time.NewTicker(min(max(floor/4, 50*time.Millisecond), 5*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", false
+		case now := <-t.C:
+			if since, limit, hung := wd.stalled(now); hung {
+				return fmt.Sprintf("no collective completed for %v (limit %v): a peer is hung", since.Round(time.Millisecond), limit.Round(time.Millisecond)), true
+			}
+		}
+	}
 }
 
 func budgetString(max int) string {

@@ -14,6 +14,7 @@ import (
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 )
 
@@ -77,20 +78,37 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses flags placed before, between or after the positional
+// arguments (Go's flag package stops at the first positional one) and
+// returns the positional arguments. code is -1 when parsing succeeded.
+func parseFlags(fs *flag.FlagSet, args []string) (positional []string, code int) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK
+			}
+			return nil, exitUsage
+		}
+		if fs.NArg() == 0 {
+			return positional, -1
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 // parseArgs parses flags and wants exactly one spec path.
 func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", exitOK
-		}
-		return "", exitUsage
+	positional, code := parseFlags(fs, args)
+	if code >= 0 {
+		return "", code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "nomad-train %s: want one spec file, got %d arguments\n", fs.Name(), fs.NArg())
+	if len(positional) != 1 {
+		fmt.Fprintf(stderr, "nomad-train %s: want one spec file, got %d arguments\n", fs.Name(), len(positional))
 		fs.Usage()
 		return "", exitUsage
 	}
-	return fs.Arg(0), -1
+	return positional[0], -1
 }
 
 // loadSpec parses and compiles the spec at path, printing diagnostics
@@ -101,6 +119,7 @@ func loadSpec(path string, f *specFlags, stderr io.Writer) (*trainhcl.Spec, []by
 		Vars:     f.vars,
 		VarFiles: f.varFiles,
 		Getenv:   os.Getenv,
+		Builtins: builtins.Names(),
 		Parser:   parser,
 	})
 	var hclOut, jsonOut []byte
@@ -183,24 +202,21 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("fmt", "fmt [-check | -write] <file>...\n\nWithout a flag, prints each file formatted.", stderr)
 	check := fs.Bool("check", false, "list files that are not formatted and exit 1 if any")
 	write := fs.Bool("write", false, "rewrite files in place and list those changed")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	paths, code := parseFlags(fs, args)
+	if code >= 0 {
+		return code
 	}
 	if *check && *write {
 		fmt.Fprintln(stderr, "nomad-train fmt: -check and -write exclude each other")
 		return exitUsage
 	}
-	if fs.NArg() == 0 {
+	if len(paths) == 0 {
 		fmt.Fprintln(stderr, "nomad-train fmt: want at least one file")
 		fs.Usage()
 		return exitUsage
 	}
-	paths := fs.Args()
 	sort.Strings(paths)
-	code := exitOK
+	code = exitOK
 	parser := hclparse.NewParser()
 	for _, path := range paths {
 		src, err := os.ReadFile(path)

@@ -113,6 +113,13 @@ func validate(cfg *Config, lookup UserLookup, uid int) (resolved, error) {
 	if cfg.ShimPath == "" {
 		return r, configErr("ShimPath", "must not be empty")
 	}
+	// The shim starts in StateDir, where a relative path would mean
+	// something else.
+	abs, err := filepath.Abs(cfg.ShimPath)
+	if err != nil {
+		return r, &ConfigError{Field: "ShimPath", Err: err}
+	}
+	cfg.ShimPath = abs
 	if cfg.Command == "" {
 		return r, configErr("Command", "must not be empty")
 	}
@@ -127,7 +134,6 @@ func validate(cfg *Config, lookup UserLookup, uid int) (resolved, error) {
 	if cfg.CgroupPath != "" && !filepath.IsAbs(cfg.CgroupPath) {
 		return r, configErr("CgroupPath", "%q is not absolute", cfg.CgroupPath)
 	}
-	var err error
 	if r.Dir, r.Cred, err = environment(cfg, lookup, uid); err != nil {
 		return r, err
 	}

@@ -371,3 +371,17 @@ func TestShimForwardsSIGTERM(t *testing.T) {
 	must.Eq(t, 0, res.ExitCode)
 	must.True(t, res.Successful())
 }
+
+func TestRelativeShimPath(t *testing.T) {
+	t.Parallel()
+	cwd, err := os.Getwd()
+	must.NoError(t, err)
+	rel, err := filepath.Rel(cwd, os.Args[0])
+	must.NoError(t, err)
+	dir := t.TempDir()
+	cfg := Config{TaskID: "t", Command: os.Args[0], Args: []string{"5"}, Env: []string{envWorker + "=exit"},
+		StateDir: filepath.Join(dir, "s"), ShimPath: rel}
+	task := startTask(t, cfg)
+	must.Eq(t, 5, waitTask(t, task).ExitCode)
+	must.True(t, filepath.IsAbs(task.State().Config.ShimPath))
+}

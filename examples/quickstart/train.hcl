@@ -7,9 +7,9 @@ train "quickstart" {
 
   # The train loop config reaches every worker as JSON.
   config = {
-    epochs        = 20
-    batch_size    = 64
-    lr            = 0.05
+    epochs     = 20
+    batch_size = 64
+    lr         = 0.05
   }
 
   scaling {

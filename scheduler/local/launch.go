@@ -43,6 +43,14 @@ type Options struct {
 	// StopGrace is how long a stopped worker gets between SIGTERM and
 	// SIGKILL (default 10s).
 	StopGrace time.Duration
+	// RejoinTimeout is how long a running worker may stay out of a gang
+	// that is re-forming before it is presumed hung (frozen, or stuck in
+	// its own code) and killed, so that a replacement can join (default 1m).
+	RejoinTimeout time.Duration
+	// StallFloor and StallFactor set the workers' progress watchdog (see
+	// workerenv.StallFloor); zero keeps the workers' defaults.
+	StallFloor  time.Duration
+	StallFactor float64
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
 	Logger         hclog.Logger
@@ -170,7 +178,14 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		workerenv.Checkpoint+"="+mustJSON(o.Checkpoint),
 		workerenv.MaxFailures+"="+strconv.Itoa(o.MaxFailures),
 		workerenv.SecretFile+"="+secretFile,
+		workerenv.StopGrace+"="+(o.StopGrace*3/4).String(),
 	)
+	if o.StallFloor > 0 {
+		base = append(base, workerenv.StallFloor+"="+o.StallFloor.String())
+	}
+	if o.StallFactor > 0 {
+		base = append(base, workerenv.StallFactor+"="+strconv.FormatFloat(o.StallFactor, 'g', -1, 64))
+	}
 
 	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout},
 		envs: make([][]string, o.NumWorkers), store: mem}
@@ -181,7 +196,7 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	for i := 0; i < o.NumWorkers; i++ {
 		env := append(base[:len(base):len(base)],
 			workerenv.RankHint+"="+strconv.Itoa(i),
-			workerenv.MemberID+"=local-"+strconv.Itoa(i),
+			workerenv.MemberID+"="+memberID(i),
 			workerenv.Events+"="+eventsPath(tmp, i),
 		)
 		g.envs[i] = env
@@ -191,7 +206,12 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 			return nil, err
 		}
 	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); g.watchRejoin(wctx) }()
 	g.supervise(ctx, tmp)
+	stopWatch()
+	<-watched
 	return g.outcome(tmp), nil
 }
 
@@ -204,6 +224,9 @@ func (o *Options) defaults() {
 	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = 10 * time.Second
+	}
+	if o.RejoinTimeout <= 0 {
+		o.RejoinTimeout = time.Minute
 	}
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
@@ -233,10 +256,11 @@ type gang struct {
 	startupFailures int    // workers lost before the gang first formed
 	exhausted       string // why the failure budget is spent, if it is
 
-	mu    sync.Mutex  // guards below
-	procs []*exec.Cmd // index = rank: the rank's current process
-	ended []RankOutcome
-	order int
+	mu      sync.Mutex  // guards below
+	procs   []*exec.Cmd // index = rank: the rank's current process
+	started []time.Time // when each rank's current process started
+	ended   []RankOutcome
+	order   int
 }
 
 // start starts rank's process, the first time or as a replacement.
@@ -258,9 +282,11 @@ func (g *gang) start(rank int) error {
 	g.mu.Lock()
 	if rank == len(g.procs) {
 		g.procs = append(g.procs, cmd)
+		g.started = append(g.started, time.Now())
 		g.ended = append(g.ended, RankOutcome{Rank: rank, Order: -1})
 	} else {
 		g.procs[rank] = cmd
+		g.started[rank] = time.Now()
 		g.ended[rank] = RankOutcome{Rank: rank, Order: -1, Restarts: g.ended[rank].Restarts + 1}
 	}
 	g.mu.Unlock()
@@ -347,6 +373,63 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 	}
 }
 
+// watchRejoin kills a worker that stays out of a re-forming gang for
+// RejoinTimeout while its process runs: it is frozen (SIGSTOP, a stuck
+// kernel call) or stuck in its own code, its peers have given up on it, and
+// only a replacement can fill its place. Its death then counts against the
+// failure budget like any other.
+func (g *gang) watchRejoin(ctx context.Context) {
+	tick := time.NewTicker(min(max(g.opts.RejoinTimeout/10, 20*time.Millisecond), time.Second))
+	defer tick.Stop()
+	var forming uint64 // the generation seen forming
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			st, ok := g.state()
+			if !ok || st.Phase != rendezvous.PhaseJoining {
+				forming = 0
+				continue
+			}
+			if st.Generation != forming {
+				forming, since = st.Generation, now
+				continue
+			}
+			if now.Sub(since) < g.opts.RejoinTimeout {
+				continue
+			}
+			joined := map[string]bool{}
+			for _, m := range st.Members {
+				joined[m.ID] = true
+			}
+			g.mu.Lock()
+			for i, cmd := range g.procs {
+				if g.ended[i].Order < 0 && !joined[memberID(i)] && now.Sub(g.started[i]) > g.opts.RejoinTimeout {
+					g.stderr.printf("==> rank %d did not rejoin generation %d within %v: presumed hung, killing it\n",
+						i, st.Generation, g.opts.RejoinTimeout)
+					syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				}
+			}
+			g.mu.Unlock()
+			since = now
+		}
+	}
+}
+
+// state reads the run's rendezvous state document.
+func (g *gang) state() (rendezvous.State, bool) {
+	var st rendezvous.State
+	v, err := g.store.Get(context.Background(), g.opts.RunName+"/state")
+	if err != nil || v.Version == 0 || json.Unmarshal(v.Data, &st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+func memberID(rank int) string { return "local-" + strconv.Itoa(rank) }
+
 // withinBudget reports whether the gang may recover from a worker failure
 // without overspending its failure budget. It counts the way the workers
 // do: every rendezvous generation after the first is one gang failure, and
@@ -357,13 +440,10 @@ func (g *gang) withinBudget() bool {
 		return true
 	}
 	next := uint64(1)
-	if v, err := g.store.Get(context.Background(), g.opts.RunName+"/state"); err == nil && v.Version != 0 {
-		var st rendezvous.State
-		if json.Unmarshal(v.Data, &st) == nil {
-			next = st.Generation
-			if st.Phase == rendezvous.PhaseComplete {
-				next++
-			}
+	if st, ok := g.state(); ok {
+		next = st.Generation
+		if st.Phase == rendezvous.PhaseComplete {
+			next++
 		}
 	}
 	// A worker that dies before the gang first formed breaks no
@@ -383,7 +463,7 @@ func (g *gang) withinBudget() bool {
 // only repeat.
 func restartable(r RankOutcome) bool {
 	switch r.ExitCode {
-	case workerenv.ExitUserError, workerenv.ExitBadEnv, workerenv.ExitBudgetExhausted:
+	case workerenv.ExitUserError, workerenv.ExitBadEnv, workerenv.ExitBudgetExhausted, workerenv.ExitStopped:
 		return false
 	}
 	return true

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -232,18 +231,14 @@ func (c propCase) String() string {
 }
 
 const (
-	largeF32 = 1<<20 + 7 // a little over 4 MiB
-	largeF64 = 1<<19 + 7
+	largeF32 = 3<<18 + 7 // a little over 3 MiB
+	largeF64 = 3<<17 + 7
 )
 
 func propCases(size int) []propCase {
 	var cs []propCase
 	for _, f64 := range []bool{false, true} {
-		large := largeF32
-		if f64 {
-			large = largeF64
-		}
-		lengths := []int{0, 1, 17, 1009, large}
+		lengths := []int{0, 1, 17, 1009} // empty, odd, prime
 		if size > 2 {
 			lengths = append(lengths, size-1) // fewer elements than ranks
 		}
@@ -251,25 +246,56 @@ func propCases(size int) []propCase {
 			for _, n := range lengths {
 				cs = append(cs, propCase{f64: f64, op: op, n: n, exact: true})
 			}
-			cs = append(cs, propCase{f64: f64, op: op, n: large})
 		}
+	}
+	// Two large buffers per gang size, one with exact data (bitwise against
+	// the naive sum), one with floats of mixed magnitude (within rounding of
+	// it, bitwise the same on every rank); alternate gang sizes cover each
+	// type and op. (Four per size would double the test's run time.)
+	large := []propCase{
+		{f64: false, op: Sum, exact: true}, {f64: true, op: Mean},
+		{f64: true, op: Mean, exact: true}, {f64: false, op: Sum},
+		{f64: false, op: Mean, exact: true}, {f64: true, op: Sum},
+		{f64: true, op: Sum, exact: true}, {f64: false, op: Mean},
+	}
+	for _, c := range large[(2*size)%8 : (2*size)%8+2] {
+		c.n = largeF32
+		if c.f64 {
+			c.n = largeF64
+		}
+		cs = append(cs, c)
 	}
 	return cs
 }
 
-// caseData is rank's input for case i: small integers, or normal floats
-// of mixed magnitude.
+// caseData is rank's input for case i: small integers, or normal-ish
+// floats of mixed magnitude. A splitmix64 stream keeps generation cheap
+// under the race detector (the parent regenerates every rank's input).
 func caseData(c propCase, i, rank int) []float64 {
-	rng := rand.New(rand.NewPCG(uint64(i), uint64(rank)))
+	rng := splitmix(uint64(i)<<32 ^ uint64(rank))
 	x := make([]float64, c.n)
 	for j := range x {
+		z := rng.next()
 		if c.exact {
-			x[j] = float64(rng.IntN(1<<16) - 1<<15)
+			x[j] = float64(int64(z>>48) - 1<<15) // in [-32768, 32768)
 		} else {
-			x[j] = rng.NormFloat64() * float64(int(1)<<rng.IntN(12))
+			// A uniform mantissa in [-1, 1) scaled by 2^(0..15).
+			x[j] = (float64(z>>11)/(1<<53)*2 - 1) * float64(uint64(1)<<(z&15))
 		}
 	}
 	return x
+}
+
+// splitmix is the SplitMix64 generator: cheap, and deterministic across
+// processes.
+type splitmix uint64
+
+func (s *splitmix) next() uint64 {
+	*s += 0x9e3779b97f4a7c15
+	z := uint64(*s)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 func digest(b []byte) string {
@@ -294,10 +320,10 @@ func toF32(x []float64) []float32 {
 }
 
 func bcastData(root, n int) []byte {
-	rng := rand.New(rand.NewPCG(99, uint64(root)))
+	rng := splitmix(99<<32 ^ uint64(root))
 	b := make([]byte, n)
 	for i := range b {
-		b[i] = byte(rng.Uint32())
+		b[i] = byte(rng.next())
 	}
 	return b
 }

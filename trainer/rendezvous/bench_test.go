@@ -17,6 +17,14 @@ import (
 // both measured in the same run on the same server. It reports the ratio
 // as "rdzv/(N*rtt+connect)" (medians over the iterations); the goal
 // is at most 3.
+//
+// What bounds it: with all N workers starting at the same instant, the
+// critical path is one connect, the lease grant (alongside the first read),
+// the alive key, and N compare-and-set rounds (one winner per round), then
+// the wake-up: about connect + (N+3) round trips. The message count grows
+// as N²/2 (failed CAS and waits re-armed after each join), so on a machine
+// with fewer cores than workers, where the run is CPU-bound, the ratio
+// grows with N.
 func BenchmarkRendezvous(b *testing.B) {
 	for _, n := range []int{2, 4} {
 		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {

@@ -2,7 +2,10 @@ package rendezvous_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ func wallMemFixture(t *testing.T) rendezvoustest.Fixture {
 	t.Cleanup(func() { st.Close() })
 	return rendezvoustest.Fixture{
 		Connect: func(*testing.T) rendezvous.Store { return rendezvoustest.Handle(st) },
-		TTL:     300 * time.Millisecond,
+		TTL:     time.Second,
 	}
 }
 
@@ -82,19 +85,21 @@ func wallTCPFixture(t *testing.T) rendezvoustest.Fixture {
 	addr := serve(t, st, testSecret, nil)
 	return rendezvoustest.Fixture{
 		Connect: func(t *testing.T) rendezvous.Store { return dial(t, addr, testSecret) },
-		TTL:     300 * time.Millisecond,
+		TTL:     time.Second,
 	}
 }
 
 func TestMemStoreConformance(t *testing.T) { rendezvoustest.RunStoreConformance(t, memFixture) }
 
 func TestMemStoreWallClockConformance(t *testing.T) {
+	t.Parallel()
 	rendezvoustest.RunStoreConformance(t, wallMemFixture)
 }
 
 func TestTCPStoreConformance(t *testing.T) { rendezvoustest.RunStoreConformance(t, tcpFixture) }
 
 func TestTCPStoreWallClockConformance(t *testing.T) {
+	t.Parallel()
 	rendezvoustest.RunStoreConformance(t, wallTCPFixture)
 }
 
@@ -104,4 +109,52 @@ func TestMemRendezvousConformance(t *testing.T) {
 
 func TestTCPRendezvousConformance(t *testing.T) {
 	rendezvoustest.RunRendezvousConformance(t, tcpFixture)
+}
+
+// spurious wraps a store so that its waits sometimes return early with
+// nothing changed and its prefix indexes sometimes reset to zero, as Consul
+// blocking queries may; the rendezvous must not notice.
+type spurious struct {
+	rendezvous.Store
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (s *spurious) coin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rng.IntN(3) == 0
+}
+
+func (s *spurious) Wait(ctx context.Context, key string, after uint64) (rendezvous.Value, error) {
+	if s.coin() {
+		time.Sleep(time.Millisecond)
+		return s.Store.Get(ctx, key)
+	}
+	return s.Store.Wait(ctx, key, after)
+}
+
+func (s *spurious) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]rendezvous.KeyValue, uint64, error) {
+	if s.coin() {
+		time.Sleep(time.Millisecond)
+		kvs, idx, err := s.Store.List(ctx, prefix)
+		if s.coin() {
+			idx = 0
+		}
+		return kvs, idx, err
+	}
+	return s.Store.WaitPrefix(ctx, prefix, after)
+}
+
+func TestRendezvousConformanceWithSpuriousWakeups(t *testing.T) {
+	var seed atomic.Uint64
+	rendezvoustest.RunRendezvousConformance(t, func(t *testing.T) rendezvoustest.Fixture {
+		f := memFixture(t)
+		connect := f.Connect
+		f.Connect = func(t *testing.T) rendezvous.Store {
+			return &spurious{Store: connect(t), rng: rand.New(rand.NewPCG(seed.Add(1), 7))}
+		}
+		return f
+	})
 }

@@ -24,15 +24,23 @@
 // is the thin loop around it that reads, writes with compare-and-set and
 // waits, tolerating lost races and spurious wake-ups.
 //
-// A launcher and one worker, in one process for brevity:
+// A launcher serves the store; each worker opens it and joins:
 //
-//	st := rendezvous.NewMemStore(nil)
-//	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-//	srv, _ := rendezvous.NewServer(st, rendezvous.ServerConfig{Listener: ln, Secret: secret})
-//	go srv.Serve(ctx)
+//	emb, _ := rendezvous.StartEmbedded(ctx, "127.0.0.1:0", secret, logger) // launcher
+//	defer emb.Close()
 //
-//	store, _ := rendezvous.Open(ctx, "embedded://"+srv.Addr(), secret, logger)
-//	s, _ := rendezvous.Join(ctx, store, "my-run", rendezvous.Member{ID: "local-0", Node: "n0", Addr: addr, RankHint: 0}, 1, rendezvous.Options{})
-//	a := s.Assignment() // a.Rank, a.WorldSize, a.Peers ...
-//	lost := s.WatchLoss(ctx)
+//	store, _ := rendezvous.Open(ctx, emb.URI, secret, logger) // worker
+//	me := rendezvous.Member{ID: "local-0", Node: "n0", Addr: addr, RankHint: 0}
+//	s, _ := rendezvous.Join(ctx, store, "my-run", me, 4, rendezvous.Options{})
+//	a := s.Assignment() // a.Rank, a.WorldSize, a.LocalRank, a.Peers ...
+//	lost := s.WatchLoss(ctx) // one LostEvent when the gang is no longer whole
+//
+// For the Consul store (a later issue) the Store contract maps onto Consul
+// as follows: Version is ModifyIndex; CompareAndSet is KV CAS (followed by a
+// Get when it fails); Wait and WaitPrefix are blocking Get and List with
+// WaitIndex; a Lease is a session made with CreateNoChecks, behaviour
+// "delete", a LockDelay of 1ms, kept by Renew and ended by Destroy;
+// PutEphemeral is an Acquire (a key still held by an older session of the
+// same member is deleted first). Consul arms session timers at 2×TTL, so its
+// conformance fixture sets Expiry to the TTL.
 package rendezvous

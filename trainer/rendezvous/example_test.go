@@ -3,7 +3,6 @@ package rendezvous_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -17,20 +16,11 @@ func Example() {
 	secret := []byte("run-secret")
 
 	// The launcher serves the embedded store.
-	st := rendezvous.NewMemStore(nil)
-	defer st.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	emb, err := rendezvous.StartEmbedded(ctx, "127.0.0.1:0", secret, nil)
 	if err != nil {
 		panic(err)
 	}
-	srv, err := rendezvous.NewServer(st, rendezvous.ServerConfig{Listener: ln, Secret: secret})
-	if err != nil {
-		panic(err)
-	}
-	sctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx) }()
-	defer func() { stop(); <-served }()
+	defer emb.Close()
 
 	// Each worker opens the store and joins.
 	ranks := make([]int, 2)
@@ -39,7 +29,7 @@ func Example() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			store, err := rendezvous.Open(ctx, "embedded://"+srv.Addr(), secret, nil)
+			store, err := rendezvous.Open(ctx, emb.URI, secret, nil)
 			if err != nil {
 				panic(err)
 			}

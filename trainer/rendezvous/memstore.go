@@ -94,7 +94,9 @@ func (m *MemStore) CompareAndSet(ctx context.Context, key string, data []byte, v
 
 func (m *MemStore) putLocked(key string, data []byte, lease string) {
 	if old, ok := m.kv[key]; ok && old.lease != "" && old.lease != lease {
-		delete(m.leases[old.lease].keys, key)
+		if l := m.leases[old.lease]; l != nil {
+			delete(l.keys, key) // a plain write makes the key persistent
+		}
 	}
 	v := m.bump()
 	m.kv[key] = memEntry{data: bytes.Clone(data), version: v, lease: lease}

@@ -48,7 +48,8 @@ type Options struct {
 	LeaseTTL time.Duration
 	// Logger (default: none).
 	Logger hclog.Logger
-	// Clock times the join and the lease renewals (default: wall clock).
+	// Clock times the join's Timeout (default: wall clock). Lease renewals
+	// run on the store's own clock.
 	Clock Clock
 }
 
@@ -131,7 +132,9 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 	lease, err := st.Grant(jctx, opts.LeaseTTL)
 	r := <-first
 	if err == nil && r.err != nil {
-		lease.Revoke(context.Background())
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = lease.Revoke(rctx) // best effort; the TTL ends it otherwise
+		rcancel()
 		err = r.err
 	}
 	if err != nil {
@@ -155,7 +158,7 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 		close(s.kaDone)
 	}()
 
-	last, err := s.run1(jctx, worldSize, r.v)
+	last, err := s.joinLoop(jctx, worldSize, r.v)
 	if err == nil {
 		logger.Info("rendezvous complete", "generation", s.assign.Generation, "rank", s.assign.Rank,
 			"world_size", s.assign.WorldSize, "took", clock.Now().Sub(start))
@@ -172,9 +175,9 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 	return nil, fmt.Errorf("join rendezvous %s: %w", run, err)
 }
 
-// run1 is the join loop: read, decide, write or wait, until done. It
+// joinLoop is the join loop: read, decide, write or wait, until done. It
 // returns the last state it saw, for error reports and withdrawal.
-func (s *Session) run1(ctx context.Context, worldSize int, v Value) (*State, error) {
+func (s *Session) joinLoop(ctx context.Context, worldSize int, v Value) (*State, error) {
 	key := stateKey(s.run)
 	var aliveGen uint64 // generation whose alive key we hold
 	for {
@@ -292,9 +295,10 @@ const (
 type LostEvent struct {
 	Generation    uint64 // the session's generation
 	Reason        LossReason
-	Member        string // the lost member's ID (ReasonMemberLost)
-	NewGeneration uint64 // the state's generation (ReasonGenerationChanged)
-	Err           error  // the cause (ReasonLeaseLost, ReasonStoreError)
+	Member        string   // a lost member's ID, the first by rank (ReasonMemberLost)
+	Missing       []string // every member whose alive key is gone, by rank (ReasonMemberLost)
+	NewGeneration uint64   // the state's generation (ReasonGenerationChanged)
+	Err           error    // the cause (ReasonLeaseLost, ReasonStoreError)
 }
 
 func (e LostEvent) String() string {
@@ -351,7 +355,7 @@ func (s *Session) watch(ctx context.Context) (LostEvent, bool) {
 		}
 		idx = next
 		if ev, lost := CheckLoss(s.run, s.assign, kvs); lost {
-			s.logger.Info("generation lost", "generation", gen, "reason", ev.Reason, "lost", ev.Member,
+			s.logger.Debug("generation lost", "generation", gen, "reason", ev.Reason, "lost", ev.Member,
 				"new_generation", ev.NewGeneration)
 			return ev, true
 		}
@@ -385,9 +389,12 @@ func CheckLoss(run string, a Assignment, kvs []KeyValue) (LostEvent, bool) {
 	}
 	for _, p := range a.Peers {
 		if !present[p.ID] {
-			ev.Reason, ev.Member = ReasonMemberLost, p.ID
-			return ev, true
+			ev.Missing = append(ev.Missing, p.ID)
 		}
 	}
-	return LostEvent{}, false
+	if len(ev.Missing) == 0 {
+		return LostEvent{}, false
+	}
+	ev.Reason, ev.Member = ReasonMemberLost, ev.Missing[0]
+	return ev, true
 }

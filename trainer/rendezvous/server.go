@@ -23,6 +23,7 @@ const (
 	writeTimeout            = 10 * time.Second
 	maxServerWait           = 10 * time.Minute // longest a server holds one wait
 	maxWireWait             = time.Minute      // longest a client asks for
+	maxWaitsPerConn         = 256              // waits one connection may hold at once
 )
 
 // ServerConfig configures a Server.
@@ -37,7 +38,8 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds the auth handshake (default 5s).
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection that sent nothing, not even a ping,
-	// for this long (default 30s; clients ping every 10s).
+	// for this long (default 30s). Clients ping every 10s, so it must be
+	// well above that.
 	IdleTimeout time.Duration
 }
 
@@ -194,6 +196,13 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			// them here, saving a goroutine hand-off per request.
 			sc.send(sc.handle(cctx, req))
 		default: // waits run on their own so that they do not hold up the rest
+			sc.mu.Lock()
+			busy := len(sc.ops) >= maxWaitsPerConn
+			sc.mu.Unlock()
+			if busy {
+				sc.send(response{ID: req.ID, Code: codeOther, Err: "too many waits on one connection"})
+				continue
+			}
 			octx, ocancel := context.WithCancel(cctx)
 			sc.mu.Lock()
 			sc.ops[req.ID] = ocancel
@@ -201,6 +210,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			ops.Add(1)
 			go func() {
 				defer ops.Done()
+				defer ocancel()
 				resp := sc.handle(octx, req)
 				sc.cancelOp(req.ID)
 				if cctx.Err() == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer/internal/auth"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/rendezvoustest"
 )
 
 // syncBuffer is a log sink safe for the server's goroutines.
@@ -274,5 +275,49 @@ func TestOpen(t *testing.T) {
 				must.ErrorIs(t, err, tc.err)
 			}
 		})
+	}
+}
+
+// A member whose lease expires (its keep-alive stalled) is seen lost by
+// everyone, itself included.
+func TestRendezvousLossOnLeaseExpiry(t *testing.T) {
+	clock := rendezvoustest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	st := rendezvous.NewMemStore(clock)
+	t.Cleanup(func() { st.Close() })
+	ctx := ctxFor(t, 20*time.Second)
+	sessions := make([]*rendezvous.Session, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			me := rendezvous.Member{ID: []string{"a", "b"}[i], RankHint: i}
+			// The keep-alive sleeps on the store's fake clock, so the
+			// leases live until the test advances it.
+			sessions[i], errs[i] = rendezvous.Join(ctx, st, "expiry", me, 2, rendezvous.Options{LeaseTTL: time.Hour})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		must.NoError(t, err)
+	}
+	w0, w1 := sessions[0].WatchLoss(ctx), sessions[1].WatchLoss(ctx)
+	// A keep-alive woken by Advance may renew in the instant before the
+	// expiry timer fires; advancing again lets the lease run out anyway.
+	for _, w := range []<-chan rendezvous.LostEvent{w0, w1} {
+		for got := false; !got; {
+			clock.Advance(time.Hour + time.Second)
+			select {
+			case ev := <-w:
+				// Either the watch sees an alive key vanish first, or the
+				// member's own keep-alive finds its lease gone first.
+				must.SliceContains(t, []rendezvous.LossReason{rendezvous.ReasonMemberLost, rendezvous.ReasonLeaseLost}, ev.Reason)
+				got = true
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatal("expiry not observed")
+			}
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package rendezvous_test
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -170,13 +173,15 @@ func TestCheckLoss(t *testing.T) {
 		reason rendezvous.LossReason
 		member string
 		newGen uint64
+		miss   []string
 	}{
-		{"whole", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(3)}, false, "", "", 0},
-		{"whole with stale keys of other generations", []rendezvous.KeyValue{alive("2", "x"), alive("3", "a"), alive("3", "b"), alive("30", "z"), state(3)}, false, "", "", 0},
-		{"member gone", []rendezvous.KeyValue{alive("3", "a"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0},
-		{"member alive only in another generation", []rendezvous.KeyValue{alive("3", "a"), alive("31", "b"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0},
-		{"generation moved on", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(4)}, true, rendezvous.ReasonGenerationChanged, "", 4},
-		{"state deleted", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b")}, true, rendezvous.ReasonGenerationChanged, "", 0},
+		{"whole", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(3)}, false, "", "", 0, nil},
+		{"whole with stale keys of other generations", []rendezvous.KeyValue{alive("2", "x"), alive("3", "a"), alive("3", "b"), alive("30", "z"), state(3)}, false, "", "", 0, nil},
+		{"member gone", []rendezvous.KeyValue{alive("3", "a"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0, []string{"b"}},
+		{"all gone", []rendezvous.KeyValue{state(3)}, true, rendezvous.ReasonMemberLost, "a", 0, []string{"a", "b"}},
+		{"member alive only in another generation", []rendezvous.KeyValue{alive("3", "a"), alive("31", "b"), state(3)}, true, rendezvous.ReasonMemberLost, "b", 0, []string{"b"}},
+		{"generation moved on", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b"), state(4)}, true, rendezvous.ReasonGenerationChanged, "", 4, nil},
+		{"state deleted", []rendezvous.KeyValue{alive("3", "a"), alive("3", "b")}, true, rendezvous.ReasonGenerationChanged, "", 0, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,8 +191,120 @@ func TestCheckLoss(t *testing.T) {
 				must.Eq(t, tc.reason, ev.Reason)
 				must.Eq(t, tc.member, ev.Member)
 				must.Eq(t, tc.newGen, ev.NewGeneration)
+				must.Eq(t, tc.miss, ev.Missing)
 				must.Eq(t, 3, ev.Generation)
 			}
 		})
+	}
+}
+
+// A seeded model of the join loop over a compare-and-set register: members
+// act in random order from possibly stale views; some restart midway (a new
+// incarnation with no view), and members of a generation that moves on join
+// again, as WatchLoss makes them. Whatever the interleaving, the run ends in
+// one complete generation holding every member's latest incarnation, with
+// every rank once and distinct hints honoured.
+func TestDecideRandomInterleavings(t *testing.T) {
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, 99))
+		world := 1 + r.IntN(6)
+		type member struct {
+			me      rendezvous.Participant
+			view    *rendezvous.State // what it last read
+			viewVer uint64
+			done    bool
+		}
+		ms := make([]*member, world)
+		hinted := map[int]bool{}
+		for i := range ms {
+			hint := none
+			if h := r.IntN(world + 2); h < world && !hinted[h] && r.IntN(2) == 0 {
+				hint, hinted[h] = h, true
+			}
+			ms[i] = &member{me: rendezvous.Participant{
+				Member:      rendezvous.Member{ID: fmt.Sprintf("m%d", i), Node: fmt.Sprintf("n%d", r.IntN(2)), RankHint: hint},
+				Incarnation: "1",
+			}}
+		}
+		var reg *rendezvous.State // the register
+		var ver uint64
+		restarts := r.IntN(3)
+		for step := 0; ; step++ {
+			if step > 10_000 {
+				for _, m := range ms {
+					t.Logf("%s inc %s done %v view %+v", m.me.ID, m.me.Incarnation, m.done, m.view)
+				}
+				t.Fatalf("seed %d: no convergence; register %+v", seed, reg)
+			}
+			var active []*member
+			for _, m := range ms {
+				if !m.done {
+					active = append(active, m)
+				}
+			}
+			if len(active) == 0 {
+				break
+			}
+			m := active[r.IntN(len(active))]
+			if restarts > 0 && r.IntN(20) == 0 {
+				// Some member restarts and joins again as a new
+				// incarnation from scratch.
+				restarts--
+				victim := ms[r.IntN(world)]
+				victim.me.Incarnation += "'"
+				victim.view, victim.viewVer, victim.done = nil, 0, false
+				continue
+			}
+			if r.IntN(3) == 0 { // re-read
+				m.view, m.viewVer = reg, ver
+			}
+			d, err := rendezvous.Decide(m.view, m.me, world)
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			switch d.Action {
+			case rendezvous.ActionDone:
+				m.done = true
+				if m.view.Generation != reg.Generation {
+					// Its watch starts from the current state, sees the
+					// generation moved on and joins again.
+					m.me.Incarnation += "+"
+					m.done = false
+				}
+			case rendezvous.ActionWait:
+				if m.viewVer == ver {
+					continue // it would block; someone else moves
+				}
+				m.view, m.viewVer = reg, ver
+			case rendezvous.ActionWrite:
+				if m.viewVer == ver { // CAS succeeds
+					next := d.Next
+					if reg != nil && next.Generation != reg.Generation {
+						// The members done with the old generation see
+						// it move on (WatchLoss) and join again.
+						for _, o := range ms {
+							if o.done {
+								o.me.Incarnation += "+"
+								o.done = false
+							}
+						}
+					}
+					reg, ver = &next, ver+1
+				}
+				m.view, m.viewVer = reg, ver // the CAS answers with the current value
+			}
+		}
+		must.Eq(t, rendezvous.PhaseComplete, reg.Phase, must.Sprintf("seed %d", seed))
+		peers, err := reg.Peers()
+		must.NoError(t, err)
+		must.Len(t, world, peers)
+		for _, m := range ms {
+			i := slices.IndexFunc(reg.Members, func(p rendezvous.Participant) bool { return p.ID == m.me.ID })
+			must.NonNegative(t, i, must.Sprintf("seed %d: %s missing", seed, m.me.ID))
+			must.Eq(t, m.me, reg.Members[i], must.Sprintf("seed %d: stale incarnation", seed))
+			if h := m.me.RankHint; h >= 0 {
+				must.Eq(t, m.me.ID, peers[h].ID, must.Sprintf("seed %d: hint %d", seed, h))
+			}
+		}
 	}
 }

@@ -130,21 +130,31 @@ func sleep(ctx context.Context, clock Clock, d time.Duration) error {
 	}
 }
 
-// keepAlive is the KeepAlive loop shared by every Lease implementation.
+// keepAlive is the KeepAlive loop shared by every Lease implementation. It
+// renews every TTL/3, each attempt bounded by TTL/3; a failed attempt is
+// retried at the next tick unless the lease is known gone or a whole TTL has
+// passed since the last renewal.
 func keepAlive(ctx context.Context, clock Clock, l Lease) error {
-	every := l.TTL() / 3
+	ttl := l.TTL()
+	every := ttl / 3
 	if every <= 0 {
 		every = time.Second
 	}
+	last := clock.Now()
 	for {
 		if err := sleep(ctx, clock, every); err != nil {
 			return nil
 		}
-		if err := l.Renew(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("renew lease %s: %w", l.ID(), err)
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := l.Renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			last = clock.Now()
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrClosed), clock.Now().Sub(last) >= ttl:
+			return fmt.Errorf("keep lease %s alive: %w", l.ID(), err)
 		}
 	}
 }

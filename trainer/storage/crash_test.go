@@ -163,6 +163,12 @@ func killChildAt(t *testing.T, root, point, want string, delay time.Duration) {
 			t.Fatalf("helper did not reach %q: %s", want, stderr.String())
 		}
 	}
+	if delay == 0 {
+		// The helper is paused holding the writer lock: a second writer in
+		// another process is refused.
+		_, err := Open(root, "run", Policy{})
+		must.ErrorIs(t, err, ErrLocked)
+	}
 	time.Sleep(delay)
 	must.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	err = cmd.Wait()

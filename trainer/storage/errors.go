@@ -22,7 +22,7 @@ var (
 	// committed or aborted.
 	ErrStagedDone = errors.New("staged checkpoint already committed or aborted")
 	// ErrInvalidRecord is returned when a record cannot be written (a NaN
-	// metric, a checkpoint name set by the caller, a step going backwards).
+	// or infinite metric, a checkpoint name set by the caller).
 	ErrInvalidRecord = errors.New("invalid record")
 	// ErrExists is returned by Staged.AddDir when a file it would move is
 	// already in the staging directory.

@@ -39,9 +39,9 @@ const (
 // Policy configures checkpoint retention and durability of a Run. It mirrors
 // Ray Train's CheckpointConfig.
 type Policy struct {
-	// NumToKeep is how many checkpoints to keep besides the latest one;
-	// 0 keeps all. The latest committed checkpoint is never deleted, so up to
-	// NumToKeep+1 may exist when the latest is not among the best.
+	// NumToKeep is how many checkpoints to keep, the best under the score;
+	// 0 keeps all. The latest committed checkpoint is never deleted, so
+	// NumToKeep+1 remain when the latest is not among the best.
 	NumToKeep int
 	// ScoreAttribute names the metric that ranks checkpoints. Empty ranks
 	// them by recency (the most recent are kept).

@@ -390,9 +390,10 @@ func (r *Run) Stage() (*Staged, error) {
 // appends rec naming the checkpoint: that record is the commit point. It
 // returns the checkpoint's name. rec.Checkpoint must be empty.
 //
-// A failure before the record is written leaves the previous checkpoint
-// latest; the Staged can then still be aborted. A failure to delete old
-// checkpoints is logged, not returned: the commit stands, and Open retries.
+// Any failure leaves the previous checkpoint latest. Before the rename the
+// Staged stays usable (Commit again or Abort); after it, the renamed
+// directory is removed. A failure to delete old checkpoints is logged, not
+// returned: the commit stands, and Open finishes the deletion.
 func (r *Run) Commit(s *Staged, rec Record) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

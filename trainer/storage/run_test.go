@@ -456,13 +456,21 @@ func TestStagedAbort(t *testing.T) {
 	must.ErrorContains(t, err, "another run")
 }
 
-func TestInvalidRecordsChangeNothing(t *testing.T) {
+// oneCheckpoint opens a run under a new root, commits checkpoint_000000 and
+// returns the root, the run and the contents of progress.jsonl.
+func oneCheckpoint(t *testing.T) (string, *Run, []byte) {
+	t.Helper()
 	root := t.TempDir()
 	r := openT(t, root, Policy{})
 	commitT(t, r, map[string]string{"x": "0"}, Record{Step: 0})
-	path := filepath.Join(r.Dir(), ProgressFile)
-	before, err := os.ReadFile(path)
+	progress, err := os.ReadFile(filepath.Join(r.Dir(), ProgressFile))
 	must.NoError(t, err)
+	return root, r, progress
+}
+
+func TestInvalidRecordsChangeNothing(t *testing.T) {
+	_, r, before := oneCheckpoint(t)
+	path := filepath.Join(r.Dir(), ProgressFile)
 
 	must.ErrorIs(t, r.Append(Record{Checkpoint: "checkpoint_000000"}), ErrInvalidRecord)
 	must.ErrorIs(t, r.Append(Record{Metrics: map[string]any{"loss": math.Inf(1)}}), ErrInvalidRecord)
@@ -575,4 +583,43 @@ func TestFsyncPolicy(t *testing.T) {
 			must.Eq(t, tc.want, flushed, must.Sprint("progress fsyncs"))
 		})
 	}
+}
+
+func TestWriteFailureNeedsReopen(t *testing.T) {
+	root, r, before := oneCheckpoint(t)
+	path := filepath.Join(r.Dir(), ProgressFile)
+
+	// Swap the progress handle for a read-only one: the record write fails,
+	// and so does cutting the file back, so the Run refuses further writes.
+	ro, err := os.Open(path)
+	must.NoError(t, err)
+	r.mu.Lock()
+	good := r.progress
+	r.progress = ro
+	r.mu.Unlock()
+	s, err := r.Stage()
+	must.NoError(t, err)
+	writeTree(t, s.Dir(), map[string]string{"x": "1"})
+	_, err = r.Commit(s, Record{Step: 1})
+	must.ErrorContains(t, err, "committing checkpoint_000001")
+	must.Eq(t, []string{".writer.lock", "checkpoint_000000", ProgressFile}, entries(t, r.Dir()),
+		must.Sprint("the renamed checkpoint without a record is removed"))
+	name, _, _, err := r.Latest()
+	must.NoError(t, err)
+	must.Eq(t, "checkpoint_000000", name)
+	err = r.Append(Record{Step: 2})
+	must.ErrorContains(t, err, "needs reopening")
+	_, err = r.Stage()
+	must.ErrorContains(t, err, "needs reopening")
+
+	r.mu.Lock()
+	r.progress = good
+	r.mu.Unlock()
+	must.NoError(t, ro.Close())
+	must.NoError(t, r.Close())
+	after, err := os.ReadFile(path)
+	must.NoError(t, err)
+	must.Eq(t, before, after)
+	r2 := openT(t, root, Policy{})
+	must.Eq(t, "checkpoint_000001", commitT(t, r2, map[string]string{"x": "1"}, Record{Step: 1}))
 }

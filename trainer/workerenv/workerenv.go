@@ -62,6 +62,20 @@ const (
 	// CollectiveTimeout bounds every network wait inside a collective
 	// (a Go duration string).
 	CollectiveTimeout = "NOMAD_TRAIN_COLLECTIVE_TIMEOUT"
+	// StopGrace is how long a worker asked to stop (SIGTERM) has to
+	// checkpoint before its work is cancelled (a Go duration string).
+	// Keep it below the time the launcher waits before SIGKILL (Nomad's
+	// kill_timeout).
+	StopGrace = "NOMAD_TRAIN_STOP_GRACE"
+	// LeaseTTL is the TTL of the worker's rendezvous lease: a worker that
+	// stops renewing it (a frozen process) is lost to its gang this long
+	// after (a Go duration string).
+	LeaseTTL = "NOMAD_TRAIN_LEASE_TTL"
+	// StallFloor and StallFactor set the progress watchdog: a gang in
+	// which no collective completes for max(StallFloor, StallFactor × the
+	// median time between collectives) is declared hung and re-forms.
+	StallFloor  = "NOMAD_TRAIN_STALL_FLOOR"  // a Go duration string
+	StallFactor = "NOMAD_TRAIN_STALL_FACTOR" // a number
 )
 
 // CheckpointPolicy is the JSON carried in Checkpoint.
@@ -97,6 +111,10 @@ type Env struct {
 	Events            string
 	SecretFile        string
 	CollectiveTimeout time.Duration
+	StopGrace         time.Duration
+	LeaseTTL          time.Duration
+	StallFloor        time.Duration
+	StallFactor       float64
 }
 
 // IsWorker reports whether this process was launched as a worker.
@@ -138,6 +156,23 @@ func Load(getenv func(string) string) (Env, error) {
 	}
 	if e.CollectiveTimeout, err = durVar(getenv, CollectiveTimeout, 30*time.Second); err != nil {
 		return e, err
+	}
+	if e.StopGrace, err = durVar(getenv, StopGrace, 4*time.Second); err != nil {
+		return e, err
+	}
+	if e.LeaseTTL, err = durVar(getenv, LeaseTTL, 10*time.Second); err != nil {
+		return e, err
+	}
+	if e.StallFloor, err = durVar(getenv, StallFloor, 2*time.Minute); err != nil {
+		return e, err
+	}
+	e.StallFactor = 20
+	if v := getenv(StallFactor); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 1 {
+			return e, fmt.Errorf("%s=%q is not a number above 1", StallFactor, v)
+		}
+		e.StallFactor = f
 	}
 	if v := getenv(Config); v != "" {
 		if !json.Valid([]byte(v)) {
@@ -197,4 +232,5 @@ const (
 	ExitPeerLost   = 4 // a peer was lost: the gang broke elsewhere
 
 	ExitBudgetExhausted = 5 // the gang failed more often than max_failures allows: do not restart
+	ExitStopped         = 6 // asked to stop (SIGTERM); resumable from the latest checkpoint
 )

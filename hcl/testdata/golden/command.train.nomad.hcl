@@ -2,6 +2,7 @@ job "my-model" {
   type     = "batch"
   region   = "europe"
   priority = 50
+
   meta {
     nomad_train_run          = "my-model"
     nomad_train_spec_sha256  = "eb35f557973f703a5b60ae222242551545e0921b05aac748d9edce3cbe89f2b3"
@@ -10,14 +11,17 @@ job "my-model" {
 
   group "worker" {
     count = 3
+
     constraint {
       operator = "distinct_hosts"
       value    = "true"
     }
+
     network {
       port "train" {
       }
     }
+
     service {
       name     = "my-model-worker"
       port     = "train"
@@ -31,12 +35,14 @@ job "my-model" {
         timeout  = "2s"
       }
     }
+
     restart {
       attempts = 3
       interval = "24h"
       delay    = "1s"
       mode     = "fail"
     }
+
     reschedule {
       attempts       = 3
       interval       = "24h"
@@ -47,6 +53,7 @@ job "my-model" {
 
     task "worker" {
       driver = "train"
+
       config {
         args         = ["-epochs", "10", "-data", "train-a,train-b"]
         command      = "local/my-trainer"
@@ -67,13 +74,16 @@ job "my-model" {
           timeout = "2m"
         }
       }
+
       artifact {
         source      = "https://releases.example.com/my-trainer/1.4.0/my-trainer_linux_amd64.tar.gz"
         destination = "local/"
+
         options {
           checksum = "sha256:5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
         }
       }
+
       resources {
         cpu    = 2000
         memory = 4096

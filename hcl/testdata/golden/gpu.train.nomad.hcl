@@ -4,6 +4,7 @@ job "resnet-gpu" {
   datacenters = ["dc1", "dc2"]
   node_pool   = "gpu"
   priority    = 70
+
   meta {
     nomad_train_run          = "resnet-gpu"
     nomad_train_spec_sha256  = "d3d97f970d558abd37c1ca27fc68561aa37e1362fe432295c72a4d1e2e27f7fb"
@@ -13,10 +14,12 @@ job "resnet-gpu" {
 
   group "worker" {
     count = 8
+
     network {
       port "train" {
       }
     }
+
     service {
       name     = "resnet-gpu-worker"
       port     = "train"
@@ -30,18 +33,21 @@ job "resnet-gpu" {
         timeout  = "2s"
       }
     }
+
     restart {
       attempts = 10
       interval = "10m"
       delay    = "1s"
       mode     = "delay"
     }
+
     reschedule {
       delay          = "5s"
       delay_function = "exponential"
       max_delay      = "1m"
       unlimited      = true
     }
+
     spread {
       attribute = "$${node.unique.id}"
       weight    = 100
@@ -49,6 +55,7 @@ job "resnet-gpu" {
 
     task "worker" {
       driver = "train"
+
       config {
         builtin      = "quickstart"
         port         = "train"
@@ -69,9 +76,11 @@ job "resnet-gpu" {
           timeout = "10m"
         }
       }
+
       env {
         NCCL_DEBUG = "WARN"
       }
+
       resources {
         cores  = 8
         memory = 65536
@@ -94,57 +103,6 @@ job "resnet-gpu" {
             weight    = 25
           }
         }
-      }
-    }
-  }
-
-  group "controller" {
-    count = 1
-    network {
-      port "train" {
-      }
-    }
-    restart {
-      attempts = 10
-      interval = "10m"
-      delay    = "1s"
-      mode     = "delay"
-    }
-    reschedule {
-      delay          = "5s"
-      delay_function = "exponential"
-      max_delay      = "1m"
-      unlimited      = true
-    }
-
-    task "controller" {
-      driver = "train"
-      config {
-        builtin      = "controller"
-        port         = "train"
-        run_name     = "resnet-gpu"
-        storage_path = "/mnt/shared/results"
-        train_config = "{\"epochs\":90,\"learning_rate\":0.001,\"model\":\"resnet50\",\"schedule\":{\"decay\":[30,60,80],\"warmup\":5}}"
-        world_size   = 8
-        checkpoint {
-          num_to_keep     = 3
-          score_attribute = "accuracy"
-          score_order     = "max"
-        }
-        failure {
-          max_failures = -1
-        }
-        rendezvous {
-          backend = "consul"
-          timeout = "10m"
-        }
-      }
-      env {
-        NCCL_DEBUG = "WARN"
-      }
-      resources {
-        cpu    = 500
-        memory = 512
       }
     }
   }

@@ -1,6 +1,7 @@
 job "quickstart" {
   type     = "batch"
   priority = 50
+
   meta {
     nomad_train_run          = "quickstart"
     nomad_train_spec_sha256  = "e5623399ffcc1dc1c9ecc94491abb852367e4dd7c5851a1cd4bed97117f1968a"
@@ -9,10 +10,12 @@ job "quickstart" {
 
   group "worker" {
     count = 4
+
     network {
       port "train" {
       }
     }
+
     service {
       name     = "quickstart-worker"
       port     = "train"
@@ -26,12 +29,14 @@ job "quickstart" {
         timeout  = "2s"
       }
     }
+
     restart {
       attempts = 2
       interval = "24h"
       delay    = "1s"
       mode     = "fail"
     }
+
     reschedule {
       attempts       = 2
       interval       = "24h"
@@ -42,6 +47,7 @@ job "quickstart" {
 
     task "worker" {
       driver = "train"
+
       config {
         builtin      = "quickstart"
         port         = "train"
@@ -62,6 +68,7 @@ job "quickstart" {
           timeout = "5m"
         }
       }
+
       resources {
         cpu    = 500
         memory = 256

@@ -372,15 +372,15 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		must.NoError(t, owner.PutEphemeral(ctx, lease, key, []byte("me")))
 
 		// Renewed in time, it lives past its first TTL.
-		f.pass(ttl * 3 / 4)
+		f.pass(ttl / 2)
 		must.NoError(t, lease.Renew(ctx))
-		f.pass(ttl * 3 / 4)
+		f.pass(ttl / 2) // a whole TTL since the grant
 		v, err := watcher.Get(ctx, key)
 		must.NoError(t, err)
 		must.Positive(t, v.Version, must.Sprint("key gone although its lease was renewed"))
 
 		// Left alone, it expires.
-		f.pass(ttl + f.Expiry + ttl/4)
+		f.pass(ttl/2 + f.Expiry + ttl/4)
 		wctx, cancel := context.WithTimeout(ctx, f.wallWait())
 		defer cancel()
 		got, err := watcher.Wait(wctx, key, v.Version)

@@ -1,0 +1,57 @@
+// Command nomad-driver-train is the Nomad task driver plugin "train". Put it
+// in the agent's plugin_dir and name it in a plugin "train" {} block. The
+// same binary also runs as the executor's supervisor shim and as a worker
+// for builtin training functions; main only dispatches and wires.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/driver"
+	"github.com/nomad-train/nomad-train/driver/executor"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case executor.ShimArg:
+			os.Exit(executor.ShimMain(os.Args[1:]))
+		case builtins.WorkerArg:
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			code := builtins.WorkerMain(ctx)
+			stop()
+			os.Exit(code)
+		}
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "nomad-driver-train",
+		Level:      hclog.Trace,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nomad-driver-train: find own executable: %v\n", err)
+		os.Exit(1)
+	}
+	d, err := driver.New(driver.Options{
+		Logger:   logger,
+		Runner:   driver.ExecutorRunner{ShimPath: self, Logger: logger},
+		NVML:     nvml.New(),
+		SelfPath: self,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nomad-driver-train: %v\n", err)
+		os.Exit(1)
+	}
+	defer d.Close()
+	driver.Serve(d, logger)
+}

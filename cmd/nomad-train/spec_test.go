@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// runCLI runs one nomad-train command in process.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := dispatch(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+const (
+	quickstart   = "../../examples/quickstart/train.hcl"
+	gpuExample   = "../../examples/gpu/train.hcl"
+	goldenPrefix = "../../hcl/testdata/golden/"
+)
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must.NoError(t, err)
+	return string(b)
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	must.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+func TestValidate(t *testing.T) {
+	code, out, errOut := runCLI(t, "validate", quickstart)
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	must.Eq(t, quickstart+": train \"quickstart\" is valid (4 workers)\n", out)
+
+	dir := t.TempDir()
+	bad := writeFile(t, dir, "bad.hcl", `train "x" {
+  entrypoint { builtin = "quickstart" }
+  scaling {
+    num_worker = 4
+  }
+  run { storage_path = "s3://bucket" }
+}
+`)
+	code, out, errOut = runCLI(t, "validate", bad)
+	must.Eq(t, 1, code)
+	must.Eq(t, "", out)
+	// Every error, with file:line and the source snippet.
+	for _, want := range []string{
+		"Error: Unsupported argument",
+		"on " + bad + " line 4, in train \"x\":",
+		"   4:     num_worker = 4",
+		`"num_workers"?`,
+		"Error: Unsupported storage path",
+		"on " + bad + " line 6, in train \"x\":",
+		`   6:   run { storage_path = "s3://bucket" }`,
+		"2 error(s)",
+	} {
+		must.StrContains(t, errOut, want)
+	}
+}
+
+func TestValidateUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"validate"},
+		{"validate", "a.hcl", "b.hcl"},
+		{"validate", "-nope", quickstart},
+		{"validate", "-var", "novalue", quickstart},
+		{"compile"},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		must.Eq(t, 2, code, must.Sprint(args))
+		must.StrContains(t, errOut, "Usage: nomad-train "+args[0])
+	}
+	code, _, errOut := runCLI(t, "validate", filepath.Join(t.TempDir(), "missing.hcl"))
+	must.Eq(t, 1, code)
+	must.StrContains(t, errOut, "Failed to read spec")
+}
+
+func TestCompile(t *testing.T) {
+	code, out, errOut := runCLI(t, "compile", quickstart)
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	must.Eq(t, readFile(t, goldenPrefix+"quickstart.train.nomad.hcl"), out)
+	// Warnings are printed, with the snippet, and do not fail the command.
+	must.StrContains(t, errOut, "Warning: Relative storage path on Nomad")
+	must.StrContains(t, errOut, `  25:     storage_path = "./results"`)
+	must.StrNotContains(t, errOut, "error(s)")
+
+	dir := t.TempDir()
+	outFile := filepath.Join(dir, "job.json")
+	code, out, errOut = runCLI(t, "compile", "-json", quickstart, "-o", outFile) // flags after the file too
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	must.Eq(t, "", out)
+	must.Eq(t, readFile(t, goldenPrefix+"quickstart.train.json"), readFile(t, outFile))
+}
+
+// worldSize compiles gpuExample with args and returns the workers' count.
+func worldSize(t *testing.T, args ...string) float64 {
+	t.Helper()
+	code, out, errOut := runCLI(t, append(append([]string{"compile", "-json"}, args...), gpuExample)...)
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	var job struct {
+		Job struct {
+			TaskGroups []struct {
+				Count float64
+				Tasks []struct{ Config map[string]any }
+			}
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(out), &job))
+	g := job.Job.TaskGroups[0]
+	must.Eq(t, g.Count, g.Tasks[0].Config["world_size"].(float64))
+	return g.Count
+}
+
+func TestCompileVariables(t *testing.T) {
+	dir := t.TempDir()
+	varFile := writeFile(t, dir, "vars.hcl", "workers = 6\n")
+	must.Eq(t, 8, worldSize(t))
+	t.Setenv("NOMAD_VAR_workers", "5")
+	must.Eq(t, 5, worldSize(t))
+	must.Eq(t, 6, worldSize(t, "-var-file", varFile))
+	must.Eq(t, 7, worldSize(t, "-var-file", varFile, "-var", "workers=7"))
+
+	code, out, errOut := runCLI(t, "compile", "-var", "workers=0", gpuExample)
+	must.Eq(t, 1, code)
+	must.Eq(t, "", out)
+	must.StrContains(t, errOut, "num_workers must be at least 1; got 0.")
+	must.StrContains(t, errOut, "on "+gpuExample+" line 41")
+	must.StrContains(t, errOut, "with var.workers as 0.")
+}
+
+func TestCompileErrorWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	bad := writeFile(t, dir, "bad.hcl", "train \"x\" {}\n")
+	outFile := filepath.Join(dir, "job.hcl")
+	code, _, errOut := runCLI(t, "compile", "-o", outFile, bad)
+	must.Eq(t, 1, code)
+	must.StrContains(t, errOut, "Missing entrypoint block")
+	_, err := os.Stat(outFile)
+	must.True(t, os.IsNotExist(err))
+}
+
+func TestFmt(t *testing.T) {
+	dir := t.TempDir()
+	messy := "train \"x\" {\nentrypoint {\n      builtin=\"quickstart\"\n}\n}\n"
+	tidy := "train \"x\" {\n  entrypoint {\n    builtin = \"quickstart\"\n  }\n}\n"
+	path := writeFile(t, dir, "train.hcl", messy)
+
+	code, out, _ := runCLI(t, "fmt", path)
+	must.Eq(t, 0, code)
+	must.Eq(t, tidy, out)
+	must.Eq(t, messy, readFile(t, path))
+
+	code, out, _ = runCLI(t, "fmt", "-check", path)
+	must.Eq(t, 1, code)
+	must.Eq(t, path+"\n", out)
+
+	code, out, _ = runCLI(t, "fmt", "-write", path)
+	must.Eq(t, 0, code)
+	must.Eq(t, path+"\n", out)
+	must.Eq(t, tidy, readFile(t, path))
+
+	code, out, _ = runCLI(t, "fmt", "-check", path, quickstart, gpuExample)
+	must.Eq(t, 0, code)
+	must.Eq(t, "", out)
+
+	code, _, errOut := runCLI(t, "fmt", "-check", "-write", path)
+	must.Eq(t, 2, code)
+	must.StrContains(t, errOut, "exclude each other")
+
+	broken := writeFile(t, dir, "broken.hcl", "train \"x\" {\n  a = \n}\n")
+	code, _, errOut = runCLI(t, "fmt", "-write", broken)
+	must.Eq(t, 1, code)
+	must.StrContains(t, errOut, "on "+broken+" line 2")
+	must.Eq(t, "train \"x\" {\n  a = \n}\n", readFile(t, broken))
+}
+
+func TestSpecCommandsRegistered(t *testing.T) {
+	code, _, errOut := runCLI(t, "help")
+	must.Eq(t, 0, code)
+	for _, name := range []string{"validate", "compile", "fmt"} {
+		must.StrContains(t, errOut, "  "+name)
+	}
+}

@@ -1,0 +1,27 @@
+// Package driver is the Nomad task driver plugin "train": it runs the
+// workers of a nomad-train run as Nomad tasks (driver = "train").
+//
+// The wire layer is nomad-train's own .proto files under proto/, with the
+// proto packages, services and field numbers the Nomad client speaks
+// (BasePlugin and Driver over go-plugin gRPC, Nomad's handshake). Configs
+// arrive as cty-msgpack, decoded against the schemas the driver returns
+// (config.go, spec.go). Tasks run through a Runner; the production Runner
+// (ExecutorRunner) uses package executor's supervisor shim, so tasks keep
+// running when the plugin or the agent restarts and come back through
+// RecoverTask from the state in the task handle (state.go). The driver
+// fingerprints GPUs through go-nvml (fingerprint.go), streams CPU, memory
+// and GPU usage (stats.go) and turns the runtime's events file into Nomad
+// task events (events.go).
+//
+// A plugin binary wires it up like this (see cmd/nomad-driver-train):
+//
+//	logger := hclog.New(&hclog.LoggerOptions{JSONFormat: true, Output: os.Stderr})
+//	d, err := driver.New(driver.Options{
+//		Logger: logger,
+//		Runner: driver.ExecutorRunner{ShimPath: self, Logger: logger},
+//		NVML:   nvml.New(),
+//	})
+//	if err != nil { ... }
+//	defer d.Close()
+//	driver.Serve(d, logger)
+package driver

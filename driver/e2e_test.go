@@ -1,0 +1,68 @@
+//go:build e2e
+
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// TestE2EJobOnNomad submits a batch job with driver = "train" to the Nomad
+// agent at NOMAD_ADDR, whose clients must have nomad-driver-train in their
+// plugin_dir and a plugin "train" {} block (see README.md), and waits for
+// the task to finish successfully.
+func TestE2EJobOnNomad(t *testing.T) {
+	if os.Getenv("NOMAD_ADDR") == "" {
+		t.Skip("NOMAD_ADDR is not set: this test needs a Nomad agent whose clients load nomad-driver-train")
+	}
+	c, err := api.NewClient(api.DefaultConfig())
+	must.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	jobID := fmt.Sprintf("nomad-train-e2e-%d", time.Now().UnixNano())
+	task := api.NewTask("worker", PluginName)
+	task.Config = map[string]any{
+		"command":      "/bin/sh",
+		"args":         []string{"-c", `echo "run=$NOMAD_TRAIN_RUN rank=$NOMAD_TRAIN_RANK_HINT"`},
+		"run_name":     "e2e",
+		"world_size":   1,
+		"storage_path": "/tmp/nomad-train-e2e",
+	}
+	job := api.NewBatchJob(jobID, jobID, "global", 50)
+	job.Datacenters = []string{"*"}
+	tg := api.NewTaskGroup("workers", 1).AddTask(task)
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
+	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
+	job.AddTaskGroup(tg)
+	_, _, err = c.Jobs().Register(job, nil)
+	must.NoError(t, err)
+	t.Cleanup(func() { _, _, _ = c.Jobs().Deregister(jobID, true, nil) })
+
+	var index uint64
+	for {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 10 * time.Second}).WithContext(ctx)
+		allocs, meta, err := c.Jobs().Allocations(jobID, true, q)
+		must.NoError(t, err)
+		index = meta.LastIndex
+		for _, a := range allocs {
+			switch a.ClientStatus {
+			case api.AllocClientStatusComplete:
+				return
+			case api.AllocClientStatusFailed, api.AllocClientStatusLost:
+				t.Fatalf("allocation %s %s: %+v", a.ID, a.ClientStatus, a.TaskStates)
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("job %s did not complete: %v", jobID, ctx.Err())
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,145 @@
+package driver
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nomad-train/nomad-train/driver/proto/drivers"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// Environment variable names the driver reads or sets besides workerenv's.
+const (
+	envNvidiaVisible = "NVIDIA_VISIBLE_DEVICES"
+	envCudaVisible   = "CUDA_VISIBLE_DEVICES"
+	envAllocIndex    = "NOMAD_ALLOC_INDEX"
+	envConsulAddr    = "CONSUL_HTTP_ADDR"
+	envConsulToken   = "CONSUL_HTTP_TOKEN"
+	// secretFileName is the run secret's file in the task's secrets dir.
+	secretFileName = "nomad-train.secret"
+	// eventsFileName is the runtime's events file in the task's local dir.
+	eventsFileName = "nomad-train-events.jsonl"
+)
+
+// taskPaths are the host paths of a task's directories (fs_isolation NONE).
+type taskPaths struct {
+	TaskDir, LocalDir, SecretsDir, PrivateDir string
+}
+
+func pathsOf(tc *drivers.TaskConfig) taskPaths {
+	dir := filepath.Join(tc.GetAllocDir(), tc.GetName())
+	return taskPaths{
+		TaskDir:    dir,
+		LocalDir:   filepath.Join(dir, "local"),
+		SecretsDir: filepath.Join(dir, "secrets"),
+		PrivateDir: filepath.Join(dir, "private"),
+	}
+}
+
+// envInput is everything workerEnv needs, gathered so it stays a pure
+// function.
+type envInput struct {
+	Task        *drivers.TaskConfig
+	Config      TaskConfig
+	Plugin      PluginConfig
+	Paths       taskPaths
+	SecretFound bool // the secrets dir holds secretFileName
+	HostName    string
+	NodeHasGPUs bool
+}
+
+// workerEnv is the task's environment: Nomad's task env plus the runtime's
+// NOMAD_TRAIN_* variables and GPU visibility. It returns KEY=VALUE pairs,
+// sorted.
+func workerEnv(in envInput) []string {
+	env := make(map[string]string, len(in.Task.GetEnv())+20)
+	for k, v := range in.Task.GetEnv() {
+		env[k] = v
+	}
+	for k, v := range in.Task.GetDeviceEnv() {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+	c := in.Config
+	env[workerenv.Worker] = "1"
+	env[workerenv.RunName] = c.RunName
+	env[workerenv.WorldSize] = strconv.Itoa(c.WorldSize)
+	if idx, ok := env[envAllocIndex]; ok {
+		env[workerenv.RankHint] = idx
+	}
+	env[workerenv.MemberID] = in.Task.GetAllocId() + "/" + in.Task.GetName()
+	node := in.Task.GetNodeName()
+	if node == "" {
+		node = in.HostName
+	}
+	env[workerenv.Node] = node
+	env[workerenv.Addr] = collectiveAddr(env, c.Port)
+	switch c.Rendezvous.Backend {
+	case BackendEmbedded:
+		env[workerenv.Rendezvous] = c.Rendezvous.Address
+	default:
+		env[workerenv.Rendezvous] = "consul://"
+		if _, ok := env[envConsulAddr]; !ok && in.Plugin.ConsulAddress != "" {
+			env[envConsulAddr] = in.Plugin.ConsulAddress
+		}
+		if _, ok := env[envConsulToken]; !ok && in.Plugin.ConsulToken != "" {
+			env[envConsulToken] = in.Plugin.ConsulToken
+		}
+	}
+	env[workerenv.RendezvousTimeout] = c.Rendezvous.Timeout.String()
+	env[workerenv.StoragePath] = c.StoragePath
+	env[workerenv.Config] = c.TrainConfig
+	ckpt, _ := json.Marshal(workerenv.CheckpointPolicy{
+		NumToKeep:      c.Checkpoint.NumToKeep,
+		ScoreAttribute: c.Checkpoint.ScoreAttribute,
+		ScoreOrder:     c.Checkpoint.ScoreOrder,
+	})
+	env[workerenv.Checkpoint] = string(ckpt)
+	env[workerenv.MaxFailures] = strconv.Itoa(c.Failure.MaxFailures)
+	if c.Builtin != "" {
+		env[workerenv.Builtin] = c.Builtin
+	}
+	env[workerenv.Events] = filepath.Join(in.Paths.LocalDir, eventsFileName)
+	if in.SecretFound {
+		env[workerenv.SecretFile] = filepath.Join(in.Paths.SecretsDir, secretFileName)
+	}
+	// GPU visibility: with no container, NVIDIA_VISIBLE_DEVICES alone hides
+	// nothing, so CUDA gets the reservation too. A task without a GPU
+	// reservation on a GPU node sees none.
+	if _, ok := env[envCudaVisible]; !ok {
+		if gpus := visibleGPUs(in.Task); len(gpus) > 0 {
+			env[envCudaVisible] = strings.Join(gpus, ",")
+		} else if in.NodeHasGPUs && env[envNvidiaVisible] == "" {
+			env[envCudaVisible] = ""
+			env[envNvidiaVisible] = "void"
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// collectiveAddr is host:port of the task's port label, from Nomad's
+// NOMAD_ADDR_<label> (labels with dashes appear with underscores).
+func collectiveAddr(env map[string]string, label string) string {
+	for _, k := range []string{"NOMAD_ADDR_" + label, "NOMAD_ADDR_" + strings.ReplaceAll(label, "-", "_")} {
+		if v := env[k]; v != "" {
+			return v
+		}
+	}
+	return "127.0.0.1:0"
+}
+
+// fileExists reports whether path is an existing regular file.
+func fileExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -1,0 +1,203 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/nomad-train/nomad-train/driver/proto/drivers"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// eventHub fans driver task events out to every TaskEvents stream. A slow
+// stream loses events rather than stalling the tasks (Nomad's events are
+// informational).
+type eventHub struct {
+	logger hclog.Logger
+
+	mu sync.Mutex
+	// Guarded by mu.
+	subs map[chan *drivers.DriverTaskEvent]struct{}
+}
+
+func newEventHub(logger hclog.Logger) *eventHub {
+	return &eventHub{logger: logger, subs: map[chan *drivers.DriverTaskEvent]struct{}{}}
+}
+
+// subscribe returns a channel of events and a function that ends the
+// subscription.
+func (h *eventHub) subscribe() (<-chan *drivers.DriverTaskEvent, func()) {
+	ch := make(chan *drivers.DriverTaskEvent, 256)
+	h.mu.Lock()
+	h.subs[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.subs, ch)
+		h.mu.Unlock()
+	}
+}
+
+func (h *eventHub) publish(ev *drivers.DriverTaskEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		select {
+		case ch <- ev:
+		default:
+			h.logger.Warn("task event dropped: stream is slow", "task_id", ev.GetTaskId(), "message", ev.GetMessage())
+		}
+	}
+}
+
+// maxEventLine bounds one line of the events file; a longer one is skipped.
+const maxEventLine = 64 << 10
+
+// splitEvents parses the complete lines at the start of buf. It returns the
+// events, the number of bytes consumed and the lines it could not parse.
+// A trailing line without a newline is left for the next read.
+func splitEvents(buf []byte) (evs []workerenv.Event, consumed int, bad []string) {
+	for {
+		i := bytes.IndexByte(buf[consumed:], '\n')
+		if i < 0 {
+			if len(buf)-consumed > maxEventLine {
+				bad = append(bad, "line too long")
+				consumed = len(buf)
+			}
+			return evs, consumed, bad
+		}
+		line := bytes.TrimSpace(buf[consumed : consumed+i])
+		consumed += i + 1
+		if len(line) == 0 {
+			continue
+		}
+		var ev workerenv.Event
+		if err := json.Unmarshal(line, &ev); err != nil || ev.Kind == "" {
+			bad = append(bad, string(line))
+			continue
+		}
+		evs = append(evs, ev)
+	}
+}
+
+// toDriverEvent turns a runtime event into Nomad's task event: the message
+// is the event's message (or its kind), the annotations its attributes plus
+// "kind".
+func toDriverEvent(tc *drivers.TaskConfig, ev workerenv.Event, now time.Time) *drivers.DriverTaskEvent {
+	ann := make(map[string]string, len(ev.Attrs)+1)
+	for k, v := range ev.Attrs {
+		ann[k] = v
+	}
+	ann["kind"] = ev.Kind
+	msg := ev.Message
+	if msg == "" {
+		msg = ev.Kind
+	}
+	at := ev.Time
+	if at.IsZero() {
+		at = now
+	}
+	return &drivers.DriverTaskEvent{
+		TaskId:      tc.GetId(),
+		AllocId:     tc.GetAllocId(),
+		TaskName:    tc.GetName(),
+		Timestamp:   timestamppb.New(at),
+		Message:     msg,
+		Annotations: ann,
+	}
+}
+
+// eventTailer follows one task's events file.
+type eventTailer struct {
+	path     string
+	offset   int64
+	interval time.Duration
+	publish  func(workerenv.Event)
+	logger   hclog.Logger
+	buf      []byte
+}
+
+// fromEnd starts the tailer at the current end of the file, so a recovered
+// task does not replay what was already published.
+func (t *eventTailer) fromEnd() {
+	if fi, err := os.Stat(t.path); err == nil {
+		t.offset = fi.Size()
+	}
+}
+
+// run polls the file until ctx ends; after done closes it reads once more
+// (the runtime's last events come just before it exits) and returns.
+func (t *eventTailer) run(ctx context.Context, done <-chan struct{}) {
+	tick := time.NewTicker(t.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			t.poll()
+			return
+		case <-tick.C:
+			t.poll()
+		}
+	}
+}
+
+func (t *eventTailer) poll() {
+	if err := t.readNew(); err != nil {
+		t.logger.Warn("read events file", "path", t.path, "error", err)
+	}
+}
+
+func (t *eventTailer) readNew() error {
+	f, err := os.Open(t.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open events file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat events file: %w", err)
+	}
+	if fi.Size() < t.offset { // truncated or replaced: start over
+		t.offset, t.buf = 0, nil
+	}
+	if _, err := f.Seek(t.offset, io.SeekStart); err != nil {
+		return fmt.Errorf("seek events file: %w", err)
+	}
+	chunk, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read events file: %w", err)
+	}
+	t.offset += int64(len(chunk))
+	t.buf = append(t.buf, chunk...)
+	evs, n, bad := splitEvents(t.buf)
+	t.buf = append(t.buf[:0], t.buf[n:]...)
+	for _, b := range bad {
+		t.logger.Warn("skipped malformed event line", "line", truncate(b, 200))
+	}
+	for _, ev := range evs {
+		t.publish(ev)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
