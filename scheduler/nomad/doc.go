@@ -27,7 +27,8 @@
 // Submit writes a fresh secret (crypto/rand, hex) to the Variable
 // nomad/jobs/<job>, which the job's tasks may read with their workload
 // identity, and adds to every task a template rendering it into
-// secrets/nomad-train.secret, with NOMAD_TRAIN_SECRET_FILE pointing there.
+// secrets/nomad-train.secret; the train driver points NOMAD_TRAIN_SECRET_FILE
+// there when the file exists.
 // The secret is never in the job, its meta, or anything printed. Stop with
 // purge deletes the Variable.
 //

@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
-	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // The per-run secret: a Nomad Variable at nomad/jobs/<job> (which the
@@ -40,10 +39,11 @@ func NewSecret() (string, error) {
 }
 
 // AddSecretTemplate adds to every task of job a template that renders the
-// run's secret from its Variable into ${NOMAD_SECRETS_DIR}/nomad-train.secret
-// and points NOMAD_TRAIN_SECRET_FILE at it. The secret itself never enters
-// the job (nor its meta, nor what `nomad job inspect` shows). Tasks that
-// already have the template are left alone.
+// run's secret from its Variable into ${NOMAD_SECRETS_DIR}/nomad-train.secret;
+// the train driver sets NOMAD_TRAIN_SECRET_FILE when that file exists.
+// Nomad renders templates before it starts the task. The secret itself
+// never enters the job (nor its meta, nor what `nomad job inspect` shows).
+// Tasks that already have the template are left alone.
 func AddSecretTemplate(job *api.Job) {
 	dest := "secrets/" + SecretFileName
 	tmpl := fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretPath(*job.ID), SecretItem)
@@ -61,10 +61,6 @@ func AddSecretTemplate(job *api.Job) {
 				ChangeMode:   new("restart"),
 				Perms:        new("0400"),
 			})
-			if t.Env == nil {
-				t.Env = map[string]string{}
-			}
-			t.Env[workerenv.SecretFile] = "${NOMAD_SECRETS_DIR}/" + SecretFileName
 		}
 	}
 }

@@ -59,7 +59,8 @@ func TestSubmit(t *testing.T) {
 		must.Len(t, 1, task.Templates)
 		must.Eq(t, `{{ with nomadVar "nomad/jobs/mnist" }}{{ .secret }}{{ end }}`, *task.Templates[0].EmbeddedTmpl)
 		must.Eq(t, "secrets/nomad-train.secret", *task.Templates[0].DestPath)
-		must.Eq(t, "${NOMAD_SECRETS_DIR}/nomad-train.secret", task.Env[workerenv.SecretFile])
+		must.MapNotContainsKey(t, task.Env, workerenv.SecretFile) // the driver's to set
+		must.Eq(t, "0400", *task.Templates[0].Perms)
 	})
 	t.Run("generates a fresh secret per run", func(t *testing.T) {
 		srv, c := newTestClient(t)
