@@ -157,10 +157,14 @@ func (c *Client) AllocInfo(ctx context.Context, allocID string) (*api.Allocation
 // Logs implements API: the frames of nomad/api's log stream as a reader.
 // Closing the reader (or cancelling ctx) ends the stream.
 func (c *Client) Logs(ctx context.Context, alloc *api.Allocation, task, stream string, follow bool) (io.ReadCloser, error) {
+	// The stream's request ends with ctx, so a reader that is closed
+	// early also ends nomad/api's goroutine blocked on the body.
+	ctx, stop := context.WithCancel(ctx)
 	cancel := make(chan struct{})
 	frames, errs := c.c.AllocFS().Logs(alloc, follow, task, stream, "start", 0, cancel, qo(ctx, 0))
 	pr, pw := io.Pipe()
 	go func() {
+		defer stop()
 		defer close(cancel)
 		for {
 			select {
