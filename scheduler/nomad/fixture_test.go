@@ -1,9 +1,11 @@
 package nomad
 
 import (
+	"context"
 	"github.com/hashicorp/go-hclog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -21,3 +23,10 @@ func loadRecording(t *testing.T, name string) *nomadtest.Recording {
 }
 
 func nullLogger() hclog.Logger { return hclog.NewNullLogger() }
+
+// testCtx bounds a test's Follow so a broken tracker fails, not hangs.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -89,7 +89,7 @@ func TestFollowBlockedGangIsStoppedNotRunHalf(t *testing.T) {
 	_, err := Submit(context.Background(), c, testJob("mnist", 4), SubmitOptions{})
 	must.NoError(t, err)
 	srv.Script("mnist", loadRecording(t, "gang-blocked").Steps)
-	_, err = Follow(context.Background(), c, FollowOptions{JobID: "mnist", Count: 4})
+	_, err = Follow(testCtx(t), c, FollowOptions{JobID: "mnist", Count: 4})
 	must.ErrorIs(t, err, ErrInsufficientCapacity)
 	must.StrContains(t, err.Error(), "2 of 4 workers could not be placed")
 	stopped, purged := srv.Stopped("mnist")
@@ -102,7 +102,7 @@ func TestFollowWaitsForCapacity(t *testing.T) {
 	srv, c := newTestClient(t)
 	srv.AddJob(testJob("mnist", 4))
 	srv.Script("mnist", loadRecording(t, "gang-blocked").Steps)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	var phases []Phase
 	st, err := Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 4, WaitForCapacity: true,
@@ -167,7 +167,7 @@ func TestFollowBacksOffOnErrors(t *testing.T) {
 	f.step.allocs, f.step.evals = last.Allocations, last.Evaluations
 	var mu sync.Mutex
 	var delays []time.Duration
-	st, err := Follow(context.Background(), f, FollowOptions{JobID: "mnist", Count: 2,
+	st, err := Follow(testCtx(t), f, FollowOptions{JobID: "mnist", Count: 2,
 		Jitter: func(d time.Duration) time.Duration {
 			mu.Lock()
 			defer mu.Unlock()
