@@ -23,7 +23,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "run [flags] train.hcl", stderr)
 	var sf specFlags
 	sf.register(fs)
-	address := fs.String("address", os.Getenv("NOMAD_ADDR"), "Nomad address; empty runs locally (env NOMAD_ADDR)")
+	var cf clusterFlags // -address etc.: an address runs on Nomad, none locally
+	cf.register(fs)
+	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -32,11 +34,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 1
 	}
-	if *address != "" {
-		fmt.Fprintf(stderr, "nomad-train run: running on Nomad (%s) is not built yet; "+
-			"compile the job with `nomad-train compile %s > job.nomad.hcl` and run it with `nomad job run`, "+
-			"or unset NOMAD_ADDR to run locally\n", *address, path)
-		return 1
+	if cf.address != "" {
+		return runCluster(ctx, spec, &cf, stdout, stderr)
 	}
 	return runLocal(ctx, spec, stdout, stderr)
 }
