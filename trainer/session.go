@@ -33,9 +33,10 @@ type Session struct {
 	events               *eventLog
 	log                  hclog.Logger
 	now                  func() time.Time
-	stopping             *atomic.Bool // this process was asked to stop
-	wd                   *watchdog    // told of every completed collective
-	hb                   heartbeat    // likewise (a Consul TTL check)
+	stopping             *atomic.Bool             // this process was asked to stop
+	wd                   *watchdog                // told of every completed collective
+	hb                   heartbeat                // likewise (a Consul TTL check)
+	publish              func(rec storage.Record) // rank 0: show the latest report to the CLI
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
 	step       int64
@@ -191,6 +192,7 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 		if err := s.store.Append(rec); err != nil {
 			return reportAck{Err: err.Error()}
 		}
+		s.publish(rec)
 		return reportAck{}
 	}
 	staged, err := s.store.Stage()
@@ -208,6 +210,8 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 	if err != nil {
 		return reportAck{Err: err.Error()}
 	}
+	rec.Checkpoint = name
+	s.publish(rec)
 	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name)}
 }
 

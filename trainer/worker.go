@@ -176,6 +176,30 @@ type worker struct {
 	hb       heartbeat
 }
 
+// publishProgress puts rank 0's latest report at "<run>/progress" in the
+// rendezvous store (on Consul "nomad-train/<run>/progress"), where
+// `nomad-train run` and `status` read it without reaching any worker. Best
+// effort: the report is already committed to storage.
+func (w *worker) publishProgress(rec storage.Record) {
+	line, err := storage.EncodeRecord(rec)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	key := w.env.RunName + "/progress"
+	for range 3 { // a lost compare-and-set is only an older report of ours
+		v, err := w.store.Get(ctx, key)
+		if err != nil {
+			w.log.Debug("publish progress", "error", err)
+			return
+		}
+		if _, ok, err := w.store.CompareAndSet(ctx, key, line, v.Version); err != nil || ok {
+			return
+		}
+	}
+}
+
 // heartbeat is told of progress (a Consul TTL check on clusters).
 type heartbeat interface{ Beat(step int64) }
 
@@ -285,7 +309,7 @@ func (w *worker) generation(ctx context.Context) error {
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
-		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd, hb: w.hb,
+		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd, hb: w.hb, publish: w.publishProgress,
 	}
 	if err := s.restore(gctx, env); err != nil {
 		return lostOr(err)
