@@ -100,3 +100,22 @@ func TestBackendFromEnv(t *testing.T) {
 		})
 	}
 }
+
+// SaveDir and LoadDir round-trip parameters, optimizer state and meta.
+func TestSaveLoadDir(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := NewSequential(rng, NewLinear(3, 2))
+	opt := NewAdam(m.Params(), m.Grads(), AdamConfig{LR: 0.1})
+	copy(m.Grads(), []float32{1, 2, 3, 4, 5, 6, 7, 8})
+	opt.Step()
+	must.NoError(t, SaveDir(dir, m, opt, map[string]int{"epoch": 4}))
+	m2 := NewSequential(nil, NewLinear(3, 2))
+	opt2 := NewAdam(m2.Params(), m2.Grads(), AdamConfig{LR: 0.1})
+	var meta map[string]int
+	must.NoError(t, LoadDir(dir, m2, opt2, &meta))
+	must.Eq(t, 4, meta["epoch"])
+	must.Eq(t, m.Params(), m2.Params())
+	must.Eq(t, opt.State(), opt2.State())
+	must.Error(t, LoadDir(t.TempDir(), m2, opt2, &meta))
+}
