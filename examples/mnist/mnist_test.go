@@ -23,7 +23,7 @@ import (
 func TestMNISTMLPFourWorkers(t *testing.T) {
 	sets(t) // skip without data; also unpacks once for the workers
 	cfg := mnist.DefaultConfig()
-	cfg.TrainSamples, cfg.Epochs = raceTrainSamples, raceEpochs
+	cfg.TrainSamples, cfg.Epochs, cfg.TestSamples = raceTrainSamples, raceEpochs, raceTestSamples
 	cfg.CacheDir = cacheDir(t)
 	dir := t.TempDir()
 	res, out := fitMNIST(t, dir, cfg)

@@ -7,5 +7,6 @@ package mnist_test
 const (
 	raceTrainSamples = 0
 	raceEpochs       = 3
+	raceTestSamples  = 0
 	wantAccuracy     = 0.97
 )
