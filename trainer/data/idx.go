@@ -32,6 +32,9 @@ var ErrIDX = errors.New("malformed IDX file")
 // maxIDXDims bounds the dimension count a header may claim.
 const maxIDXDims = 8
 
+// maxIDXRecord bounds the size of one record.
+const maxIDXRecord = 1 << 30
+
 // IDXHeader is the decoded head of an IDX file.
 type IDXHeader struct {
 	Type byte  // one of the IDX* element types
@@ -92,14 +95,21 @@ func ReadIDXHeader(r io.Reader) (IDXHeader, error) {
 	if _, err := io.ReadFull(r, raw); err != nil {
 		return IDXHeader{}, fmt.Errorf("%w: read dimensions: %w", ErrIDX, err)
 	}
-	total := int64(ElemSize(h.Type))
+	// A record must fit in memory and the file must be addressable, even
+	// when the record count is zero.
+	rec := int64(ElemSize(h.Type))
 	for i := 0; i < nd; i++ {
 		d := int64(binary.BigEndian.Uint32(raw[4*i:]))
-		if d > 0 && total > (1<<40)/d {
-			return IDXHeader{}, fmt.Errorf("%w: shape too large", ErrIDX)
-		}
-		total *= d
 		h.Dims = append(h.Dims, int(d))
+		if i == 0 {
+			continue
+		}
+		if rec *= d; rec > maxIDXRecord {
+			return IDXHeader{}, fmt.Errorf("%w: records over %d bytes", ErrIDX, maxIDXRecord)
+		}
+	}
+	if rec > 0 && int64(h.Dims[0]) > (1<<40)/rec {
+		return IDXHeader{}, fmt.Errorf("%w: file over 1 TiB", ErrIDX)
 	}
 	return h, nil
 }
