@@ -17,12 +17,17 @@ import (
 // in the cache (go mod download puts it there).
 func sets(tb testing.TB) (train, test *mnist.Set) {
 	tb.Helper()
-	cfg := mnist.DefaultConfig()
+	return setsOf(tb, mnist.DefaultConfig())
+}
+
+// setsOf opens cfg's data set, skipping when it is missing.
+func setsOf(tb testing.TB, cfg mnist.Config) (train, test *mnist.Set) {
+	tb.Helper()
 	dir, err := mnist.DataDir(cfg, os.Getenv)
 	if err != nil {
-		tb.Skipf("no MNIST here: %v", err)
+		tb.Skipf("no %s here: %v", cfg.Dataset, err)
 	}
-	cfg.CacheDir = cacheDir(tb)
+	cfg.CacheDir = cacheDir(tb) + "/" + cfg.Dataset
 	train, err = mnist.Open(dir, cfg.CacheDir, "train")
 	must.NoError(tb, err)
 	tb.Cleanup(func() { train.Close() })
@@ -91,12 +96,25 @@ func TestLocalAccuracy(t *testing.T) {
 	if os.Getenv("MNIST_TUNE") == "" {
 		t.Skip("set MNIST_TUNE to a JSON config to run")
 	}
-	train, test := sets(t)
 	cfg := mnist.DefaultConfig()
 	if err := json.Unmarshal([]byte(os.Getenv("MNIST_TUNE")), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	train, test := setsOf(t, cfg)
 	trainLocal(t, cfg, nn.Gonum{}, train, 0, func(e int, m *nn.Sequential) {
 		t.Logf("%+v epoch %d: accuracy %.4f", cfg, e, accuracy(t, m, test))
 	})
+}
+
+// Logistic regression (the "mnist-logreg" builtin's model and optimizer)
+// learns MNIST from a tenth of the training set in one epoch.
+func TestLogRegLearns(t *testing.T) {
+	train, test := sets(t)
+	cfg := mnist.LogRegConfig()
+	cfg.Epochs, cfg.TrainSamples = 1, 6000
+	_, m := trainLocal(t, cfg, nn.Gonum{}, train, 0, nil)
+	must.Eq(t, "Linear(784,10)", m.Signature())
+	acc := accuracy(t, m, test)
+	t.Logf("logistic regression, 6000 images, 1 epoch: test accuracy %.4f", acc)
+	must.Greater(t, 0.85, acc)
 }

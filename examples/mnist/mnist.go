@@ -63,9 +63,15 @@ func TrainMLP(ctx context.Context, s *trainer.Session) error {
 // TrainLogReg is the training function of the built-in "mnist-logreg":
 // the MLP's loop with a single Linear(784,10) layer and SGD.
 func TrainLogReg(ctx context.Context, s *trainer.Session) error {
+	return train(ctx, s, LogRegConfig())
+}
+
+// LogRegConfig is the default config of "mnist-logreg": Linear(784,10)
+// with SGD (lr 0.01, momentum 0.9).
+func LogRegConfig() Config {
 	cfg := DefaultConfig()
-	cfg.Model, cfg.Optimizer, cfg.LR = "logreg", "sgd", 0.05
-	return train(ctx, s, cfg)
+	cfg.Model, cfg.Optimizer, cfg.LR = "logreg", "sgd", 0.01
+	return cfg
 }
 
 // NewModel builds cfg's model, initialised from cfg.Seed.
