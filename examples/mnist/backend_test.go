@@ -92,14 +92,14 @@ func mlpFlops(batch, hidden int) float64 {
 // 1024² GEMM on the same backend, measured in the same run. Goal: ≥ 0.6.
 func BenchmarkB9(b *testing.B) {
 	train, _ := sets(b)
-	recs := make([][]byte, 0, 256)
-	for i := 0; i < 256; i++ {
+	recs := make([][]byte, 0, 1024)
+	for i := 0; i < 1024; i++ {
 		r, err := train.Record(i, nil)
 		must.NoError(b, err)
 		recs = append(recs, r)
 	}
 	for name, be := range backends(b) {
-		for _, batch := range []int{64, 256} {
+		for _, batch := range []int{64, 256, 1024} {
 			b.Run(fmt.Sprintf("%s/batch=%d", name, batch), func(b *testing.B) {
 				cfg := mnist.DefaultConfig()
 				m, err := mnist.NewModel(cfg)
