@@ -1,9 +1,11 @@
 package mnist_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -23,6 +25,12 @@ func sets(tb testing.TB) (train, test *mnist.Set) {
 // setsOf opens cfg's data set, skipping when it is missing.
 func setsOf(tb testing.TB, cfg mnist.Config) (train, test *mnist.Set) {
 	tb.Helper()
+	if os.Getenv("GOMODCACHE") == "" {
+		// The module cache may be set with `go env -w`; workers inherit this.
+		if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil && len(bytes.TrimSpace(out)) > 0 {
+			tb.Setenv("GOMODCACHE", string(bytes.TrimSpace(out)))
+		}
+	}
 	dir, err := mnist.DataDir(cfg, os.Getenv)
 	if err != nil {
 		tb.Skipf("no %s here: %v", cfg.Dataset, err)
