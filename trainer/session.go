@@ -79,6 +79,10 @@ func (s *Session) LocalWorldSize() int { return s.localSize }
 // NodeRank is the rank of this worker's node among the gang's nodes.
 func (s *Session) NodeRank() int { return s.nodeRank }
 
+// Generation is the rendezvous generation this session belongs to: 1 for
+// the gang's first, one more after every failure it recovered from.
+func (s *Session) Generation() uint64 { return s.generation }
+
 // Config is the training loop config as JSON ("null" when none was given).
 func (s *Session) Config() json.RawMessage { return s.config }
 
