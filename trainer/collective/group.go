@@ -47,7 +47,7 @@ const (
 const DefaultTimeout = 30 * time.Second
 
 // DefaultChunkBytes is the pipelining unit when Config.ChunkBytes is zero.
-const DefaultChunkBytes = 512 << 10
+const DefaultChunkBytes = 256 << 10
 
 // window is how many chunks may be in flight per direction at once.
 const window = 4
