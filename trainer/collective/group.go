@@ -65,7 +65,8 @@ type Config struct {
 	// Peers holds every rank's listener address, "host:port", index = rank.
 	Peers []string
 	// Timeout bounds every network wait: forming the ring, and each read or
-	// write of a collective. Zero means DefaultTimeout.
+	// write of a collective. Zero means DefaultTimeout. (Between collectives
+	// nothing waits on the network; a watcher only notices a peer's reset.)
 	Timeout time.Duration
 	// Secret is the run's shared secret; when non-empty every connection
 	// runs auth.Handshake first and strangers are refused.

@@ -156,6 +156,9 @@ func (g *Group) BroadcastFloat32(ctx context.Context, buf []float32, root int) e
 // AllGather returns every rank's in, indexed by rank (out[Rank] is a copy
 // of in). Lengths may differ between ranks.
 func (g *Group) AllGather(ctx context.Context, in []byte) ([][]byte, error) {
+	if len(in) > maxFrame {
+		return nil, fmt.Errorf("collective: all-gather block of %d bytes exceeds %d", len(in), maxFrame)
+	}
 	mine := make([]byte, len(in))
 	copy(mine, in)
 	out, err := g.gather(ctx, kindAllGather, mine)
