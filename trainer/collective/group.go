@@ -93,6 +93,7 @@ type Group struct {
 	chunkBytes int
 	log        hclog.Logger
 	portable   bool // convert elements explicitly instead of reinterpreting memory
+	inlineMax  int  // collectives sending at most this many bytes run inline
 
 	next, prev net.Conn // nil when size is 1
 
@@ -159,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Group, error) {
 		chunkBytes: cfg.ChunkBytes,
 		log:        log,
 		portable:   !nativeLittleEndian,
+		inlineMax:  inlineBytes,
 		dead:       make(chan struct{}),
 	}
 	if cfg.Size == 1 {

@@ -88,7 +88,7 @@ func allReduce[T float](ctx context.Context, g *Group, buf []T, op Op) error {
 		recvs:     m,
 		sendReady: func(k, recvsDone int) bool { return p.sendAfterRecv(k) < recvsDone },
 		recvReady: func(k, sendsDone int) bool { return p.recvAfterSend(k) < sendsDone },
-		inline:    m*maxChunk <= inlineBytes,
+		inline:    m*maxChunk <= g.inlineMax,
 		send:      func(k int) sendReq { return sendFrame(kindAllReduce, seq, k, sendBytes(k)) },
 		recv:      func(k int) recvReq { return recvFrame(kindAllReduce, seq, k, recvBytes(k)) },
 		got:       func(k int, data []byte) { apply(k, data) },
@@ -198,7 +198,7 @@ func (g *Group) gather(ctx context.Context, what kind, mine []byte) ([][]byte, e
 		sendReady: func(k, recvsDone int) bool { return k <= recvsDone },
 		// Other ranks' blocks have sizes unknown here: only barriers are
 		// surely small enough to run inline.
-		inline: what == kindBarrier,
+		inline: what == kindBarrier && g.inlineMax > 0,
 		send:   func(k int) sendReq { return sendFrame(what, seq, k, out[gatherSend(g.rank, g.size, k)]) },
 		recv: func(k int) recvReq {
 			if what == kindBarrier {
