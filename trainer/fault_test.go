@@ -229,6 +229,10 @@ func TestBudgetExhausted(t *testing.T) {
 	must.StrContains(t, err.Error(), "failure budget exhausted")
 	must.StrContains(t, err.Error(), "max_failures is 2")
 	must.SliceLen(t, 2, res.Recovered, must.Sprint(out))
+	f, failed, err := storage.FailedForGood(storageDir, "budget")
+	must.NoError(t, err)
+	must.True(t, failed)
+	must.Eq(t, trainer.ExitBudgetExhausted, f.ExitCode)
 	must.SliceEmpty(t, alive(pidDir))
 }
 

@@ -227,6 +227,12 @@ func TestWorkerFailureFailsRun(t *testing.T) {
 	must.SliceNotEmpty(t, res.Errors)
 	must.Eq(t, 2, res.Errors[0].Rank)
 	must.Eq(t, trainer.ExitUserError, res.Errors[0].ExitCode)
+	// The run is marked failed for good, so a Nomad driver would refuse to
+	// restart its workers; only a deliberate new launch clears the mark.
+	f, failed, err := storage.FailedForGood(filepath.Dir(res.Path), "fail")
+	must.NoError(t, err)
+	must.True(t, failed)
+	must.StrContains(t, f.Reason, "boom")
 	pids, _ := os.ReadDir(pidDir)
 	must.Len(t, 3, pids)
 	for _, p := range pids {

@@ -66,6 +66,9 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
 	}
+	// Submitting is a deliberate new attempt: a run that failed for good
+	// may try again. Best effort: this machine may not mount the storage.
+	_ = storage.ClearFailed(spec.Run.StoragePath, spec.Name)
 	out := &syncWriter{w: stdout}
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %d workers, storage %s\n",
 		spec.Name, cf.address, spec.Scaling.NumWorkers, spec.Run.StoragePath)
