@@ -141,7 +141,7 @@ func countRecords(path string) int {
 func TestSurvivesKills(t *testing.T) {
 	pidDir := sharedDir(t, "FT_PID_DIR")
 	storageDir := t.TempDir()
-	clean, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	clean, out, err := fit(t, ftTrain, 3, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
 	must.NoError(t, err, must.Sprint(out))
 
 	const kills = 5
@@ -175,7 +175,7 @@ func TestSurvivesKills(t *testing.T) {
 			}
 		}
 	}()
-	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "faulty", StoragePath: storageDir,
+	res, out, err := fit(t, ftTrain, 3, trainer.Run{Name: "faulty", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: -1}}, nil)
 	log := <-killed
 	t.Logf("kills: %v", log)
@@ -223,7 +223,7 @@ func TestBudgetExhausted(t *testing.T) {
 			}
 		}
 	}()
-	res, err, out := fit(t, ftTrain, 2, trainer.Run{Name: "budget", StoragePath: storageDir,
+	res, out, err := fit(t, ftTrain, 2, trainer.Run{Name: "budget", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: 2}}, nil)
 	must.ErrorIs(t, err, trainer.ErrRunFailed, must.Sprint(out))
 	must.StrContains(t, err.Error(), "failure budget exhausted")
@@ -356,7 +356,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 	stoppedAt := countRecords(stepsFile)
 	must.Less(t, ppEpochs*ppBatches, stoppedAt)
 
-	res, err, outs := fit(t, ppTrain, 2, run, nil)
+	res, outs, err := fit(t, ppTrain, 2, run, nil)
 	must.NoError(t, err, must.Sprint(outs))
 
 	b, err := os.ReadFile(stepsFile)
@@ -368,7 +368,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 	}
 
 	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
-	clean, err, outs := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	clean, outs, err := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
 	must.NoError(t, err, must.Sprint(outs))
 	want, _ := os.ReadFile(filepath.Join(clean.Checkpoint.Path(), "model.bin"))
 	got, _ := os.ReadFile(filepath.Join(res.Checkpoint.Path(), "model.bin"))
@@ -397,7 +397,7 @@ func TestHungWorkerDetected(t *testing.T) {
 		stopped <- pids[len(pids)-1]
 	}()
 	start := time.Now()
-	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "hung", StoragePath: storageDir,
+	res, out, err := fit(t, ftTrain, 3, trainer.Run{Name: "hung", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: 1, StallFloor: time.Second, StallFactor: 10, RejoinTimeout: 2 * time.Second}}, nil)
 	must.NoError(t, err, must.Sprint(out))
 	pid := <-stopped
