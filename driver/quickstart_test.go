@@ -9,7 +9,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/nomad-train/nomad-train/driver/proto/drivers"
+	"github.com/nomad-train/nomad-train/driver/proto/structs"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
@@ -89,4 +93,28 @@ checkpoint {
 	_, _, ok, err := st.Latest()
 	must.NoError(t, err)
 	must.True(t, ok)
+}
+
+// A run marked failed for good (its training function failed, or its
+// budget is spent) gets no more workers: StartTask refuses it as
+// unrecoverable, so Nomad stops restarting and rescheduling.
+func TestStartRefusedForFailedRun(t *testing.T) {
+	n := launchPlugin(t)
+	n.configure(t, ``)
+	results := t.TempDir()
+	must.NoError(t, storage.MarkFailed(results, "done-for", storage.Failure{Reason: "failure budget exhausted: the gang failed 3 times, max_failures is 2", ExitCode: 5}))
+	f := newTaskFixture(t, n, "worker", fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = "done-for"
+world_size   = 2
+storage_path = %q
+`, results))
+	_, err := n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: f.cfg})
+	must.ErrorContains(t, err, `run "done-for" failed for good: failure budget exhausted`)
+	st := status.Convert(err)
+	must.Eq(t, codes.FailedPrecondition, st.Code())
+	must.SliceLen(t, 1, st.Details())
+	re, ok := st.Details()[0].(*structs.RecoverableError)
+	must.True(t, ok)
+	must.False(t, re.GetRecoverable())
 }

@@ -123,8 +123,14 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			task.Config["args"] = ep.Args
 		}
 	}
-	if len(s.Env) > 0 {
-		task.Env = s.Env
+	// Nomad stops and drains with SIGTERM, then SIGKILL after the kill
+	// timeout (5 s by default). Workers take SIGTERM as "checkpoint now"
+	// (Session.ShouldCheckpoint) and get most of a longer timeout for it.
+	task.KillSignal = "SIGTERM"
+	task.KillTimeout = new(KillTimeout)
+	task.Env = map[string]string{StopGraceEnv: FormatDuration(KillTimeout - 8*time.Second)}
+	for k, v := range s.Env {
+		task.Env[k] = v
 	}
 	if a := ep.Artifact; a != nil {
 		art := &api.TaskArtifact{GetterSource: new(a.Source), GetterOptions: a.Options}
@@ -166,6 +172,15 @@ func newGroup(name string, count, maxFailures int) *api.TaskGroup {
 // max_failures: each worker may be restarted in place, then rescheduled,
 // as often as the whole gang may fail (the gang's budget is enforced by the
 // workers' rendezvous); 0 fails the task at once, -1 never gives up.
+// KillTimeout is the workers' kill_timeout: time to checkpoint after
+// SIGTERM before Nomad sends SIGKILL.
+const KillTimeout = 30 * time.Second
+
+// StopGraceEnv tells the worker runtime how much of KillTimeout it may
+// spend checkpointing (workerenv.StopGrace; not imported, to keep hcl free
+// of the runtime).
+const StopGraceEnv = "NOMAD_TRAIN_STOP_GRACE"
+
 func policies(maxFailures int) (*api.RestartPolicy, *api.ReschedulePolicy) {
 	if maxFailures < 0 {
 		return &api.RestartPolicy{

@@ -129,6 +129,13 @@ var trainSchema = &hcl.BodySchema{
 // (with "-worker") an RFC 1123 Consul service name.
 var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,54}[a-zA-Z0-9])?$`)
 
+// userEnvKnobs are the runtime's settings a spec may set in env; every
+// other NOMAD_TRAIN_ variable is nomad-train's to set.
+var userEnvKnobs = map[string]bool{
+	"NOMAD_TRAIN_BLAS":      true, // the matmul backend: gonum, parallel:N, openblas
+	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
+}
+
 // ReservedMetaPrefix and ReservedEnvPrefix start the meta keys and
 // environment variables nomad-train sets itself; a spec may not set them.
 const (
@@ -179,7 +186,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if attr := a["env"]; d.strMap(attr, &s.Env) {
 		for _, k := range sortedKeys(s.Env) {
-			if strings.HasPrefix(k, ReservedEnvPrefix) {
+			if strings.HasPrefix(k, ReservedEnvPrefix) && !userEnvKnobs[k] {
 				d.keyErrorf(attr, k, "Reserved environment variable", "Variables starting with %q are set by nomad-train; rename %q.", ReservedEnvPrefix, k)
 			}
 		}

@@ -97,7 +97,7 @@ func decodeGroup(n *node) *api.TaskGroup {
 }
 
 func decodeTask(n *node) *api.Task {
-	t := &api.Task{Name: n.label(0), Driver: n.str("driver")}
+	t := &api.Task{Name: n.label(0), Driver: n.str("driver"), KillSignal: n.str("kill_signal"), KillTimeout: n.durationPtr("kill_timeout")}
 	for _, cn := range n.blocks("config") {
 		t.Config = cn.generic()
 	}

@@ -125,6 +125,12 @@ func writeService(parent *hclwrite.Body, s *api.Service) {
 func writeTask(parent *hclwrite.Body, t *api.Task) {
 	b := spaced(parent).AppendNewBlock("task", []string{t.Name}).Body()
 	b.SetAttributeValue("driver", cty.StringVal(t.Driver))
+	if t.KillSignal != "" {
+		b.SetAttributeValue("kill_signal", cty.StringVal(t.KillSignal))
+	}
+	if t.KillTimeout != nil {
+		b.SetAttributeValue("kill_timeout", cty.StringVal(FormatDuration(*t.KillTimeout)))
+	}
 	if t.Config != nil {
 		writeConfig(spaced(b).AppendNewBlock("config", nil).Body(), t.Config)
 	}

@@ -17,7 +17,11 @@ const (
 )
 
 // KnownBuiltins lists, sorted, the values entrypoint { builtin = ... } accepts.
-func KnownBuiltins() []string { return []string{BuiltinQuickstart} }
+// It mirrors the builtins package's registry (a test in cmd/nomad-train
+// keeps the two equal), so the language does not depend on the runtime.
+func KnownBuiltins() []string {
+	return []string{"external", "mnist-logreg", "mnist-mlp", BuiltinQuickstart}
+}
 
 // Rendezvous backends.
 const (

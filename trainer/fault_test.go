@@ -100,6 +100,18 @@ func ftTrain(ctx context.Context, s *trainer.Session) error {
 	return nil
 }
 
+// sharedDir is a temporary directory the test's worker processes share
+// with it through the environment variable name (workers inherit it).
+func sharedDir(t *testing.T, name string) string {
+	t.Helper()
+	if dir := os.Getenv(name); dir != "" {
+		return dir // a worker process: the launching test made it
+	}
+	dir := t.TempDir()
+	t.Setenv(name, dir)
+	return dir
+}
+
 // alive lists the pids in dir whose process still runs.
 func alive(dir string) []int {
 	entries, _ := os.ReadDir(dir)
@@ -127,13 +139,9 @@ func countRecords(path string) int {
 // checkpoint) and ends with parameters bit-identical to a run without
 // failures, and a metrics history with every epoch exactly once.
 func TestSurvivesKills(t *testing.T) {
-	pidDir := os.Getenv("FT_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("FT_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "FT_PID_DIR")
 	storageDir := t.TempDir()
-	clean, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	clean, out, err := fit(t, ftTrain, 3, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
 	must.NoError(t, err, must.Sprint(out))
 
 	const kills = 5
@@ -167,7 +175,7 @@ func TestSurvivesKills(t *testing.T) {
 			}
 		}
 	}()
-	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "faulty", StoragePath: storageDir,
+	res, out, err := fit(t, ftTrain, 3, trainer.Run{Name: "faulty", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: -1}}, nil)
 	log := <-killed
 	t.Logf("kills: %v", log)
@@ -201,11 +209,7 @@ func TestSurvivesKills(t *testing.T) {
 // When the budget is spent the run fails with that reason and leaves no
 // process behind.
 func TestBudgetExhausted(t *testing.T) {
-	pidDir := os.Getenv("FT_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("FT_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "FT_PID_DIR")
 	storageDir := t.TempDir()
 	progress := filepath.Join(storageDir, "budget", storage.ProgressFile)
 	go func() {
@@ -219,12 +223,16 @@ func TestBudgetExhausted(t *testing.T) {
 			}
 		}
 	}()
-	res, err, out := fit(t, ftTrain, 2, trainer.Run{Name: "budget", StoragePath: storageDir,
+	res, out, err := fit(t, ftTrain, 2, trainer.Run{Name: "budget", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: 2}}, nil)
 	must.ErrorIs(t, err, trainer.ErrRunFailed, must.Sprint(out))
 	must.StrContains(t, err.Error(), "failure budget exhausted")
 	must.StrContains(t, err.Error(), "max_failures is 2")
 	must.SliceLen(t, 2, res.Recovered, must.Sprint(out))
+	f, failed, err := storage.FailedForGood(storageDir, "budget")
+	must.NoError(t, err)
+	must.True(t, failed)
+	must.Eq(t, trainer.ExitBudgetExhausted, f.ExitCode)
 	must.SliceEmpty(t, alive(pidDir))
 }
 
@@ -348,7 +356,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 	stoppedAt := countRecords(stepsFile)
 	must.Less(t, ppEpochs*ppBatches, stoppedAt)
 
-	res, err, outs := fit(t, ppTrain, 2, run, nil)
+	res, outs, err := fit(t, ppTrain, 2, run, nil)
 	must.NoError(t, err, must.Sprint(outs))
 
 	b, err := os.ReadFile(stepsFile)
@@ -360,7 +368,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 	}
 
 	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
-	clean, err, outs := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
+	clean, outs, err := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
 	must.NoError(t, err, must.Sprint(outs))
 	want, _ := os.ReadFile(filepath.Join(clean.Checkpoint.Path(), "model.bin"))
 	got, _ := os.ReadFile(filepath.Join(res.Checkpoint.Path(), "model.bin"))
@@ -372,11 +380,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 // gang without it, the launcher kills the frozen process when it does not
 // rejoin, and its replacement lets the run finish.
 func TestHungWorkerDetected(t *testing.T) {
-	pidDir := os.Getenv("FT_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("FT_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "FT_PID_DIR")
 	t.Setenv("NOMAD_TRAIN_LEASE_TTL", "30s") // the watchdog, not the lease, must notice
 	storageDir := t.TempDir()
 	progress := filepath.Join(storageDir, "hung", storage.ProgressFile)
@@ -393,7 +397,7 @@ func TestHungWorkerDetected(t *testing.T) {
 		stopped <- pids[len(pids)-1]
 	}()
 	start := time.Now()
-	res, err, out := fit(t, ftTrain, 3, trainer.Run{Name: "hung", StoragePath: storageDir,
+	res, out, err := fit(t, ftTrain, 3, trainer.Run{Name: "hung", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: 1, StallFloor: time.Second, StallFactor: 10, RejoinTimeout: 2 * time.Second}}, nil)
 	must.NoError(t, err, must.Sprint(out))
 	pid := <-stopped

@@ -33,9 +33,10 @@ type Session struct {
 	events               *eventLog
 	log                  hclog.Logger
 	now                  func() time.Time
-	stopping             *atomic.Bool // this process was asked to stop
-	wd                   *watchdog    // told of every completed collective
-	hb                   heartbeat    // likewise (a Consul TTL check)
+	stopping             *atomic.Bool             // this process was asked to stop
+	wd                   *watchdog                // told of every completed collective
+	hb                   heartbeat                // likewise (a Consul TTL check)
+	publish              func(rec storage.Record) // rank 0: show the latest report to the CLI
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
 	step       int64
@@ -77,6 +78,10 @@ func (s *Session) LocalWorldSize() int { return s.localSize }
 
 // NodeRank is the rank of this worker's node among the gang's nodes.
 func (s *Session) NodeRank() int { return s.nodeRank }
+
+// Generation is the rendezvous generation this session belongs to: 1 for
+// the gang's first, one more after every failure it recovered from.
+func (s *Session) Generation() uint64 { return s.generation }
 
 // Config is the training loop config as JSON ("null" when none was given).
 func (s *Session) Config() json.RawMessage { return s.config }
@@ -191,6 +196,7 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 		if err := s.store.Append(rec); err != nil {
 			return reportAck{Err: err.Error()}
 		}
+		s.publish(rec)
 		return reportAck{}
 	}
 	staged, err := s.store.Stage()
@@ -208,6 +214,8 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 	if err != nil {
 		return reportAck{Err: err.Error()}
 	}
+	rec.Checkpoint = name
+	s.publish(rec)
 	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name)}
 }
 

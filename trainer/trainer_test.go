@@ -25,7 +25,7 @@ import (
 
 // fit runs fn on n worker processes: copies of this test binary that run
 // only the calling test, in which Fit runs fn and exits.
-func fit(t *testing.T, fn trainer.TrainFunc, n int, run trainer.Run, config any) (*trainer.Result, error, string) {
+func fit(t *testing.T, fn trainer.TrainFunc, n int, run trainer.Run, config any) (*trainer.Result, string, error) {
 	t.Helper()
 	t.Setenv("GORACE", "atexit_sleep_ms=0") // workers under -race exit at once
 	if run.StoragePath == "" {
@@ -38,7 +38,7 @@ func fit(t *testing.T, fn trainer.TrainFunc, n int, run trainer.Run, config any)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := tr.Fit(ctx)
-	return res, err, out.String()
+	return res, out.String(), err
 }
 
 // The data-parallel problem both the 4-worker run and the one-process
@@ -151,7 +151,7 @@ func dpTrain(ctx context.Context, s *trainer.Session) error {
 // parameters for 100 steps, and their loss curve and final parameters match
 // one process training on the same global batches.
 func TestDataParallelMatchesOneProcess(t *testing.T) {
-	res, err, out := fit(t, dpTrain, 4, trainer.Run{Name: "dp"}, nil)
+	res, out, err := fit(t, dpTrain, 4, trainer.Run{Name: "dp"}, nil)
 	must.NoError(t, err, must.Sprint(out))
 
 	st, err := storage.Open(filepath.Dir(res.Path), "dp", storage.Policy{})
@@ -206,11 +206,7 @@ var errBoom = errors.New("boom")
 // A worker whose training function fails fails the run with that rank's
 // error first; the others, cut off from it, end too, and none is left.
 func TestWorkerFailureFailsRun(t *testing.T) {
-	pidDir := os.Getenv("TEST_PID_DIR")
-	if pidDir == "" {
-		pidDir = t.TempDir()
-		t.Setenv("TEST_PID_DIR", pidDir)
-	}
+	pidDir := sharedDir(t, "TEST_PID_DIR")
 	fn := func(ctx context.Context, s *trainer.Session) error {
 		os.WriteFile(filepath.Join(pidDir, fmt.Sprint(os.Getpid())), nil, 0o644)
 		buf := make([]float32, 1<<16)
@@ -223,7 +219,7 @@ func TestWorkerFailureFailsRun(t *testing.T) {
 			}
 		}
 	}
-	res, err, out := fit(t, fn, 3, trainer.Run{Name: "fail"}, nil)
+	res, out, err := fit(t, fn, 3, trainer.Run{Name: "fail"}, nil)
 	must.ErrorIs(t, err, trainer.ErrRunFailed, must.Sprint(out))
 	must.StrContains(t, err.Error(), "rank 2")
 	must.StrContains(t, err.Error(), "boom")
@@ -231,6 +227,12 @@ func TestWorkerFailureFailsRun(t *testing.T) {
 	must.SliceNotEmpty(t, res.Errors)
 	must.Eq(t, 2, res.Errors[0].Rank)
 	must.Eq(t, trainer.ExitUserError, res.Errors[0].ExitCode)
+	// The run is marked failed for good, so a Nomad driver would refuse to
+	// restart its workers; only a deliberate new launch clears the mark.
+	f, failed, err := storage.FailedForGood(filepath.Dir(res.Path), "fail")
+	must.NoError(t, err)
+	must.True(t, failed)
+	must.StrContains(t, f.Reason, "boom")
 	pids, _ := os.ReadDir(pidDir)
 	must.Len(t, 3, pids)
 	for _, p := range pids {
@@ -252,7 +254,7 @@ func TestPanicIsUserError(t *testing.T) {
 		}
 		return s.Barrier(ctx)
 	}
-	res, err, out := fit(t, fn, 2, trainer.Run{Name: "panic"}, nil)
+	res, out, err := fit(t, fn, 2, trainer.Run{Name: "panic"}, nil)
 	must.ErrorIs(t, err, trainer.ErrRunFailed, must.Sprint(out))
 	must.Eq(t, 1, res.Errors[0].Rank)
 	must.Eq(t, trainer.ExitUserError, res.Errors[0].ExitCode)
@@ -275,7 +277,7 @@ func TestSessionBasics(t *testing.T) {
 		}
 		return nil
 	}
-	_, err, out := fit(t, fn, 3, trainer.Run{Name: "basics"}, cfg{Greeting: "hello"})
+	_, out, err := fit(t, fn, 3, trainer.Run{Name: "basics"}, cfg{Greeting: "hello"})
 	must.NoError(t, err, must.Sprint(out))
 	for r := 0; r < 3; r++ {
 		must.StrContains(t, out, fmt.Sprintf("[rank %d] hello from %d/3 local %d/3 node 0", r, r, r))

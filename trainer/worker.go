@@ -47,8 +47,9 @@ var ErrStopped = errors.New("stopped")
 // training function reads through ShouldCheckpoint, and cancels ctx (with
 // ErrStopped) when a second signal comes or grace has passed, so a worker
 // that ignores the request still ends.
-func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) *atomic.Bool {
+func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) (*atomic.Bool, <-chan struct{}) {
 	var stopping atomic.Bool
+	requested := make(chan struct{})
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
@@ -56,6 +57,7 @@ func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.D
 		select {
 		case sig := <-sigs:
 			stopping.Store(true)
+			close(requested)
 			ev.emit("stop_requested", fmt.Sprintf("%v: checkpoint and stop within %v", sig, grace), nil)
 		case <-ctx.Done():
 			return
@@ -70,7 +72,7 @@ func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.D
 		}
 		cancel(ErrStopped)
 	}()
-	return &stopping
+	return &stopping, requested
 }
 
 // ErrUser marks a failure of the training function itself.
@@ -95,9 +97,9 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	defer ev.close()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopping := watchStop(ctx, cancel, env.StopGrace, ev)
+	stopping, stopRequested := watchStop(ctx, cancel, env.StopGrace, ev)
 
-	err = runWorker(ctx, env, fn, ev, log, stopping)
+	err = runWorker(ctx, env, fn, ev, log, stopping, stopRequested)
 	if err == nil {
 		ev.emit("worker_finished", "training function returned", nil)
 		return ExitOK
@@ -123,7 +125,7 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 // generation, joins the next one (with the lost worker's replacement),
 // restores the latest checkpoint and calls the training function again, as
 // long as the failure budget allows.
-func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger, stopping *atomic.Bool) error {
+func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger, stopping *atomic.Bool, stopRequested <-chan struct{}) error {
 	secret, err := auth.ReadSecretFile(env.SecretFile)
 	if err != nil {
 		return err
@@ -145,7 +147,7 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		return fmt.Errorf("register health check: %w", err)
 	}
 	defer hb.Close(context.Background())
-	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping, hb: hb}
+	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping, stopRequested: stopRequested, hb: hb}
 	for {
 		err := w.generation(ctx)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
@@ -157,6 +159,11 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		}
 		if stopping.Load() {
 			return fmt.Errorf("%w while the gang was broken: %w", ErrStopped, err)
+		}
+		// A peer that failed for good (its training function failed, or
+		// the budget is spent) will not come back: do not wait for it.
+		if f, failed, _ := storage.FailedForGood(env.StoragePath, env.RunName); failed {
+			return fmt.Errorf("%w: the run failed for good: %s", collective.ErrPeerLost, f.Reason)
 		}
 		log.Warn("gang lost a member; joining the next generation", "cause", lost.Error())
 		ev.emit("generation_changed", lost.Error(), map[string]string{"generation": fmt.Sprint(lost.generation)})
@@ -172,8 +179,42 @@ type worker struct {
 	store  rendezvous.Store
 	secret []byte
 	// stopping is set on the first SIGTERM/SIGINT (see watchStop).
-	stopping *atomic.Bool
-	hb       heartbeat
+	stopping      *atomic.Bool
+	stopRequested <-chan struct{} // closed with stopping set
+	hb            heartbeat
+}
+
+// markFailed records that the run failed for good (see storage.FailedFile):
+// restarting workers cannot help it.
+func (w *worker) markFailed(err error, code int) {
+	f := storage.Failure{Reason: err.Error(), ExitCode: code, Time: time.Now().UTC()}
+	if merr := storage.MarkFailed(w.env.StoragePath, w.env.RunName, f); merr != nil {
+		w.log.Warn("cannot mark the run failed", "error", merr)
+	}
+}
+
+// publishProgress puts rank 0's latest report at "<run>/progress" in the
+// rendezvous store (on Consul "nomad-train/<run>/progress"), where
+// `nomad-train run` and `status` read it without reaching any worker. Best
+// effort: the report is already committed to storage.
+func (w *worker) publishProgress(rec storage.Record) {
+	line, err := storage.EncodeRecord(rec)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	key := w.env.RunName + "/progress"
+	for range 3 { // a lost compare-and-set is only an older report of ours
+		v, err := w.store.Get(ctx, key)
+		if err != nil {
+			w.log.Debug("publish progress", "error", err)
+			return
+		}
+		if _, ok, err := w.store.CompareAndSet(ctx, key, line, v.Version); err != nil || ok {
+			return
+		}
+	}
 }
 
 // heartbeat is told of progress (a Consul TTL check on clusters).
@@ -212,10 +253,24 @@ func (w *worker) generation(ctx context.Context) error {
 	}
 	defer ln.Close()
 
-	rdzv, err := rendezvous.Join(ctx, w.store, env.RunName, rendezvous.Member{
+	// Between trainings there is nothing to checkpoint: a stop request
+	// ends a wait for the gang at once.
+	jctx, stopJoin := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-w.stopRequested:
+			stopJoin()
+		case <-jctx.Done():
+		}
+	}()
+	rdzv, err := rendezvous.Join(jctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
 	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log})
+	stopJoin()
 	if err != nil {
+		if w.stopping.Load() {
+			return fmt.Errorf("%w while waiting for the gang: %w", ErrStopped, err)
+		}
 		return fmt.Errorf("rendezvous: %w", err)
 	}
 	defer rdzv.Leave(context.Background())
@@ -224,7 +279,9 @@ func (w *worker) generation(ctx context.Context) error {
 	// Every generation after the first is one gang failure.
 	if used := int(a.Generation) - 1; env.MaxFailures >= 0 && used > env.MaxFailures {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
-		return fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
+		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
+		w.markFailed(err, ExitBudgetExhausted)
+		return err
 	} else if used > 0 {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("failure %d of %s", used, budgetString(env.MaxFailures)),
 			map[string]string{"used": fmt.Sprint(used), "max_failures": fmt.Sprint(env.MaxFailures)})
@@ -285,7 +342,7 @@ func (w *worker) generation(ctx context.Context) error {
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
-		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd, hb: w.hb,
+		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd, hb: w.hb, publish: w.publishProgress,
 	}
 	if err := s.restore(gctx, env); err != nil {
 		return lostOr(err)
@@ -294,7 +351,13 @@ func (w *worker) generation(ctx context.Context) error {
 		defer s.store.Close()
 	}
 	if err := callTrain(gctx, w.fn, s); err != nil {
-		return lostOr(err)
+		err = lostOr(err)
+		if errors.Is(err, ErrUser) {
+			// Before this worker's sockets close, so that peers who see
+			// it go also see why.
+			w.markFailed(err, ExitUserError)
+		}
+		return err
 	}
 	// Every rank leaves together, so none closes its sockets or leaves the
 	// rendezvous while a peer still needs it. The barrier is kept in the

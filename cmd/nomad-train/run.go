@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/local"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -23,7 +25,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "run [flags] train.hcl", stderr)
 	var sf specFlags
 	sf.register(fs)
-	address := fs.String("address", os.Getenv("NOMAD_ADDR"), "Nomad address; empty runs locally (env NOMAD_ADDR)")
+	var cf clusterFlags // -address etc.: an address runs on Nomad, none locally
+	cf.register(fs)
+	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -32,11 +36,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 1
 	}
-	if *address != "" {
-		fmt.Fprintf(stderr, "nomad-train run: running on Nomad (%s) is not built yet; "+
-			"compile the job with `nomad-train compile %s > job.nomad.hcl` and run it with `nomad job run`, "+
-			"or unset NOMAD_ADDR to run locally\n", *address, path)
-		return 1
+	if cf.address != "" {
+		return runCluster(ctx, spec, &cf, stdout, stderr)
 	}
 	return runLocal(ctx, spec, stdout, stderr)
 }
@@ -61,14 +62,22 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	for _, k := range sortedKeys(spec.Env) {
 		opts.Env = append(opts.Env, k+"="+spec.Env[k])
 	}
-	if spec.Entrypoint.Builtin != "" {
+	builtin := spec.Entrypoint.Builtin
+	if builtin == "" && external.NeedsWrapper(spec.Entrypoint.Command) {
+		// Not a Go trainer binary (python3 train.py, say): our own worker
+		// runtime does the rendezvous and runs it with torchrun's env.
+		argv, _ := json.Marshal(append([]string{spec.Entrypoint.Command}, spec.Entrypoint.Args...))
+		builtin = external.BuiltinName
+		opts.Env = append(opts.Env, external.CommandEnv+"="+string(argv))
+	}
+	if builtin != "" {
 		exe, err := os.Executable()
 		if err != nil {
 			fmt.Fprintf(stderr, "nomad-train run: find own executable: %v\n", err)
 			return 1
 		}
 		opts.Command, opts.Args = exe, []string{builtins.WorkerArg}
-		opts.Env = append(opts.Env, workerenv.Builtin+"="+spec.Entrypoint.Builtin)
+		opts.Env = append(opts.Env, workerenv.Builtin+"="+builtin)
 	} else {
 		opts.Command, opts.Args = spec.Entrypoint.Command, spec.Entrypoint.Args
 	}

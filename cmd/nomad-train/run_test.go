@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/builtins"
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
 )
 
 // buildCLI builds nomad-train once per test into a temporary directory.
@@ -96,4 +99,9 @@ train "long" {
 			t.Errorf("worker %s still running", p)
 		}
 	}
+}
+
+// The spec language's list of builtins is the registry's.
+func TestBuiltinsAgree(t *testing.T) {
+	must.Eq(t, builtins.Names(), trainhcl.KnownBuiltins())
 }

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -130,6 +131,11 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	o.defaults()
 	if o.NumWorkers < 1 {
 		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
+	}
+	// Launching is a deliberate new attempt: a run that failed for good
+	// before may try again (from its latest checkpoint).
+	if err := storage.ClearFailed(o.StoragePath, o.RunName); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
 	}
 	tmp, err := os.MkdirTemp("", "nomad-train-"+safeName(o.RunName)+"-")
 	if err != nil {
@@ -351,10 +357,16 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 			if r.Err == "" {
 				r.Err = lastFailure(eventsPath(tmp, rank))
 			}
-			if !restartable(r) || !g.withinBudget() {
+			// A run its workers marked failed for good gets no replacement.
+			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.RunName)
+			if failed || !restartable(r) || !g.withinBudget() {
 				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
 				if g.exhausted != "" {
 					g.stderr.printf("==> %s\n", g.exhausted)
+					f := storage.Failure{Reason: g.exhausted, ExitCode: workerenv.ExitBudgetExhausted, Time: time.Now().UTC()}
+					if err := storage.MarkFailed(g.opts.StoragePath, g.opts.RunName, f); err != nil {
+						g.opts.Logger.Warn("cannot mark the run failed", "error", err)
+					}
 				}
 				stopAll(fmt.Sprintf("rank %d failed", rank))
 				continue

@@ -1,11 +1,17 @@
 package collective
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,5 +235,59 @@ func (w *worker) bench(ctx context.Context) error {
 			return fmt.Errorf("unknown command %q", m.Cmd)
 		}
 		w.say(msg{Done: true})
+	}
+}
+
+// gloo runs testdata/gloo_bench.py (torch.distributed with Gloo, 2 ranks)
+// and returns its seconds per all-reduce by size in bytes. It skips the
+// benchmark when Debian's python3-torch is not installed.
+func gloo(b *testing.B, sizes []int) map[int]float64 {
+	b.Helper()
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import torch.distributed").Run(); err != nil {
+		b.Skipf("torch.distributed not available (apt-get install python3-torch): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(b, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	args := []string{filepath.Join("testdata", "gloo_bench.py"), strconv.Itoa(port)}
+	for _, s := range sizes {
+		args = append(args, strconv.Itoa(s))
+	}
+	cmd := exec.Command(python, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	must.NoError(b, err, must.Sprintf("gloo_bench.py: %s", stderr.String()))
+	per := map[int]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			Bytes, Iters int
+			Seconds      float64
+		}
+		must.NoError(b, json.Unmarshal([]byte(line), &r), must.Sprintf("line %q", line))
+		per[r.Bytes] = r.Seconds / float64(r.Iters)
+	}
+	return per
+}
+
+// Optional: the B1 sizes against torch.distributed with Gloo between two
+// processes on the same machine, measured in the same run (Gloo first, then
+// ours). ours/gloo is Gloo's time per all-reduce over ours: above 1 we are
+// faster.
+func BenchmarkVersusGloo(b *testing.B) {
+	sizes := []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
+	ref := gloo(b, sizes)
+	p := newBenchPair(b)
+	for _, size := range sizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			b.StopTimer()
+			took := p.allReduce(b, size/4, b.N)
+			ours := took.Seconds() / float64(b.N)
+			b.SetBytes(int64(size))
+			b.ReportMetric(ref[size]/ours, "ours/gloo")
+			b.ReportMetric(float64(size)/ref[size]/1e6, "gloo-MB/s")
+		})
 	}
 }

@@ -47,7 +47,7 @@ const (
 const DefaultTimeout = 30 * time.Second
 
 // DefaultChunkBytes is the pipelining unit when Config.ChunkBytes is zero.
-const DefaultChunkBytes = 512 << 10
+const DefaultChunkBytes = 256 << 10
 
 // window is how many chunks may be in flight per direction at once.
 const window = 4
@@ -65,7 +65,8 @@ type Config struct {
 	// Peers holds every rank's listener address, "host:port", index = rank.
 	Peers []string
 	// Timeout bounds every network wait: forming the ring, and each read or
-	// write of a collective. Zero means DefaultTimeout.
+	// write of a collective. Zero means DefaultTimeout. (Between collectives
+	// nothing waits on the network; a watcher only notices a peer's reset.)
 	Timeout time.Duration
 	// Secret is the run's shared secret; when non-empty every connection
 	// runs auth.Handshake first and strangers are refused.
@@ -92,6 +93,7 @@ type Group struct {
 	chunkBytes int
 	log        hclog.Logger
 	portable   bool // convert elements explicitly instead of reinterpreting memory
+	inlineMax  int  // collectives sending at most this many bytes run inline
 
 	next, prev net.Conn // nil when size is 1
 
@@ -158,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Group, error) {
 		chunkBytes: cfg.ChunkBytes,
 		log:        log,
 		portable:   !nativeLittleEndian,
+		inlineMax:  inlineBytes,
 		dead:       make(chan struct{}),
 	}
 	if cfg.Size == 1 {
@@ -237,41 +240,26 @@ func (g *Group) prevRank() int { return mod(g.rank-1, g.size) }
 // huge payload does not need one long deadline.
 const ioPiece = 4 << 20
 
-// writeLoop owns writes to next: one frame at a time, header and the
-// first piece of the payload in one writev.
-func (g *Group) writeLoop() {
-	defer g.wg.Done()
-	vec := make(net.Buffers, 0, 2)
-	for {
-		var r sendReq
-		select {
-		case <-g.dead:
-			return
-		case r = <-g.sendq:
-		}
-		first := min(len(r.payload), ioPiece)
-		v := append(vec[:0], r.hdr[:], r.payload[:first])
-		err := g.next.SetWriteDeadline(time.Now().Add(g.timeout))
-		if err == nil {
-			_, err = v.WriteTo(g.next)
-		}
-		for rest := r.payload[first:]; err == nil && len(rest) > 0; {
-			n := min(len(rest), ioPiece)
-			if err = g.next.SetWriteDeadline(time.Now().Add(g.timeout)); err == nil {
-				_, err = g.next.Write(rest[:n])
-			}
-			rest = rest[n:]
-		}
-		if err != nil {
-			g.fail(peerLost("send to", g.nextRank(), err))
-			return
-		}
-		select {
-		case g.sent <- struct{}{}:
-		case <-g.dead:
-			return
-		}
+// writeFrame writes one frame to next: header and the first piece of the
+// payload in one writev, each piece within the timeout.
+func (g *Group) writeFrame(vec *net.Buffers, r sendReq) error {
+	first := min(len(r.payload), ioPiece)
+	*vec = append((*vec)[:0], r.hdr[:], r.payload[:first])
+	err := g.next.SetWriteDeadline(time.Now().Add(g.timeout))
+	if err == nil {
+		_, err = vec.WriteTo(g.next)
 	}
+	for rest := r.payload[first:]; err == nil && len(rest) > 0; {
+		n := min(len(rest), ioPiece)
+		if err = g.next.SetWriteDeadline(time.Now().Add(g.timeout)); err == nil {
+			_, err = g.next.Write(rest[:n])
+		}
+		rest = rest[n:]
+	}
+	if err != nil {
+		return peerLost("send to", g.nextRank(), err)
+	}
+	return nil
 }
 
 // readFull reads len(b) bytes from prev, each piece within the timeout.
@@ -289,9 +277,54 @@ func (g *Group) readFull(b []byte) error {
 	return nil
 }
 
-// readLoop owns reads from prev: for each request, one frame, checked
-// against what the schedule predicts, its payload read straight into the
-// requested buffer.
+// readFrame reads one frame from prev, checks its header against what the
+// schedule predicts and reads the payload straight into the requested
+// buffer (or a new one of the announced length).
+func (g *Group) readFrame(hb *[headerSize]byte, r recvReq) ([]byte, error) {
+	if err := g.readFull(hb[:]); err != nil {
+		return nil, peerLost("receive from", g.prevRank(), err)
+	}
+	h, err := decodeHeader(hb[:])
+	if err == nil {
+		err = h.expect(r.kind, r.seq, r.part, r.length)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: frame from rank %d: %v", ErrProtocol, g.prevRank(), err)
+	}
+	dst := r.dst
+	if r.alloc {
+		dst = make([]byte, h.Length)
+	}
+	if err := g.readFull(dst); err != nil {
+		return nil, peerLost("receive from", g.prevRank(), err)
+	}
+	return dst, nil
+}
+
+// writeLoop owns writes to next during streamed collectives.
+func (g *Group) writeLoop() {
+	defer g.wg.Done()
+	vec := make(net.Buffers, 0, 2)
+	for {
+		var r sendReq
+		select {
+		case <-g.dead:
+			return
+		case r = <-g.sendq:
+		}
+		if err := g.writeFrame(&vec, r); err != nil {
+			g.fail(err)
+			return
+		}
+		select {
+		case g.sent <- struct{}{}:
+		case <-g.dead:
+			return
+		}
+	}
+}
+
+// readLoop owns reads from prev during streamed collectives.
 func (g *Group) readLoop() {
 	defer g.wg.Done()
 	var hb [headerSize]byte
@@ -302,24 +335,9 @@ func (g *Group) readLoop() {
 			return
 		case r = <-g.recvq:
 		}
-		if err := g.readFull(hb[:]); err != nil {
-			g.fail(peerLost("receive from", g.prevRank(), err))
-			return
-		}
-		h, err := decodeHeader(hb[:])
-		if err == nil {
-			err = h.expect(r.kind, r.seq, r.part, r.length)
-		}
+		dst, err := g.readFrame(&hb, r)
 		if err != nil {
-			g.fail(fmt.Errorf("%w: frame from rank %d: %v", ErrProtocol, g.prevRank(), err))
-			return
-		}
-		dst := r.dst
-		if r.alloc {
-			dst = make([]byte, h.Length)
-		}
-		if err := g.readFull(dst); err != nil {
-			g.fail(peerLost("receive from", g.prevRank(), err))
+			g.fail(err)
 			return
 		}
 		select {
@@ -376,6 +394,13 @@ type event struct {
 	data []byte // the received payload
 }
 
+// abandon fails the group because ctx ended mid-collective (a half-done
+// collective cannot be resumed) and returns the context's error.
+func (g *Group) abandon(ctx context.Context) error {
+	g.fail(fmt.Errorf("%w: collective abandoned: %v", ErrPeerLost, ctx.Err()))
+	return fmt.Errorf("collective abandoned: %w", ctx.Err())
+}
+
 // await returns the next send or receive completion. If ctx ends first the
 // group is failed (a half-done collective cannot be resumed) and the
 // context's error returned.
@@ -388,21 +413,22 @@ func (g *Group) await(ctx context.Context) (event, error) {
 	case <-g.dead:
 		return event{}, g.failure()
 	case <-ctx.Done():
-		g.fail(fmt.Errorf("%w: collective abandoned: %v", ErrPeerLost, ctx.Err()))
-		return event{}, fmt.Errorf("collective abandoned: %w", ctx.Err())
+		return event{}, g.abandon(ctx)
 	}
 }
 
-func (g *Group) post(k kind, seq uint64, part int, payload []byte) {
-	g.sendq <- sendReq{hdr: header{Kind: k, Seq: seq, Part: uint32(part), Length: uint32(len(payload))}.encode(), payload: payload}
+func sendFrame(k kind, seq uint64, part int, payload []byte) sendReq {
+	return sendReq{hdr: header{Kind: k, Seq: seq, Part: uint32(part), Length: uint32(len(payload))}.encode(), payload: payload}
 }
 
-func (g *Group) expect(k kind, seq uint64, part int, dst []byte) {
-	g.recvq <- recvReq{kind: k, seq: seq, part: part, dst: dst, length: len(dst)}
+// recvFrame expects a frame of exactly len(dst) bytes, read into dst.
+func recvFrame(k kind, seq uint64, part int, dst []byte) recvReq {
+	return recvReq{kind: k, seq: seq, part: part, dst: dst, length: len(dst)}
 }
 
-func (g *Group) expectAny(k kind, seq uint64, part int) {
-	g.recvq <- recvReq{kind: k, seq: seq, part: part, alloc: true, length: -1}
+// recvAny expects a frame of any length, read into a new buffer.
+func recvAny(k kind, seq uint64, part int) recvReq {
+	return recvReq{kind: k, seq: seq, part: part, alloc: true, length: -1}
 }
 
 // scratchBytes returns at least n bytes of receive space, 8-byte aligned

@@ -88,21 +88,27 @@ func exactData(seed uint64, rank, n int) []float64 {
 // little-endian) paths.
 func TestAllReduceInProcess(t *testing.T) {
 	cases := []struct {
-		portable bool
-		chunk    int
-		lengths  []int
+		portable, inline bool
+		chunk            int
+		lengths          []int
 	}{
 		// Tiny chunks: many chunks per segment, the pipeline's windows fill.
-		{false, 16, []int{0, 1, 7, 13, 101}},
-		{true, 16, []int{0, 1, 7, 13, 101}},
-		{false, 4096, []int{0, 1, 7, 5003}},
+		{false, false, 16, []int{0, 1, 7, 13, 101}},
+		{true, false, 16, []int{0, 1, 7, 13, 101}},
+		{false, false, 4096, []int{0, 1, 7, 5003}},
+		// Small collectives on the caller's goroutine.
+		{false, true, 16, []int{0, 1, 7, 13, 101}},
+		{true, true, 4096, []int{0, 1, 7, 5003}},
 	}
 	for _, tc := range cases {
 		for n := 1; n <= 4; n++ {
-			t.Run(fmt.Sprintf("portable=%v/chunk=%d/n=%d", tc.portable, tc.chunk, n), func(t *testing.T) {
+			t.Run(fmt.Sprintf("portable=%v/inline=%v/chunk=%d/n=%d", tc.portable, tc.inline, tc.chunk, n), func(t *testing.T) {
 				gs := gang(t, n, func(c *Config) { c.ChunkBytes = tc.chunk })
 				for _, g := range gs {
 					g.portable = tc.portable
+					if !tc.inline {
+						g.inlineMax = 0
+					}
 				}
 				for _, length := range append(tc.lengths, n-1, n+1) {
 					for _, op := range []Op{Sum, Mean} {
@@ -189,35 +195,48 @@ func TestAllReduceBitIdentical(t *testing.T) {
 }
 
 func TestBroadcastAllGatherBarrierInProcess(t *testing.T) {
-	for n := 1; n <= 4; n++ {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			gs := gang(t, n, func(c *Config) { c.ChunkBytes = 16 })
-			for root := range n {
-				for _, length := range []int{0, 5, 16, 100} {
-					bufs := make([][]byte, n)
-					for r := range n {
-						bufs[r] = bytes.Repeat([]byte{byte(r + 1)}, length)
-					}
-					noErrors(t, onAll(gs, func(r int, g *Group) error { return g.Broadcast(t.Context(), bufs[r], root) }))
-					for r := range n {
-						must.Eq(t, bufs[root], bufs[r])
+	for _, inline := range []bool{false, true} {
+		for n := 1; n <= 4; n++ {
+			t.Run(fmt.Sprintf("inline=%v/n=%d", inline, n), func(t *testing.T) {
+				gs := gang(t, n, func(c *Config) { c.ChunkBytes = 16 })
+				for _, g := range gs {
+					if !inline {
+						g.inlineMax = 0
 					}
 				}
-			}
-			outs := make([][][]byte, n)
-			noErrors(t, onAll(gs, func(r int, g *Group) error {
-				var err error
-				outs[r], err = g.AllGather(t.Context(), bytes.Repeat([]byte{byte('a' + r)}, r*3))
-				return err
-			}))
-			for r := range n {
-				for q := range n {
-					must.Eq(t, bytes.Repeat([]byte{byte('a' + q)}, q*3), outs[r][q], must.Sprintf("rank %d block %d", r, q))
-				}
-			}
-			noErrors(t, onAll(gs, func(r int, g *Group) error { return g.Barrier(t.Context()) }))
-		})
+				checkBroadcastAllGatherBarrier(t, gs)
+			})
+		}
 	}
+}
+
+func checkBroadcastAllGatherBarrier(t *testing.T, gs []*Group) {
+	t.Helper()
+	n := len(gs)
+	for root := range n {
+		for _, length := range []int{0, 5, 16, 100} {
+			bufs := make([][]byte, n)
+			for r := range n {
+				bufs[r] = bytes.Repeat([]byte{byte(r + 1)}, length)
+			}
+			noErrors(t, onAll(gs, func(r int, g *Group) error { return g.Broadcast(t.Context(), bufs[r], root) }))
+			for r := range n {
+				must.Eq(t, bufs[root], bufs[r])
+			}
+		}
+	}
+	outs := make([][][]byte, n)
+	noErrors(t, onAll(gs, func(r int, g *Group) error {
+		var err error
+		outs[r], err = g.AllGather(t.Context(), bytes.Repeat([]byte{byte('a' + r)}, r*3))
+		return err
+	}))
+	for r := range n {
+		for q := range n {
+			must.Eq(t, bytes.Repeat([]byte{byte('a' + q)}, q*3), outs[r][q], must.Sprintf("rank %d block %d", r, q))
+		}
+	}
+	noErrors(t, onAll(gs, func(r int, g *Group) error { return g.Barrier(t.Context()) }))
 }
 
 // A rank calling a different collective than its peers is an error on

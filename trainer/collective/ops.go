@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+	"net"
+	"time"
 )
 
 // AllReduceFloat32 reduces buf across all ranks in place with op. Every rank
@@ -86,8 +88,9 @@ func allReduce[T float](ctx context.Context, g *Group, buf []T, op Op) error {
 		recvs:     m,
 		sendReady: func(k, recvsDone int) bool { return p.sendAfterRecv(k) < recvsDone },
 		recvReady: func(k, sendsDone int) bool { return p.recvAfterSend(k) < sendsDone },
-		send:      func(k int) { g.post(kindAllReduce, seq, k, sendBytes(k)) },
-		recv:      func(k int) { g.expect(kindAllReduce, seq, k, recvBytes(k)) },
+		inline:    m*maxChunk <= g.inlineMax,
+		send:      func(k int) sendReq { return sendFrame(kindAllReduce, seq, k, sendBytes(k)) },
+		recv:      func(k int) recvReq { return recvFrame(kindAllReduce, seq, k, recvBytes(k)) },
 		got:       func(k int, data []byte) { apply(k, data) },
 	})
 	if err != nil {
@@ -124,13 +127,14 @@ func (g *Group) Broadcast(ctx context.Context, buf []byte, root int) error {
 		recvs: recvs,
 		// A forwarding rank sends chunk k once it has received it.
 		sendReady: func(k, recvsDone int) bool { return !p.recvs || k < recvsDone },
-		send: func(k int) {
+		inline:    len(buf) <= inlineBytes,
+		send: func(k int) sendReq {
 			c := p.chunk(k)
-			g.post(kindBroadcast, seq, k, buf[c.lo:c.hi])
+			return sendFrame(kindBroadcast, seq, k, buf[c.lo:c.hi])
 		},
-		recv: func(k int) {
+		recv: func(k int) recvReq {
 			c := p.chunk(k)
-			g.expect(kindBroadcast, seq, k, buf[c.lo:c.hi])
+			return recvFrame(kindBroadcast, seq, k, buf[c.lo:c.hi])
 		},
 	})
 	if err != nil {
@@ -156,6 +160,9 @@ func (g *Group) BroadcastFloat32(ctx context.Context, buf []float32, root int) e
 // AllGather returns every rank's in, indexed by rank (out[Rank] is a copy
 // of in). Lengths may differ between ranks.
 func (g *Group) AllGather(ctx context.Context, in []byte) ([][]byte, error) {
+	if len(in) > maxFrame {
+		return nil, fmt.Errorf("collective: all-gather block of %d bytes exceeds %d", len(in), maxFrame)
+	}
 	mine := make([]byte, len(in))
 	copy(mine, in)
 	out, err := g.gather(ctx, kindAllGather, mine)
@@ -189,13 +196,15 @@ func (g *Group) gather(ctx context.Context, what kind, mine []byte) ([][]byte, e
 		sends:     steps,
 		recvs:     steps,
 		sendReady: func(k, recvsDone int) bool { return k <= recvsDone },
-		send:      func(k int) { g.post(what, seq, k, out[gatherSend(g.rank, g.size, k)]) },
-		recv: func(k int) {
+		// Other ranks' blocks have sizes unknown here: only barriers are
+		// surely small enough to run inline.
+		inline: what == kindBarrier && g.inlineMax > 0,
+		send:   func(k int) sendReq { return sendFrame(what, seq, k, out[gatherSend(g.rank, g.size, k)]) },
+		recv: func(k int) recvReq {
 			if what == kindBarrier {
-				g.expect(what, seq, k, nil)
-			} else {
-				g.expectAny(what, seq, k)
+				return recvFrame(what, seq, k, nil)
 			}
+			return recvAny(what, seq, k)
 		},
 		got: func(k int, data []byte) { out[gatherRecv(g.rank, g.size, k)] = data },
 	})
@@ -216,23 +225,34 @@ type exchange struct {
 	// recvReady reports whether receive k may be posted once sendsDone
 	// sends finished; nil means at once.
 	recvReady func(k, sendsDone int) bool
-	send      func(k int)              // post send k
-	recv      func(k int)              // post receive k
+	send      func(k int) sendReq      // the frame of send k
+	recv      func(k int) recvReq      // what receive k expects
 	got       func(k int, data []byte) // handle receive k; nil ignores it
+	// inline says everything this rank sends fits in the socket buffers
+	// (inlineBytes), so the caller's goroutine may do the I/O itself.
+	inline bool
 }
+
+// inlineBytes bounds what one rank sends in a collective run inline: far
+// below the smallest socket send buffer Linux grants, so no write blocks on
+// a peer that is itself writing.
+const inlineBytes = 64 << 10
 
 // pump runs an exchange to the end, keeping at most window sends and
 // window receives in flight, so the writer, the reader and this goroutine
 // (which handles each received chunk) all work at once.
 func (g *Group) pump(ctx context.Context, x exchange) error {
+	if x.inline {
+		return g.pumpInline(ctx, x)
+	}
 	var sp, sd, rp, rd int // sends posted, sends done, receives posted, receives done
 	for sd < x.sends || rd < x.recvs {
 		for sp < x.sends && sp-sd < window && (x.sendReady == nil || x.sendReady(sp, rd)) {
-			x.send(sp)
+			g.sendq <- x.send(sp)
 			sp++
 		}
 		for rp < x.recvs && rp-rd < window && (x.recvReady == nil || x.recvReady(rp, sd)) {
-			x.recv(rp)
+			g.recvq <- x.recv(rp)
 			rp++
 		}
 		ev, err := g.await(ctx)
@@ -249,4 +269,57 @@ func (g *Group) pump(ctx context.Context, x exchange) error {
 		rd++
 	}
 	return nil
+}
+
+// pumpInline runs a small exchange on the caller's goroutine: writes go
+// out at once (they fit in the socket buffers), reads block in order. It
+// saves the goroutine hand-offs that dominate a small collective's time.
+// The writer and reader goroutines are idle meanwhile (a streamed
+// collective ends only when all its frames are done), so each socket still
+// has one user at a time.
+func (g *Group) pumpInline(ctx context.Context, x exchange) error {
+	// Cancelling ctx wakes a blocked read or write through its deadline.
+	stop := context.AfterFunc(ctx, func() {
+		g.prev.SetReadDeadline(time.Now())
+		g.next.SetWriteDeadline(time.Now())
+	})
+	defer stop()
+	var hb [headerSize]byte
+	vec := make(net.Buffers, 0, 2)
+	var sp, rd int // sends done, receives done
+	for sp < x.sends || rd < x.recvs {
+		progressed := false
+		for sp < x.sends && (x.sendReady == nil || x.sendReady(sp, rd)) {
+			if err := g.writeFrame(&vec, x.send(sp)); err != nil {
+				return g.abort(ctx, err)
+			}
+			sp++
+			progressed = true
+		}
+		if rd < x.recvs && (x.recvReady == nil || x.recvReady(rd, sp)) {
+			data, err := g.readFrame(&hb, x.recv(rd))
+			if err != nil {
+				return g.abort(ctx, err)
+			}
+			if x.got != nil {
+				x.got(rd, data)
+			}
+			rd++
+			progressed = true
+		}
+		if !progressed {
+			return g.abort(ctx, fmt.Errorf("%w: schedule stalled at send %d, receive %d", ErrProtocol, sp, rd))
+		}
+	}
+	return nil
+}
+
+// abort fails the group after an inline I/O error and returns what the
+// collective should: the context's error if it ended, else the failure.
+func (g *Group) abort(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return g.abandon(ctx)
+	}
+	g.fail(err)
+	return g.failure()
 }

@@ -153,3 +153,7 @@ func ReadProgress(r io.Reader) ([]Record, error) {
 	recs, _, err := parseProgress(data)
 	return recs, err
 }
+
+// EncodeRecord returns rec as one progress.jsonl line (with its newline),
+// as ReadProgress reads it back; runs publish their latest report with it.
+func EncodeRecord(rec Record) ([]byte, error) { return encodeRecord(rec) }

@@ -52,7 +52,9 @@ job "my-model" {
     }
 
     task "worker" {
-      driver = "train"
+      driver       = "train"
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
 
       config {
         args         = ["-epochs", "10", "-data", "train-a,train-b"]
@@ -73,6 +75,10 @@ job "my-model" {
           backend = "consul"
           timeout = "2m"
         }
+      }
+
+      env {
+        NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
       artifact {

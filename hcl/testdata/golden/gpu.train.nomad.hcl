@@ -54,7 +54,9 @@ job "resnet-gpu" {
     }
 
     task "worker" {
-      driver = "train"
+      driver       = "train"
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
 
       config {
         builtin      = "quickstart"
@@ -78,7 +80,8 @@ job "resnet-gpu" {
       }
 
       env {
-        NCCL_DEBUG = "WARN"
+        NCCL_DEBUG             = "WARN"
+        NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
       resources {

@@ -46,7 +46,9 @@ job "quickstart" {
     }
 
     task "worker" {
-      driver = "train"
+      driver       = "train"
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
 
       config {
         builtin      = "quickstart"
@@ -67,6 +69,10 @@ job "quickstart" {
           backend = "consul"
           timeout = "5m"
         }
+      }
+
+      env {
+        NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
       resources {

@@ -475,6 +475,7 @@ func (s *Server) setLocked(key string, body []byte, sess string) *entry {
 func (s *Server) acquireLocked(key string, body []byte, id string) (bool, error) {
 	se, ok := s.sessions[id]
 	if !ok {
+		//lint:ignore ST1005 Consul's own wording, which the store matches
 		return false, fmt.Errorf("Invalid session %q", id)
 	}
 	if until, ok := s.delayed[key]; ok && s.clock.Now().Before(until) {

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+func init() {
+	register("status", "Show a run on Nomad: workers, restarts, last metrics", statusCmd)
+	register("logs", "Print a worker's logs from Nomad", logsCmd)
+	register("stop", "Stop a run on Nomad", stopCmd)
+	register("list", "List the runs on Nomad", listCmd)
+}
+
+// progressEvery is how often a followed run's progress is re-read.
+const progressEvery = 2 * time.Second
+
+// clusterFlags are the Nomad CLI's connection flags, with its environment
+// variables as defaults.
+type clusterFlags struct {
+	address, token, namespace, region string
+	waitForCapacity                   bool
+}
+
+func (f *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.address, "address", os.Getenv("NOMAD_ADDR"), "Nomad address (env NOMAD_ADDR)")
+	// No env default here: flag help prints defaults, and a token must not
+	// show up there; nomad/api reads NOMAD_TOKEN itself.
+	fs.StringVar(&f.token, "token", "", "Nomad ACL token (default env NOMAD_TOKEN)")
+	fs.StringVar(&f.namespace, "namespace", os.Getenv("NOMAD_NAMESPACE"), "Nomad namespace (env NOMAD_NAMESPACE)")
+	fs.StringVar(&f.region, "region", os.Getenv("NOMAD_REGION"), "Nomad region (env NOMAD_REGION)")
+}
+
+func (f *clusterFlags) client() (*nomad.Client, error) {
+	return nomad.NewClient(nomad.Config{Address: f.address, Token: f.token, Namespace: f.namespace, Region: f.region})
+}
+
+// runCluster submits the spec to Nomad and follows it until it ends.
+// Ctrl-C detaches: the run goes on on the cluster.
+func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdout, stderr io.Writer) int {
+	job, diags := trainhcl.Compile(spec)
+	if diags.HasErrors() {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", diags)
+		return 1
+	}
+	if cf.namespace != "" && job.Namespace == nil {
+		job.Namespace = &cf.namespace
+	}
+	c, err := cf.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return 1
+	}
+	// Submitting is a deliberate new attempt: a run that failed for good
+	// may try again. Best effort: this machine may not mount the storage.
+	_ = storage.ClearFailed(spec.Run.StoragePath, spec.Name)
+	out := &syncWriter{w: stdout}
+	fmt.Fprintf(out, "==> run %q on Nomad (%s): %d workers, storage %s\n",
+		spec.Name, cf.address, spec.Scaling.NumWorkers, spec.Run.StoragePath)
+	sub, err := nomad.Submit(ctx, c, job, nomad.SubmitOptions{
+		WaitForCapacity: cf.waitForCapacity,
+		OnBlocked: func(err error) {
+			fmt.Fprintf(out, "    waiting for capacity: %v\n", err)
+		},
+	})
+	if errors.Is(err, nomad.ErrInsufficientCapacity) {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; -wait-for-capacity waits until the whole gang fits)\n", err)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return exitFor(ctx, 1)
+	}
+	if sub.Warnings != "" {
+		fmt.Fprintf(stderr, "nomad-train run: nomad warns: %s\n", sub.Warnings)
+	}
+	fmt.Fprintf(out, "    job %s registered (evaluation %s)\n", sub.JobID, sub.EvalID)
+
+	var wg sync.WaitGroup
+	pctx, stopProgress := context.WithCancel(ctx)
+	if src := progressSource(spec.Name, spec.Run.StoragePath); src != nil {
+		wg.Go(func() { followProgress(pctx, src, out) })
+	}
+	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
+	st, err := nomad.Follow(ctx, c, nomad.FollowOptions{
+		JobID: sub.JobID, Namespace: cf.namespace, Count: spec.Scaling.NumWorkers,
+		WaitForCapacity: cf.waitForCapacity, OnStatus: printer.print,
+	})
+	stopProgress()
+	wg.Wait()
+	if src := progressSource(spec.Name, spec.Run.StoragePath); src != nil {
+		if rec, perr := src.Latest(context.WithoutCancel(ctx)); perr == nil {
+			fmt.Fprintln(out, "==> last report")
+			fmt.Fprintf(out, "    %s\n", formatRecord(rec))
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "nomad-train run: detached; %q goes on on Nomad (nomad-train status %s, nomad-train stop %s)\n",
+			spec.Name, spec.Name, spec.Name)
+		return 130
+	case err != nil:
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		for _, f := range st.Failures {
+			fmt.Fprintf(stderr, "    %s\n", f)
+		}
+		return 1
+	}
+	fmt.Fprintf(out, "==> run %q complete (%d restarts)\n", spec.Name, st.Restarts())
+	return 0
+}
+
+func exitFor(ctx context.Context, code int) int {
+	if ctx.Err() != nil {
+		return 130
+	}
+	return code
+}
+
+// syncWriter serialises writes from the follower and the progress reader.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// statusPrinter prints what changed between statuses.
+type statusPrinter struct {
+	w        io.Writer
+	count    int
+	phase    nomad.Phase
+	failures int
+	restarts int
+}
+
+func (p *statusPrinter) print(st nomad.Status) {
+	if st.Phase != p.phase {
+		p.phase = st.Phase
+		line := fmt.Sprintf("    %s", st.Phase)
+		if st.Phase == nomad.PhaseBlocked {
+			line += fmt.Sprintf(": %d workers not placed (%s)", st.Unplaced, st.Reason)
+		} else {
+			running := 0
+			for _, w := range st.Workers {
+				if w.ClientStatus == api.AllocClientStatusRunning {
+					running++
+				}
+			}
+			line += fmt.Sprintf(": %d/%d workers placed, %d running", len(st.Workers), p.count, running)
+		}
+		fmt.Fprintln(p.w, line)
+	}
+	for _, f := range st.Failures[min(p.failures, len(st.Failures)):] {
+		fmt.Fprintf(p.w, "    worker failed: %s\n", f)
+	}
+	p.failures = len(st.Failures)
+	if r := st.Restarts(); r != p.restarts {
+		p.restarts = r
+		fmt.Fprintf(p.w, "    restarts: %d\n", r)
+	}
+}
+
+// progressSource picks where to read the run's progress from: the shared
+// storage when this machine mounts it, else Consul KV when
+// CONSUL_HTTP_ADDR is set, else nowhere.
+func progressSource(run, storagePath string) nomad.ProgressSource {
+	if f := (nomad.FileProgress{StoragePath: storagePath, Run: run}); f.Available() {
+		return f
+	}
+	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
+		return nil
+	}
+	c, err := consul.NewClient(consul.DefaultConfig())
+	if err != nil {
+		return nil
+	}
+	return nomad.ConsulProgress{KV: c.KV(), Run: run}
+}
+
+// followProgress prints each new report until ctx ends.
+func followProgress(ctx context.Context, src nomad.ProgressSource, w io.Writer) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	var last time.Time
+	lastStep := int64(-1)
+	for {
+		if rec, err := src.Latest(ctx); err == nil && (rec.Step != lastStep || !rec.Time.Equal(last)) {
+			lastStep, last = rec.Step, rec.Time
+			fmt.Fprintf(w, "    %s\n", formatRecord(rec))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// formatRecord is one line: step, epoch, metrics, generation, attempt.
+func formatRecord(r storage.Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %d", r.Step)
+	if e, ok := r.Metrics["epoch"]; ok {
+		fmt.Fprintf(&b, " epoch %v", e)
+	}
+	for _, k := range sortedKeys(r.Metrics) {
+		if k != "epoch" {
+			fmt.Fprintf(&b, " %s=%v", k, r.Metrics[k])
+		}
+	}
+	if r.Generation > 0 || r.Attempt > 0 {
+		fmt.Fprintf(&b, " (generation %d, attempt %d)", r.Generation, r.Attempt)
+	}
+	return b.String()
+}
+
+// parseInterleaved parses flags that may come before or after the
+// positional arguments ("logs mnist -rank 1").
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, int) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK
+			}
+			return nil, exitUsage
+		}
+		if fs.NArg() == 0 {
+			return pos, -1
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// clusterCommand parses a cluster subcommand's flags and connects.
+func clusterCommand(name, usage string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*nomad.Client, *clusterFlags, []string, int) {
+	fs := newFlagSet(name, usage, stderr)
+	var cf clusterFlags
+	cf.register(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	pos, code := parseInterleaved(fs, args)
+	if code >= 0 {
+		return nil, nil, nil, code
+	}
+	if cf.address == "" {
+		fmt.Fprintf(stderr, "nomad-train %s: no Nomad address: set NOMAD_ADDR or -address\n", name)
+		return nil, nil, nil, exitUsage
+	}
+	c, err := cf.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train %s: %v\n", name, err)
+		return nil, nil, nil, 1
+	}
+	return c, &cf, pos, -1
+}
+
+// oneRun wants exactly one run name.
+func oneRun(name string, pos []string, stderr io.Writer) (string, bool) {
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "nomad-train %s: want one run name, got %d arguments\n", name, len(pos))
+		return "", false
+	}
+	return pos[0], true
+}
+
+// runState reads a run's job and current status.
+func runState(ctx context.Context, c nomad.API, run string) (*nomadRun, error) {
+	job, err := c.JobInfo(ctx, run)
+	if err != nil {
+		return nil, fmt.Errorf("reading run %q: %w", run, err)
+	}
+	if _, ok := job.Meta[trainhcl.MetaRun]; !ok {
+		return nil, fmt.Errorf("job %q is not a nomad-train run (no meta %s)", run, trainhcl.MetaRun)
+	}
+	count := 0
+	for _, g := range job.TaskGroups {
+		if g.Name != nil && *g.Name == trainhcl.WorkerGroup && g.Count != nil {
+			count = *g.Count
+		}
+	}
+	allocs, _, err := c.Allocations(ctx, run, 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing allocations of %q: %w", run, err)
+	}
+	evals, _, err := c.Evaluations(ctx, run, 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing evaluations of %q: %w", run, err)
+	}
+	t := nomad.NewTracker(trainhcl.WorkerGroup, count, true)
+	t.Allocations(allocs)
+	t.Evaluations(evals)
+	return &nomadRun{job: job, count: count, status: t.Status()}, nil
+}
+
+type nomadRun struct {
+	job    *api.Job
+	count  int
+	status nomad.Status
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, _, pos, code := clusterCommand("status", "status [flags] [run]", args, stderr, nil)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) == 0 {
+		return listRuns(ctx, c, stdout, stderr)
+	}
+	run, ok := oneRun("status", pos, stderr)
+	if !ok {
+		return exitUsage
+	}
+	r, err := runState(ctx, c, run)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
+		return 1
+	}
+	st := r.status
+	fmt.Fprintf(stdout, "run %s: %s, %d of %d workers, %d restarts\n", run, st.Phase, len(st.Workers), r.count, st.Restarts())
+	if st.Phase == nomad.PhaseBlocked {
+		fmt.Fprintf(stdout, "  %d workers not placed: %s\n", st.Unplaced, st.Reason)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tALLOC\tNODE\tSTATE\tRESTARTS\tLAST EVENT")
+	for _, w := range st.Workers {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", w.Rank, short(w.AllocID), w.NodeName, w.ClientStatus,
+			int(w.Restarts)+w.Reschedules, w.LastEvent)
+	}
+	tw.Flush()
+	for _, f := range st.Failures {
+		fmt.Fprintf(stdout, "failure: %s\n", f)
+	}
+	if src := progressSource(run, r.job.Meta[trainhcl.MetaStoragePath]); src != nil {
+		if rec, err := src.Latest(ctx); err == nil {
+			fmt.Fprintf(stdout, "last report: %s\n", formatRecord(rec))
+		}
+	}
+	return 0
+}
+
+func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var rank int
+	var follow, errStream bool
+	c, _, pos, code := clusterCommand("logs", "logs [flags] <run>", args, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&rank, "rank", 0, "the worker's rank")
+		fs.BoolVar(&follow, "f", false, "follow the logs")
+		fs.BoolVar(&errStream, "stderr", false, "print stderr instead of stdout")
+	})
+	if code >= 0 {
+		return code
+	}
+	run, ok := oneRun("logs", pos, stderr)
+	if !ok {
+		return exitUsage
+	}
+	r, err := runState(ctx, c, run)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
+		return 1
+	}
+	var allocID string
+	for _, w := range r.status.Workers {
+		if w.Rank == rank {
+			allocID = w.AllocID
+		}
+	}
+	if allocID == "" {
+		fmt.Fprintf(stderr, "nomad-train logs: run %q has no worker with rank %d\n", run, rank)
+		return 1
+	}
+	alloc, err := c.AllocInfo(ctx, allocID)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train logs: reading allocation %s: %v\n", short(allocID), err)
+		return 1
+	}
+	stream := "stdout"
+	if errStream {
+		stream = "stderr"
+	}
+	rd, err := c.Logs(ctx, alloc, trainhcl.WorkerTask, stream, follow)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
+		return 1
+	}
+	defer rd.Close()
+	if _, err := io.Copy(stdout, rd); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
+		return 1
+	}
+	return exitFor(ctx, 0)
+}
+
+func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var purge bool
+	c, cf, pos, code := clusterCommand("stop", "stop [flags] <run>", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&purge, "purge", false, "also remove the job and its secret from Nomad")
+	})
+	if code >= 0 {
+		return code
+	}
+	run, ok := oneRun("stop", pos, stderr)
+	if !ok {
+		return exitUsage
+	}
+	if err := nomad.Stop(ctx, c, run, cf.namespace, purge); err != nil {
+		fmt.Fprintf(stderr, "nomad-train stop: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "run %s stopped\n", run)
+	return 0
+}
+
+func listCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, _, pos, code := clusterCommand("list", "list [flags]", args, stderr, nil)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) != 0 {
+		fmt.Fprintln(stderr, "nomad-train list: takes no arguments")
+		return exitUsage
+	}
+	return listRuns(ctx, c, stdout, stderr)
+}
+
+func listRuns(ctx context.Context, c nomad.API, stdout, stderr io.Writer) int {
+	runs, err := nomad.ListRuns(ctx, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train list: %v\n", err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tSTORAGE")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.JobID, r.Status, r.StoragePath)
+	}
+	tw.Flush()
+	return 0
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

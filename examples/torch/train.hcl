@@ -1,0 +1,32 @@
+# PyTorch DDP (Gloo) on two workers. nomad-train runs the command under its
+# Go runtime, which does the rendezvous and gives python torchrun's
+# environment (MASTER_ADDR, RANK, WORLD_SIZE, ...), relays the script's
+# reports and checkpoints, and restarts it from the latest checkpoint when a
+# worker is lost. Run from this folder: nomad-train run train.hcl
+train "torch-ddp" {
+  entrypoint {
+    command = "python3"
+    args    = ["train.py"]
+  }
+
+  config = {
+    epochs = 6
+    lr     = 0.05
+  }
+
+  scaling {
+    num_workers = 2
+  }
+
+  run {
+    storage_path = "./results"
+
+    checkpoint {
+      num_to_keep = 2
+    }
+
+    failure {
+      max_failures = 2
+    }
+  }
+}

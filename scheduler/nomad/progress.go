@@ -1,0 +1,127 @@
+package nomad
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// Rank 0 publishes the run's progress so the CLI can show it without
+// reaching the workers. Two sources, tried in order:
+//
+//  1. the run's progress.jsonl under its storage path, when the machine
+//     running the CLI mounts the same storage;
+//  2. the Consul KV key ProgressKey(run), whose value is ONE progress
+//     record in exactly the progress.jsonl line format (storage.Record on
+//     the wire: {"step":..,"time":..,"metrics":{..},"generation":..,
+//     "attempt":..}), overwritten by rank 0 after each Report.
+
+// ProgressKey is the Consul KV key rank 0 writes its latest report to.
+func ProgressKey(run string) string { return "nomad-train/" + run + "/progress" }
+
+// ErrNoProgress means no source holds a report for the run yet.
+var ErrNoProgress = errors.New("no progress reported yet")
+
+// ProgressSource reads a run's latest report.
+type ProgressSource interface {
+	// Latest returns the newest report, or ErrNoProgress.
+	Latest(ctx context.Context) (storage.Record, error)
+}
+
+// FileProgress reads progress.jsonl from a storage path this machine
+// mounts.
+type FileProgress struct {
+	StoragePath string
+	Run         string
+}
+
+// Path is the progress file, or "" when the storage path is not a local
+// directory (a URI of another scheme).
+func (f FileProgress) Path() string {
+	root := f.StoragePath
+	if strings.HasPrefix(root, "file://") {
+		u, err := url.Parse(root)
+		if err != nil {
+			return ""
+		}
+		root = u.Path
+	} else if strings.Contains(root, "://") {
+		return ""
+	}
+	return filepath.Join(root, f.Run, storage.ProgressFile)
+}
+
+// Available reports whether the progress file's directory exists here.
+func (f FileProgress) Available() bool {
+	p := f.Path()
+	if p == "" {
+		return false
+	}
+	st, err := os.Stat(filepath.Dir(p))
+	return err == nil && st.IsDir()
+}
+
+// Latest implements ProgressSource.
+func (f FileProgress) Latest(ctx context.Context) (storage.Record, error) {
+	data, err := os.ReadFile(f.Path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return storage.Record{}, ErrNoProgress
+	}
+	if err != nil {
+		return storage.Record{}, fmt.Errorf("reading progress file: %w", err)
+	}
+	recs, err := storage.ReadProgress(bytes.NewReader(data))
+	if err != nil {
+		return storage.Record{}, fmt.Errorf("reading progress file: %w", err)
+	}
+	if len(recs) == 0 {
+		return storage.Record{}, ErrNoProgress
+	}
+	return recs[len(recs)-1], nil
+}
+
+// KV is the one Consul KV call ConsulProgress needs; *consul.KV has it.
+type KV interface {
+	Get(key string, q *consul.QueryOptions) (*consul.KVPair, *consul.QueryMeta, error)
+}
+
+// ConsulProgress reads the report rank 0 publishes in Consul KV.
+type ConsulProgress struct {
+	KV  KV
+	Run string
+}
+
+// Latest implements ProgressSource.
+func (c ConsulProgress) Latest(ctx context.Context) (storage.Record, error) {
+	pair, _, err := c.KV.Get(ProgressKey(c.Run), (&consul.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return storage.Record{}, fmt.Errorf("reading progress from consul: %w", err)
+	}
+	if pair == nil || len(bytes.TrimSpace(pair.Value)) == 0 {
+		return storage.Record{}, ErrNoProgress
+	}
+	return DecodeProgress(pair.Value)
+}
+
+// DecodeProgress decodes one published report (a progress.jsonl line).
+func DecodeProgress(b []byte) (storage.Record, error) {
+	line := append(bytes.TrimSpace(bytes.Clone(b)), '\n')
+	recs, err := storage.ReadProgress(bytes.NewReader(line))
+	if err != nil {
+		return storage.Record{}, fmt.Errorf("decoding published progress: %w", err)
+	}
+	if len(recs) != 1 {
+		return storage.Record{}, fmt.Errorf("decoding published progress: want one record, got %d", len(recs))
+	}
+	return recs[0], nil
+}

@@ -1,0 +1,128 @@
+package nomad
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	consul "github.com/hashicorp/consul/api"
+	"github.com/shoenig/test/must"
+)
+
+const (
+	line1 = `{"step":10,"time":"2026-12-02T10:00:10Z","metrics":{"epoch":1,"loss":0.5},"generation":1,"attempt":0}`
+	line2 = `{"step":20,"time":"2026-12-02T10:00:20Z","metrics":{"epoch":2,"loss":0.25},"checkpoint":"checkpoint_000001","generation":1,"attempt":0}`
+)
+
+func TestFileProgress(t *testing.T) {
+	root := t.TempDir()
+	run := filepath.Join(root, "mnist")
+	must.NoError(t, os.MkdirAll(run, 0o755))
+	ctx := context.Background()
+
+	for _, sp := range []string{root, "file://" + root} {
+		f := FileProgress{StoragePath: sp, Run: "mnist"}
+		must.True(t, f.Available())
+		_, err := f.Latest(ctx)
+		must.ErrorIs(t, err, ErrNoProgress)
+	}
+	f := FileProgress{StoragePath: root, Run: "mnist"}
+	// A torn last line (rank 0 mid-append) is not a report yet.
+	must.NoError(t, os.WriteFile(filepath.Join(run, "progress.jsonl"), []byte(line1+"\n"+line2+"\n"+`{"step":30,"ti`), 0o644))
+	rec, err := f.Latest(ctx)
+	must.NoError(t, err)
+	must.Eq(t, int64(20), rec.Step)
+	must.Eq(t, 0.25, rec.Metrics["loss"])
+
+	must.NoError(t, os.WriteFile(filepath.Join(run, "progress.jsonl"), []byte("not json\n"), 0o644))
+	_, err = f.Latest(ctx)
+	must.ErrorContains(t, err, "line 1")
+
+	must.False(t, FileProgress{StoragePath: filepath.Join(root, "elsewhere"), Run: "mnist"}.Available())
+	s3 := FileProgress{StoragePath: "s3://bucket/runs", Run: "mnist"}
+	must.Eq(t, "", s3.Path())
+	must.False(t, s3.Available())
+}
+
+// fakeConsulKV serves GET /v1/kv/<key> as Consul does (a JSON list of one
+// pair, Value base64), or 404 for other keys.
+func fakeConsulKV(t *testing.T, key string, value []byte) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Consul-Index", "7")
+		if r.URL.Path != "/v1/kv/"+key || value == nil {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode([]*consul.KVPair{{Key: key, Value: value, ModifyIndex: 7}})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestConsulProgress(t *testing.T) {
+	cases := []struct {
+		name  string
+		value []byte
+		step  int64
+		err   error
+		msg   string
+	}{
+		{"published", []byte(line2), 20, nil, ""},
+		{"published with a newline", []byte(line1 + "\n"), 10, nil, ""},
+		{"not yet", nil, 0, ErrNoProgress, ""},
+		{"empty", []byte(" "), 0, ErrNoProgress, ""},
+		{"garbage", []byte(`{"step":`), 0, nil, "decoding published progress"},
+		{"two records", []byte(line1 + "\n" + line2), 0, nil, "want one record, got 2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := fakeConsulKV(t, ProgressKey("mnist"), tc.value)
+			c, err := consul.NewClient(&consul.Config{Address: addr})
+			must.NoError(t, err)
+			rec, err := ConsulProgress{KV: c.KV(), Run: "mnist"}.Latest(context.Background())
+			switch {
+			case tc.err != nil:
+				must.ErrorIs(t, err, tc.err)
+			case tc.msg != "":
+				must.ErrorContains(t, err, tc.msg)
+			default:
+				must.NoError(t, err)
+				must.Eq(t, tc.step, rec.Step)
+			}
+		})
+	}
+}
+
+func TestProgressKey(t *testing.T) {
+	must.Eq(t, "nomad-train/mnist/progress", ProgressKey("mnist"))
+}
+
+func FuzzDecodeProgress(f *testing.F) {
+	f.Add([]byte(line1))
+	f.Add([]byte(line2 + "\n"))
+	f.Add([]byte(`{"step":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := DecodeProgress(b)
+		if err != nil {
+			return
+		}
+		// What decodes once re-encodes to something that decodes the same.
+		out, err := json.Marshal(map[string]any{"step": rec.Step, "time": rec.Time, "metrics": rec.Metrics,
+			"checkpoint": rec.Checkpoint, "generation": rec.Generation, "attempt": rec.Attempt})
+		if err != nil {
+			return // e.g. metrics holding values JSON cannot encode back
+		}
+		back, err := DecodeProgress(out)
+		if err != nil {
+			t.Fatalf("re-encoded record %s does not decode: %v", out, err)
+		}
+		if back.Step != rec.Step || !back.Time.Equal(rec.Time) {
+			t.Fatalf("round trip changed the record: %+v != %+v", back, rec)
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package nomad
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// stepWant is what the tracker must say after one recorded step.
+type stepWant struct {
+	phase    Phase
+	decision Decision
+	unplaced int
+	failures int
+	restarts int // restarts + reschedules over the gang
+	lost     []int
+}
+
+func TestTrackerRecordings(t *testing.T) {
+	cases := []struct {
+		name  string
+		count int
+		wait  bool
+		want  []stepWant
+	}{
+		{"gang-complete", 2, false, []stepWant{
+			{phase: PhasePending},
+			{phase: PhasePending},
+			{phase: PhaseRunning},
+			{phase: PhaseComplete, decision: Done},
+		}},
+		{"gang-blocked", 4, false, []stepWant{
+			{phase: PhaseBlocked, decision: StopGang, unplaced: 2},
+			{phase: PhaseBlocked, decision: StopGang, unplaced: 2},
+			{phase: PhasePending},
+			{phase: PhaseRunning},
+		}},
+		{"gang-blocked", 4, true, []stepWant{
+			{phase: PhaseBlocked, unplaced: 2},
+			{phase: PhaseBlocked, unplaced: 2},
+			{phase: PhasePending},
+			{phase: PhaseRunning},
+		}},
+		{"worker-rescheduled", 2, false, []stepWant{
+			{phase: PhaseRunning},
+			{phase: PhaseRunning, failures: 1, restarts: 1},
+			{phase: PhasePending, failures: 2, restarts: 1},
+			{phase: PhasePending, failures: 2, restarts: 2},
+			{phase: PhaseRunning, failures: 2, restarts: 2},
+			{phase: PhaseComplete, decision: Done, failures: 2, restarts: 2},
+		}},
+		{"reschedule-blocked", 2, false, []stepWant{
+			{phase: PhaseRunning},
+			{phase: PhaseBlocked, unplaced: 1, failures: 1},
+			{phase: PhaseRunning, failures: 1, restarts: 1},
+		}},
+		{"worker-failed", 2, false, []stepWant{
+			{phase: PhaseRunning},
+			{phase: PhaseFailed, decision: Done, failures: 1, lost: []int{0}},
+		}},
+		{"node-lost", 2, false, []stepWant{
+			{phase: PhaseRunning},
+			{phase: PhasePending, failures: 1, restarts: 1},
+			{phase: PhaseRunning, failures: 1, restarts: 1},
+		}},
+		{"job-stopped", 2, false, []stepWant{
+			{phase: PhaseRunning},
+			{phase: PhaseStopped, decision: Done},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/wait=%v", tc.name, tc.wait), func(t *testing.T) {
+			rec := loadRecording(t, tc.name)
+			must.Eq(t, len(tc.want), len(rec.Steps))
+			tr := NewTracker("worker", tc.count, tc.wait)
+			for i, step := range rec.Steps {
+				tr.Allocations(step.Allocations)
+				tr.Evaluations(step.Evaluations)
+				st := tr.Status()
+				w := tc.want[i]
+				must.Eq(t, w.phase, st.Phase, must.Sprintf("step %d", i))
+				must.Eq(t, w.decision, st.Decision, must.Sprintf("step %d", i))
+				must.Eq(t, w.unplaced, st.Unplaced, must.Sprintf("step %d", i))
+				must.Eq(t, w.failures, len(st.Failures), must.Sprintf("step %d: %v", i, st.Failures))
+				must.Eq(t, w.restarts, st.Restarts(), must.Sprintf("step %d", i))
+				must.Eq(t, w.lost, st.Lost, must.Sprintf("step %d", i))
+				for r, wk := range st.Workers {
+					must.Eq(t, r, wk.Rank, must.Sprintf("step %d: workers are by rank", i))
+				}
+			}
+		})
+	}
+}
+
+func TestTrackerDetails(t *testing.T) {
+	t.Run("blocked reason names the exhausted GPUs", func(t *testing.T) {
+		st := statusAt(t, "gang-blocked", 4, 0)
+		must.StrContains(t, st.Reason, `exhausted "devices: nvidia/gpu" on 2`)
+		must.StrContains(t, st.Reason, "4 nodes evaluated")
+	})
+	t.Run("rescheduled rank keeps its rank on a new node", func(t *testing.T) {
+		st := statusAt(t, "worker-rescheduled", 2, 4)
+		must.Eq(t, "gpu-2", st.Workers[1].NodeName)
+		must.Eq(t, 1, st.Workers[1].Reschedules)
+		must.Eq(t, uint64(1), st.Workers[1].Restarts)
+		must.Eq(t, 1, st.Failures[0].ExitCode)
+		must.Eq(t, 1, st.Failures[0].Rank)
+		must.StrContains(t, st.Workers[1].LastEvent, "Started")
+	})
+	t.Run("failed rank reports its exit code", func(t *testing.T) {
+		st := statusAt(t, "worker-failed", 2, 1)
+		must.Eq(t, 2, st.Failures[0].ExitCode)
+		must.StrContains(t, st.Failures[0].String(), "rank 0")
+	})
+	t.Run("lost allocation is a failure of its rank", func(t *testing.T) {
+		st := statusAt(t, "node-lost", 2, 1)
+		must.Eq(t, 1, st.Failures[0].Rank)
+		must.StrContains(t, st.Failures[0].Reason, "node is down")
+	})
+}
+
+func TestTrackerBlockedEvalAlone(t *testing.T) {
+	rec := loadRecording(t, "gang-blocked")
+	step := rec.Steps[0]
+	tr := NewTracker("worker", 4, false)
+	tr.Allocations(step.Allocations)
+	tr.Evaluations(step.Evaluations[1:]) // only the blocked evaluation
+	st := tr.Status()
+	must.Eq(t, PhaseBlocked, st.Phase)
+	must.Eq(t, StopGang, st.Decision)
+	must.Eq(t, 2, st.Unplaced)
+	must.Eq(t, "waiting in a blocked evaluation", st.Reason)
+}
+
+func TestAllocRank(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rank int
+		ok   bool
+	}{
+		{"mnist.worker[0]", 0, true},
+		{"a.b[c].worker[12]", 12, true},
+		{"mnist.worker", 0, false},
+		{"mnist.worker[-1]", 0, false},
+		{"mnist.worker[x]", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ok := AllocRank(tc.name)
+			must.Eq(t, tc.ok, ok)
+			must.Eq(t, tc.rank, r)
+		})
+	}
+}
+
+// statusAt is the tracker's status after one step of a recording.
+func statusAt(t *testing.T, name string, count, step int) Status {
+	t.Helper()
+	rec := loadRecording(t, name)
+	tr := NewTracker("worker", count, false)
+	tr.Allocations(rec.Steps[step].Allocations)
+	tr.Evaluations(rec.Steps[step].Evaluations)
+	return tr.Status()
+}
+
+// Edge cases written out by hand: each stub is one rank's only allocation.
+func TestTrackerEdgeCases(t *testing.T) {
+	stub := func(rank int, client, desired string) *api.AllocationListStub {
+		return &api.AllocationListStub{ID: fmt.Sprintf("a%d", rank), Name: fmt.Sprintf("j.worker[%d]", rank),
+			TaskGroup: "worker", ClientStatus: client, DesiredStatus: desired, CreateIndex: 10}
+	}
+	cases := []struct {
+		name   string
+		allocs []*api.AllocationListStub
+		phase  Phase
+	}{
+		{"every node lost, replacements not yet placed", []*api.AllocationListStub{
+			stub(0, "lost", "stop"), stub(1, "lost", "stop")}, PhasePending},
+		{"rank 0 finished first", []*api.AllocationListStub{
+			stub(0, "complete", "run"), stub(1, "running", "run")}, PhaseRunning},
+		{"stopped while one was failing", []*api.AllocationListStub{
+			stub(0, "complete", "stop"), stub(1, "failed", "stop")}, PhaseStopped},
+		{"other groups ignored", []*api.AllocationListStub{
+			stub(0, "running", "run"), stub(1, "running", "run"),
+			{ID: "c", Name: "j.controller[0]", TaskGroup: "controller", ClientStatus: "failed", DesiredStatus: "run"}}, PhaseRunning},
+		{"missing rank", []*api.AllocationListStub{stub(1, "running", "run")}, PhasePending},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker("worker", 2, false)
+			tr.Allocations(tc.allocs)
+			must.Eq(t, tc.phase, tr.Status().Phase)
+		})
+	}
+}

@@ -1,0 +1,222 @@
+package nomad
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+)
+
+// The per-run secret: a Nomad Variable at nomad/jobs/<job> (which the
+// job's tasks may read with their workload identity), rendered by a
+// template block into each task's secrets directory.
+const (
+	// SecretItem is the variable item holding the hex-encoded secret.
+	SecretItem = "secret"
+	// SecretFileName is the file the template renders in the secrets dir.
+	SecretFileName = "nomad-train.secret"
+	// secretBytes is the secret's length before hex encoding.
+	secretBytes = 32
+)
+
+// SecretPath is the Variable path holding jobID's secret.
+func SecretPath(jobID string) string { return "nomad/jobs/" + jobID }
+
+// NewSecret returns a fresh per-run secret from crypto/rand, hex-encoded.
+func NewSecret() (string, error) {
+	b := make([]byte, secretBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating run secret: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// AddSecretTemplate adds to every task of job a template that renders the
+// run's secret from its Variable into ${NOMAD_SECRETS_DIR}/nomad-train.secret;
+// the train driver sets NOMAD_TRAIN_SECRET_FILE when that file exists.
+// Nomad renders templates before it starts the task. The secret itself
+// never enters the job (nor its meta, nor what `nomad job inspect` shows).
+// Tasks that already have the template are left alone.
+func AddSecretTemplate(job *api.Job) {
+	dest := "secrets/" + SecretFileName
+	tmpl := fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretPath(*job.ID), SecretItem)
+	for _, g := range job.TaskGroups {
+	tasks:
+		for _, t := range g.Tasks {
+			for _, tp := range t.Templates {
+				if tp.DestPath != nil && *tp.DestPath == dest {
+					continue tasks
+				}
+			}
+			t.Templates = append(t.Templates, &api.Template{
+				EmbeddedTmpl: new(tmpl),
+				DestPath:     new(dest),
+				ChangeMode:   new("restart"),
+				Perms:        new("0400"),
+			})
+		}
+	}
+}
+
+// CapacityError says which task groups of a plan could not be placed.
+type CapacityError struct {
+	// Groups maps a task group to why its allocations did not fit.
+	Groups map[string]string
+}
+
+func (e *CapacityError) Error() string {
+	var parts []string
+	for _, g := range sortedKeys(e.Groups) {
+		parts = append(parts, fmt.Sprintf("group %q: %s", g, e.Groups[g]))
+	}
+	return fmt.Sprintf("%v: %s", ErrInsufficientCapacity, strings.Join(parts, "; "))
+}
+
+// Unwrap makes errors.Is(err, ErrInsufficientCapacity) true.
+func (e *CapacityError) Unwrap() error { return ErrInsufficientCapacity }
+
+// Admit is gang admission on a plan: nil when every allocation of the job
+// can be placed now, a *CapacityError when any cannot (Nomad would place
+// part of the gang and block the rest).
+func Admit(plan *api.JobPlanResponse) error {
+	if plan == nil || len(plan.FailedTGAllocs) == 0 {
+		return nil
+	}
+	e := &CapacityError{Groups: map[string]string{}}
+	for g, m := range plan.FailedTGAllocs {
+		e.Groups[g] = DescribeMetric(m)
+	}
+	return e
+}
+
+// SubmitOptions configure Submit.
+type SubmitOptions struct {
+	// WaitForCapacity re-plans (with backoff) until the whole gang fits,
+	// instead of refusing at once.
+	WaitForCapacity bool
+	// OnBlocked is called each time a plan says the gang does not fit yet.
+	OnBlocked func(error)
+	// Secret is the run secret; empty generates one with NewSecret.
+	Secret string
+	Logger hclog.Logger
+	// Jitter scales backoff delays (see FollowOptions).
+	Jitter func(time.Duration) time.Duration
+	// PlanInterval is the first delay between plans while waiting
+	// (default 2 s), doubling up to a minute.
+	PlanInterval time.Duration
+}
+
+// Submission is a registered run.
+type Submission struct {
+	JobID    string
+	EvalID   string
+	Warnings string
+}
+
+// Submit admits and registers job: it plans it first and refuses (or, with
+// WaitForCapacity, waits) unless every worker can be placed; it writes the
+// run's secret to its Variable, adds the template that delivers it, and
+// registers the job.
+func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submission, error) {
+	if job.ID == nil || *job.ID == "" {
+		return nil, fmt.Errorf("submitting job: job has no ID")
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.PlanInterval == 0 {
+		o.PlanInterval = 2 * time.Second
+	}
+	if o.Jitter == nil {
+		o.Jitter = func(d time.Duration) time.Duration { return d }
+	}
+	log := o.Logger.Named("submit").With("job", *job.ID)
+	AddSecretTemplate(job)
+	delay := o.PlanInterval
+	for {
+		plan, err := c.Plan(ctx, job)
+		if err != nil {
+			return nil, fmt.Errorf("planning job %q: %w", *job.ID, err)
+		}
+		err = Admit(plan)
+		if err == nil {
+			break
+		}
+		if !o.WaitForCapacity {
+			return nil, err
+		}
+		if o.OnBlocked != nil {
+			o.OnBlocked(err)
+		}
+		log.Info("gang does not fit yet; waiting", "reason", err, "retry_in", delay)
+		if err := sleep(ctx, o.Jitter(delay)); err != nil {
+			return nil, fmt.Errorf("waiting for capacity: %w", err)
+		}
+		delay = min(2*delay, time.Minute)
+	}
+	secret := o.Secret
+	if secret == "" {
+		var err error
+		if secret, err = NewSecret(); err != nil {
+			return nil, err
+		}
+	}
+	v := &api.Variable{Path: SecretPath(*job.ID), Items: api.VariableItems{SecretItem: secret}}
+	if job.Namespace != nil {
+		v.Namespace = *job.Namespace
+	}
+	if err := c.PutVariable(ctx, v); err != nil {
+		return nil, fmt.Errorf("storing run secret: %w", err)
+	}
+	resp, err := c.Register(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("registering job %q: %w", *job.ID, err)
+	}
+	return &Submission{JobID: *job.ID, EvalID: resp.EvalID, Warnings: resp.Warnings}, nil
+}
+
+// Stop stops a run's job; purge also removes the job and its secret.
+func Stop(ctx context.Context, c API, jobID, namespace string, purge bool) error {
+	if err := c.Deregister(ctx, jobID, purge); err != nil {
+		return fmt.Errorf("stopping job %q: %w", jobID, err)
+	}
+	if purge {
+		if err := c.DeleteVariable(ctx, SecretPath(jobID), namespace); err != nil {
+			return fmt.Errorf("deleting run secret: %w", err)
+		}
+	}
+	return nil
+}
+
+// Run is a training run found on the cluster: a job with the
+// nomad_train_run meta key.
+type Run struct {
+	Name        string
+	JobID       string
+	Status      string
+	StoragePath string
+}
+
+// ListRuns lists the training runs on the cluster.
+func ListRuns(ctx context.Context, c API) ([]Run, error) {
+	jobs, err := c.Jobs(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("listing jobs: %w", err)
+	}
+	var out []Run
+	for _, j := range jobs {
+		name, ok := j.Meta[trainhcl.MetaRun]
+		if !ok {
+			continue
+		}
+		out = append(out, Run{Name: name, JobID: j.ID, Status: j.Status, StoragePath: j.Meta[trainhcl.MetaStoragePath]})
+	}
+	return out, nil
+}

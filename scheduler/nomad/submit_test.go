@@ -1,0 +1,160 @@
+package nomad
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+func testJob(id string, count int) *api.Job {
+	job := api.NewBatchJob(id, id, "", 50)
+	job.Meta = map[string]string{trainhcl.MetaRun: id, trainhcl.MetaStoragePath: "/srv/results"}
+	g := api.NewTaskGroup(trainhcl.WorkerGroup, count)
+	g.Tasks = []*api.Task{api.NewTask(trainhcl.WorkerTask, trainhcl.Driver)}
+	job.TaskGroups = []*api.TaskGroup{g}
+	return job
+}
+
+func newTestClient(t *testing.T) (*nomadtest.Server, *Client) {
+	t.Helper()
+	srv := nomadtest.New(t)
+	c, err := NewClient(Config{Address: srv.URL})
+	must.NoError(t, err)
+	return srv, c
+}
+
+var gpuShortage = map[string]*api.AllocationMetric{"worker": {
+	NodesEvaluated: 3, NodesExhausted: 3, DimensionExhausted: map[string]int{"devices: nvidia/gpu": 3},
+}}
+
+func TestSubmit(t *testing.T) {
+	t.Run("plans, stores the secret, then registers", func(t *testing.T) {
+		srv, c := newTestClient(t)
+		sub, err := Submit(context.Background(), c, testJob("mnist", 2), SubmitOptions{Secret: "s3cr3t-value"})
+		must.NoError(t, err)
+		must.Eq(t, "mnist", sub.JobID)
+		must.Eq(t, "eval-mnist", sub.EvalID)
+		must.Eq(t, []string{"PUT /v1/job/mnist/plan", "PUT /v1/var/nomad/jobs/mnist", "PUT /v1/jobs"}, srv.Requests())
+
+		v := srv.Variable("nomad/jobs/mnist")
+		must.NotNil(t, v)
+		must.Eq(t, "s3cr3t-value", v.Items[SecretItem])
+
+		job := srv.Job("mnist")
+		b, err := json.Marshal(job)
+		must.NoError(t, err)
+		must.StrNotContains(t, string(b), "s3cr3t-value")
+		task := job.TaskGroups[0].Tasks[0]
+		must.Len(t, 1, task.Templates)
+		must.Eq(t, `{{ with nomadVar "nomad/jobs/mnist" }}{{ .secret }}{{ end }}`, *task.Templates[0].EmbeddedTmpl)
+		must.Eq(t, "secrets/nomad-train.secret", *task.Templates[0].DestPath)
+		must.MapNotContainsKey(t, task.Env, workerenv.SecretFile) // the driver's to set
+		must.Eq(t, "0400", *task.Templates[0].Perms)
+	})
+	t.Run("generates a fresh secret per run", func(t *testing.T) {
+		srv, c := newTestClient(t)
+		_, err := Submit(context.Background(), c, testJob("a", 1), SubmitOptions{})
+		must.NoError(t, err)
+		_, err = Submit(context.Background(), c, testJob("b", 1), SubmitOptions{})
+		must.NoError(t, err)
+		sa, sb := srv.Variable("nomad/jobs/a").Items[SecretItem], srv.Variable("nomad/jobs/b").Items[SecretItem]
+		must.Eq(t, 2*secretBytes, len(sa))
+		must.NotEq(t, sa, sb)
+	})
+	t.Run("refuses a gang that does not fit, before registering", func(t *testing.T) {
+		srv, c := newTestClient(t)
+		srv.FailPlans(gpuShortage)
+		_, err := Submit(context.Background(), c, testJob("mnist", 4), SubmitOptions{})
+		must.ErrorIs(t, err, ErrInsufficientCapacity)
+		var ce *CapacityError
+		must.True(t, errors.As(err, &ce))
+		must.StrContains(t, ce.Groups["worker"], `exhausted "devices: nvidia/gpu" on 3`)
+		must.Eq(t, []string{"PUT /v1/job/mnist/plan"}, srv.Requests())
+		must.Nil(t, srv.Variable("nomad/jobs/mnist"))
+	})
+	t.Run("waits for capacity by planning again", func(t *testing.T) {
+		srv, c := newTestClient(t)
+		srv.FailPlans(gpuShortage, gpuShortage)
+		var blocked int
+		var delays []time.Duration
+		_, err := Submit(context.Background(), c, testJob("mnist", 4), SubmitOptions{
+			WaitForCapacity: true, PlanInterval: time.Millisecond,
+			OnBlocked: func(error) { blocked++ },
+			Jitter:    func(d time.Duration) time.Duration { delays = append(delays, d); return d },
+		})
+		must.NoError(t, err)
+		must.Eq(t, 2, blocked)
+		must.Eq(t, []time.Duration{time.Millisecond, 2 * time.Millisecond}, delays)
+		must.True(t, slices.Contains(srv.Requests(), "PUT /v1/jobs"))
+	})
+	t.Run("waiting ends with the context", func(t *testing.T) {
+		srv, c := newTestClient(t)
+		for range 50 {
+			srv.FailPlans(gpuShortage)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := Submit(ctx, c, testJob("mnist", 4), SubmitOptions{WaitForCapacity: true, PlanInterval: 5 * time.Millisecond})
+		must.ErrorIs(t, err, context.DeadlineExceeded)
+		must.False(t, slices.Contains(srv.Requests(), "PUT /v1/jobs"))
+	})
+}
+
+func TestStopPurgesSecret(t *testing.T) {
+	srv, c := newTestClient(t)
+	_, err := Submit(context.Background(), c, testJob("mnist", 1), SubmitOptions{})
+	must.NoError(t, err)
+	must.NoError(t, Stop(context.Background(), c, "mnist", "", true))
+	stopped, purged := srv.Stopped("mnist")
+	must.True(t, stopped)
+	must.True(t, purged)
+	must.Nil(t, srv.Variable("nomad/jobs/mnist"))
+
+	err = Stop(context.Background(), c, "nope", "", false)
+	must.Error(t, err)
+}
+
+func TestListRuns(t *testing.T) {
+	srv, c := newTestClient(t)
+	srv.AddJob(testJob("mnist", 2))
+	other := api.NewServiceJob("web", "web", "", 50)
+	srv.AddJob(other)
+	runs, err := ListRuns(context.Background(), c)
+	must.NoError(t, err)
+	must.Eq(t, []Run{{Name: "mnist", JobID: "mnist", Status: "running", StoragePath: "/srv/results"}}, runs)
+}
+
+func TestClientLogs(t *testing.T) {
+	srv, c := newTestClient(t)
+	rec := loadRecording(t, "gang-complete")
+	srv.Script("mnist", rec.Steps)
+	id := rec.Steps[1].Allocations[0].ID
+	srv.SetLogs(id, "stdout", "step 1 loss 0.9\nstep 2 loss 0.5\n")
+	ctx := context.Background()
+	alloc, err := c.AllocInfo(ctx, id)
+	must.NoError(t, err)
+	r, err := c.Logs(ctx, alloc, "worker", "stdout", false)
+	must.NoError(t, err)
+	defer r.Close()
+	var sb strings.Builder
+	buf := make([]byte, 64)
+	for {
+		n, err := r.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	must.Eq(t, "step 1 loss 0.9\nstep 2 loss 0.5\n", sb.String())
+}

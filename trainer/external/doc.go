@@ -1,0 +1,28 @@
+// Package external runs non-Go worker commands (a PyTorch script, say)
+// under the Go training runtime, as torchrun would: the Go process joins the
+// rendezvous, then starts the command with torchrun's environment (TorchEnv:
+// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, TORCHELASTIC_RESTART_COUNT, ...), so
+// torch.distributed.init_process_group works unchanged.
+//
+// The command talks back over two pipes with a line protocol of JSON
+// objects (Request, Reply): "checkpoint_dir" hands out a directory on the
+// run's storage, "report" records metrics and commits a checkpoint through
+// trainer.Session.Report. The Python helper nomad_train.py (package python)
+// speaks it and is put on PYTHONPATH. NOMAD_TRAIN_LATEST_CHECKPOINT names
+// the checkpoint to resume from.
+//
+// When the command fails, or the gang loses a member, the generation ends:
+// the command is stopped, the runtime joins the next generation and starts
+// the command again with the restart count raised, while the failure budget
+// lasts (torchrun's max_restarts).
+//
+// It is the builtin "external": nomad-train run wraps a command entrypoint
+// that is not a Go trainer binary (NeedsWrapper) by running itself as that
+// builtin with the command in NOMAD_TRAIN_EXTERNAL_COMMAND:
+//
+//	entrypoint {
+//	  command = "python3"
+//	  args    = ["train.py"]
+//	}
+package external

@@ -1,0 +1,368 @@
+package external
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nomad-train/nomad-train/python"
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/collective"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// Environment of the wrapper and of the command it runs.
+const (
+	// CommandEnv holds the command to run as a JSON array (argv), set by
+	// whatever starts the wrapper (nomad-train run for a command entrypoint).
+	CommandEnv = "NOMAD_TRAIN_EXTERNAL_COMMAND"
+	// RequestFDEnv is the file descriptor the command writes requests to,
+	// one JSON object per line (see Request).
+	RequestFDEnv = "NOMAD_TRAIN_REQUEST_FD"
+	// ReplyFDEnv is the file descriptor the command reads one Reply line
+	// from after each request.
+	ReplyFDEnv = "NOMAD_TRAIN_REPLY_FD"
+	// LatestCheckpointEnv is the directory of the run's latest committed
+	// checkpoint, empty when there is none: what to resume from.
+	LatestCheckpointEnv = "NOMAD_TRAIN_LATEST_CHECKPOINT"
+)
+
+// BuiltinName is the builtin that runs the command in CommandEnv.
+const BuiltinName = "external"
+
+// Request is one line the command writes to RequestFDEnv.
+type Request struct {
+	// Op is "report" (record Metrics and, when Checkpoint is a directory,
+	// commit its files as a checkpoint: collective, every rank reports in
+	// step) or "checkpoint_dir" (get a fresh directory on the run's storage
+	// to write a checkpoint into).
+	Op         string         `json:"op"`
+	Metrics    map[string]any `json:"metrics,omitempty"`
+	Checkpoint string         `json:"checkpoint,omitempty"`
+}
+
+// Reply answers one Request.
+type Reply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Path is the new directory (checkpoint_dir) or the committed
+	// checkpoint (report with a checkpoint).
+	Path string `json:"path,omitempty"`
+}
+
+// ErrCommandFailed is wrapped when the command exits unsuccessfully. It
+// also wraps collective.ErrPeerLost: as with torchrun, a failed worker
+// process fails the worker group, which restarts in the next rendezvous
+// generation from the latest checkpoint while the failure budget lasts.
+var ErrCommandFailed = errors.New("worker command failed")
+
+// Train is the training function of the builtin "external": it runs the
+// command named by CommandEnv.
+func Train(ctx context.Context, s *trainer.Session) error {
+	var argv []string
+	if err := json.Unmarshal([]byte(os.Getenv(CommandEnv)), &argv); err != nil || len(argv) == 0 {
+		return fmt.Errorf("%s must be a non-empty JSON array of strings: %q", CommandEnv, os.Getenv(CommandEnv))
+	}
+	return Runner{Argv: argv}.Train(ctx, s)
+}
+
+// Runner runs one non-Go worker command per rendezvous generation.
+type Runner struct {
+	Argv []string
+	// Stdout and Stderr receive the command's output (default: this
+	// process's).
+	Stdout, Stderr io.Writer
+	// StopGrace is how long the command has between SIGTERM and SIGKILL
+	// when the generation breaks (default 5s).
+	StopGrace time.Duration
+}
+
+// Topology is what the torchrun environment is made of.
+type Topology struct {
+	MasterAddr                string
+	MasterPort                int
+	Rank, WorldSize           int
+	LocalRank, LocalWorldSize int
+	GroupRank, GroupWorldSize int
+	RestartCount, MaxRestarts int
+	RunID                     string
+}
+
+// TorchEnv returns the variables torchrun gives each worker, so that
+// torch.distributed.init_process_group("gloo"/"nccl") with the env://
+// method works unchanged.
+func TorchEnv(t Topology) []string {
+	kv := func(k string, v any) string { return fmt.Sprintf("%s=%v", k, v) }
+	return []string{
+		kv("MASTER_ADDR", t.MasterAddr), kv("MASTER_PORT", t.MasterPort),
+		kv("RANK", t.Rank), kv("WORLD_SIZE", t.WorldSize),
+		kv("LOCAL_RANK", t.LocalRank), kv("LOCAL_WORLD_SIZE", t.LocalWorldSize),
+		kv("GROUP_RANK", t.GroupRank), kv("GROUP_WORLD_SIZE", t.GroupWorldSize),
+		kv("ROLE_RANK", t.Rank), kv("ROLE_WORLD_SIZE", t.WorldSize), kv("ROLE_NAME", "default"),
+		kv("TORCHELASTIC_RESTART_COUNT", t.RestartCount), kv("TORCHELASTIC_MAX_RESTARTS", t.MaxRestarts),
+		kv("TORCHELASTIC_RUN_ID", t.RunID),
+	}
+}
+
+// hostInfo is what each rank tells the others before starting its command.
+type hostInfo struct {
+	Addr string `json:"addr,omitempty"` // rank 0: host:port of the torch store
+	Node int    `json:"node"`
+}
+
+// topology agrees on the master address (rank 0's host, a free port there)
+// and counts the nodes.
+func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (Topology, error) {
+	mine := hostInfo{Node: s.NodeRank()}
+	if s.WorldRank() == 0 {
+		host, _, err := net.SplitHostPort(env.Addr)
+		if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		port, err := freePort(host)
+		if err != nil {
+			return Topology{}, err
+		}
+		mine.Addr = net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return Topology{}, err
+	}
+	all, err := s.AllGather(ctx, b)
+	if err != nil {
+		return Topology{}, fmt.Errorf("share torch master address: %w", err)
+	}
+	var t Topology
+	for r, raw := range all {
+		var h hostInfo
+		if err := json.Unmarshal(raw, &h); err != nil {
+			return Topology{}, fmt.Errorf("decode rank %d host info: %w", r, err)
+		}
+		t.GroupWorldSize = max(t.GroupWorldSize, h.Node+1)
+		if r == 0 {
+			host, port, err := net.SplitHostPort(h.Addr)
+			if err != nil {
+				return Topology{}, fmt.Errorf("rank 0 master address %q: %w", h.Addr, err)
+			}
+			t.MasterAddr = host
+			t.MasterPort, _ = strconv.Atoi(port)
+		}
+	}
+	t.Rank, t.WorldSize = s.WorldRank(), s.WorldSize()
+	t.LocalRank, t.LocalWorldSize = s.LocalRank(), s.LocalWorldSize()
+	t.GroupRank = s.NodeRank()
+	t.RestartCount = int(s.Generation()) - 1
+	t.MaxRestarts = env.MaxFailures
+	t.RunID = env.RunName
+	return t, nil
+}
+
+// freePort asks the kernel for a port that is free on host now.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port for the torch store: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Train runs the command for this generation: it agrees on the torchrun
+// environment with its peers, starts the command with it, answers the
+// command's requests until it exits, and stops it when ctx ends (the
+// generation broke or the run stops).
+func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
+	env, err := workerenv.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	topo, err := topology(ctx, s, env)
+	if err != nil {
+		return err
+	}
+	helperDir, err := os.MkdirTemp("", "nomad-train-py-")
+	if err != nil {
+		return fmt.Errorf("make python helper dir: %w", err)
+	}
+	defer os.RemoveAll(helperDir)
+	if err := os.WriteFile(filepath.Join(helperDir, python.HelperName), python.Helper(), 0o644); err != nil {
+		return fmt.Errorf("write python helper: %w", err)
+	}
+
+	// Two pipes: requests from the command, replies to it.
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("make request pipe: %w", err)
+	}
+	defer reqR.Close()
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqW.Close()
+		return fmt.Errorf("make reply pipe: %w", err)
+	}
+	defer repW.Close()
+
+	cmd := exec.Command(r.Argv[0], r.Argv[1:]...)
+	cmd.Stdout, cmd.Stderr = orStd(r.Stdout, os.Stdout), orStd(r.Stderr, os.Stderr)
+	cmd.ExtraFiles = []*os.File{reqW, repR} // fds 3 and 4
+	latest := ""
+	if ck := s.GetCheckpoint(); ck != nil {
+		latest = ck.Path()
+	}
+	cmd.Env = append(os.Environ(), TorchEnv(topo)...)
+	cmd.Env = append(cmd.Env,
+		RequestFDEnv+"=3", ReplyFDEnv+"=4", LatestCheckpointEnv+"="+latest,
+		"PYTHONPATH="+joinPath(helperDir, os.Getenv("PYTHONPATH")))
+	if os.Getenv("OMP_NUM_THREADS") == "" {
+		cmd.Env = append(cmd.Env, "OMP_NUM_THREADS=1") // torchrun's default
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	reqW.Close()
+	repR.Close()
+	if err != nil {
+		return fmt.Errorf("%w: start %v: %w", ErrCommandFailed, r.Argv, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	reqs := make(chan Request)
+	readErr := make(chan error, 1)
+	readCtx, stopRead := context.WithCancel(ctx)
+	defer stopRead()
+	go readRequests(readCtx, reqR, reqs, readErr)
+
+	enc := json.NewEncoder(repW)
+	for {
+		select {
+		case req := <-reqs:
+			if err := enc.Encode(r.handle(ctx, s, req)); err != nil {
+				s.Logger().Warn("reply to worker command", "error", err)
+			}
+		case err := <-readErr:
+			// The command closed its end (it exited, or broke the
+			// protocol): wait for its exit status.
+			if err != nil {
+				s.Logger().Warn("worker command protocol", "error", err)
+			}
+			readErr = nil
+		case err := <-exited:
+			if err != nil {
+				return fmt.Errorf("%w: %w: %v: %w", ErrCommandFailed, collective.ErrPeerLost, r.Argv, err)
+			}
+			return nil
+		case <-ctx.Done():
+			r.stop(cmd, exited)
+			return ctx.Err()
+		}
+	}
+}
+
+// handle answers one request.
+func (r Runner) handle(ctx context.Context, s *trainer.Session, req Request) Reply {
+	switch req.Op {
+	case "checkpoint_dir":
+		dir, err := s.NewCheckpointDir()
+		if err != nil {
+			return Reply{Error: err.Error()}
+		}
+		return Reply{OK: true, Path: dir}
+	case "report":
+		var ck *trainer.Checkpoint
+		if req.Checkpoint != "" {
+			ck = trainer.CheckpointFromDirectory(req.Checkpoint)
+		}
+		if err := s.Report(ctx, trainer.Metrics(req.Metrics), ck); err != nil {
+			return Reply{Error: err.Error()}
+		}
+		rep := Reply{OK: true}
+		if ck != nil && s.GetCheckpoint() != nil {
+			rep.Path = s.GetCheckpoint().Path()
+		}
+		return rep
+	}
+	return Reply{Error: fmt.Sprintf("unknown op %q (want report or checkpoint_dir)", req.Op)}
+}
+
+// maxRequestLine bounds one request line (metrics are small).
+const maxRequestLine = 1 << 20
+
+// readRequests decodes request lines until the pipe closes.
+func readRequests(ctx context.Context, rd io.Reader, out chan<- Request, done chan<- error) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), maxRequestLine)
+	for sc.Scan() {
+		req, err := DecodeRequest(sc.Bytes())
+		if err != nil {
+			done <- err
+			return
+		}
+		select {
+		case out <- req:
+		case <-ctx.Done():
+			done <- nil
+			return
+		}
+	}
+	done <- sc.Err()
+}
+
+// DecodeRequest decodes one request line; unknown fields are errors.
+func DecodeRequest(line []byte) (Request, error) {
+	var req Request
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return Request{}, fmt.Errorf("decode request %.100q: %w", line, err)
+	}
+	if req.Op == "" {
+		return Request{}, fmt.Errorf("decode request %.100q: no op", line)
+	}
+	return req, nil
+}
+
+// stop ends the command's process group: SIGTERM, then SIGKILL after the
+// grace period.
+func (r Runner) stop(cmd *exec.Cmd, exited <-chan error) {
+	pg := -cmd.Process.Pid
+	syscall.Kill(pg, syscall.SIGTERM)
+	grace := r.StopGrace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-exited:
+	case <-t.C:
+		syscall.Kill(pg, syscall.SIGKILL)
+		<-exited
+	}
+	syscall.Kill(pg, syscall.SIGKILL) // anything it left behind
+}
+
+func orStd(w io.Writer, def *os.File) io.Writer {
+	if w == nil {
+		return def
+	}
+	return w
+}
+
+func joinPath(dir, rest string) string {
+	if rest == "" {
+		return dir
+	}
+	return dir + string(os.PathListSeparator) + rest
+}

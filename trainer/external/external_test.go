@@ -1,0 +1,74 @@
+package external
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// The torchrun variables a worker needs are all there, with their values.
+func TestTorchEnv(t *testing.T) {
+	env := TorchEnv(Topology{MasterAddr: "10.0.0.1", MasterPort: 29500, Rank: 3, WorldSize: 4,
+		LocalRank: 1, LocalWorldSize: 2, GroupRank: 1, GroupWorldSize: 2, RestartCount: 2, MaxRestarts: 5, RunID: "r"})
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	for k, v := range map[string]string{
+		"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4",
+		"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
+		"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "5", "TORCHELASTIC_RUN_ID": "r",
+	} {
+		must.Eq(t, v, got[k], must.Sprint(k))
+	}
+}
+
+func TestDecodeRequest(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		ok   bool
+	}{
+		{`{"op":"report","metrics":{"loss":0.5},"checkpoint":"/d"}`, true},
+		{`{"op":"checkpoint_dir"}`, true},
+		{`{"metrics":{}}`, false},
+		{`{"op":"report","extra":1}`, false},
+		{`not json`, false},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			req, err := DecodeRequest([]byte(tc.line))
+			if !tc.ok {
+				must.Error(t, err)
+				return
+			}
+			must.NoError(t, err)
+			must.NotEq(t, "", req.Op)
+		})
+	}
+}
+
+// Go binaries built with this module run as they are; anything else is
+// wrapped.
+func TestNeedsWrapper(t *testing.T) {
+	exe, err := os.Executable() // this test binary depends on the module
+	must.NoError(t, err)
+	must.False(t, NeedsWrapper(exe))
+	sh, err := exec.LookPath("sh")
+	must.NoError(t, err)
+	must.True(t, NeedsWrapper(sh))
+	must.False(t, NeedsWrapper("no-such-command-here"))
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(`{"op":"report","metrics":{"a":1}}`))
+	f.Add([]byte(`{"op":"checkpoint_dir"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := DecodeRequest(b)
+		if err == nil && req.Op == "" {
+			t.Fatal("accepted a request without op")
+		}
+	})
+}

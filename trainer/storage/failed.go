@@ -1,0 +1,101 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// FailedFile marks a run that failed for good: its training function
+// failed, or its failure budget is spent. Restarting a worker cannot help
+// it, so the Nomad driver refuses to start its workers (Nomad then stops
+// restarting them) and workers waiting to re-form the gang give up. A
+// deliberate new run (`nomad-train run`) removes it; so may the user.
+const FailedFile = "FAILED.json"
+
+// Failure is the content of FailedFile.
+type Failure struct {
+	Reason   string    `json:"reason"`
+	ExitCode int       `json:"exit_code"`
+	Time     time.Time `json:"time"`
+}
+
+// MarkFailed records that the run under root/run failed for good. It
+// writes atomically (temporary file, rename), so readers see all or nothing.
+func MarkFailed(root, run string, f Failure) error {
+	dir, err := runDir(root, run)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("mark run failed: %w", err)
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("mark run failed: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-failed-")
+	if err != nil {
+		return fmt.Errorf("mark run failed: %w", err)
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, FailedFile))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("mark run failed: %w", err)
+	}
+	return nil
+}
+
+// FailedForGood returns the run's failure record when it failed for good.
+func FailedForGood(root, run string) (Failure, bool, error) {
+	dir, err := runDir(root, run)
+	if err != nil {
+		return Failure{}, false, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, FailedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Failure{}, false, nil
+	}
+	if err != nil {
+		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
+	}
+	var f Failure
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Failure{}, false, fmt.Errorf("read failure mark %s: %w", filepath.Join(dir, FailedFile), err)
+	}
+	return f, true, nil
+}
+
+// ClearFailed removes the mark, for a deliberate new attempt at the run.
+func ClearFailed(root, run string) error {
+	dir, err := runDir(root, run)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, FailedFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("clear failure mark: %w", err)
+	}
+	return nil
+}
+
+// runDir is root/run for a local root, checked as Open checks it.
+func runDir(root, run string) (string, error) {
+	dir, err := localRoot(root)
+	if err != nil {
+		return "", err
+	}
+	if err := checkRunName(run); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, run), nil
+}

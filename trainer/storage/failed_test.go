@@ -1,0 +1,38 @@
+package storage
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestFailedMark(t *testing.T) {
+	root := t.TempDir()
+	_, ok, err := FailedForGood(root, "r")
+	must.NoError(t, err)
+	must.False(t, ok)
+
+	at := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	must.NoError(t, MarkFailed(root, "r", Failure{Reason: "failure budget exhausted", ExitCode: 5, Time: at}))
+	f, ok, err := FailedForGood(root, "r")
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.Eq(t, Failure{Reason: "failure budget exhausted", ExitCode: 5, Time: at}, f)
+
+	// The run's storage still opens, and the mark is no debris to clean.
+	st, err := Open(root, "r", Policy{})
+	must.NoError(t, err)
+	must.NoError(t, st.Close())
+	_, ok, _ = FailedForGood(root, "r")
+	must.True(t, ok)
+
+	must.NoError(t, ClearFailed(root, "r"))
+	must.NoError(t, ClearFailed(root, "r")) // idempotent
+	_, ok, err = FailedForGood(root, "r")
+	must.NoError(t, err)
+	must.False(t, ok)
+
+	_, _, err = FailedForGood("s3://bucket", "r")
+	must.ErrorIs(t, err, ErrUnsupportedScheme)
+}
