@@ -121,7 +121,7 @@ var trainSchema = &hcl.BodySchema{
 		{Name: "priority"}, {Name: "meta"}, {Name: "env"}, {Name: "config"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
-		{Type: "entrypoint"}, {Type: "scaling"}, {Type: "run"}, {Type: "rendezvous"},
+		{Type: "entrypoint"}, {Type: "scaling"}, {Type: "run"}, {Type: "rendezvous"}, {Type: "tune"},
 	},
 }
 
@@ -211,6 +211,11 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if r := d.single(c, "rendezvous"); r != nil {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
+	}
+	if t := d.single(c, "tune"); t != nil {
+		s.Tune = d.tune(t)
+	} else if attr := a["config"]; attr != nil {
+		d.noSearchSpace(attr, s.ConfigJSON)
 	}
 	return s
 }

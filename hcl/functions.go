@@ -13,7 +13,7 @@ import (
 // reads files, the clock or the environment, and nothing whose cost grows
 // with a number written in the spec (range, pow) rather than its size.
 func Functions() map[string]function.Function {
-	return map[string]function.Function{
+	fns := map[string]function.Function{
 		"abs":        stdlib.AbsoluteFunc,
 		"ceil":       stdlib.CeilFunc,
 		"coalesce":   stdlib.CoalesceFunc,
@@ -48,6 +48,10 @@ func Functions() map[string]function.Function {
 		"upper":      stdlib.UpperFunc,
 		"values":     stdlib.ValuesFunc,
 	}
+	for name, fn := range TuneFunctions() { // search-space functions (tune.go)
+		fns[name] = fn
+	}
+	return fns
 }
 
 // FunctionNames lists the allowed function names, sorted.

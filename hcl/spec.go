@@ -84,6 +84,8 @@ type Spec struct {
 	Scaling    Scaling
 	Run        Run
 	Rendezvous Rendezvous
+	// Tune is the tune block (nomad-train tune), or nil.
+	Tune *Tune `json:",omitempty"`
 
 	// ranges remembers where some settings were written, for diagnostics
 	// raised after decoding (by Compile).

@@ -1,0 +1,257 @@
+package hcl
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+)
+
+// Tune is the tune {} block: hyperparameter tuning of the train block's
+// config (run with `nomad-train tune train.hcl`). The search space is the
+// config itself, with search-space functions (see TuneFunctions) in place
+// of values; they reach ConfigJSON in their JSON form, {"loguniform":
+// [0.0001, 0.1]}, which package scheduler/tune reads.
+type Tune struct {
+	NumSamples          int
+	MaxConcurrentTrials int
+	Metric              string `json:",omitempty"`
+	Mode                string `json:",omitempty"` // "min" or "max"
+	TimeAttr            string `json:",omitempty"`
+	TimeBudget          time.Duration
+	Searcher            string // "random" (default) or "grid"
+	Seed                int
+	MaxFailures         int // per trial; -1 unlimited
+	Scheduler           TuneScheduler
+}
+
+// TuneScheduler is the tune block's scheduler {} block. Zero values are the
+// scheduler's defaults.
+type TuneScheduler struct {
+	Type                 string // "fifo" (default), "asha", "median" or "pbt"
+	MaxT                 float64
+	GracePeriod          float64
+	ReductionFactor      float64
+	Brackets             int
+	MinSamplesRequired   int
+	PerturbationInterval float64
+	BurnInPeriod         float64
+	QuantileFraction     float64
+	ResampleProbability  float64
+	// HyperparamMutationsJSON is hyperparam_mutations as JSON (search-space
+	// functions in their JSON form, lists as lists), or nil.
+	HyperparamMutationsJSON []byte `json:",omitempty"`
+}
+
+// Search-space function names, usable anywhere inside config = {...}.
+var searchSpaceFuncs = []string{"uniform", "quniform", "loguniform", "randint", "choice", "grid_search"}
+
+// TuneFunctions returns the search-space functions: uniform(lo, hi),
+// quniform(lo, hi, q), loguniform(lo, hi), randint(lo, hi) (hi excluded),
+// choice(list) and grid_search(list). Each returns the function's JSON
+// form, an object with one key, e.g. { loguniform = [0.0001, 0.1] }.
+func TuneFunctions() map[string]function.Function {
+	fns := map[string]function.Function{}
+	for _, name := range searchSpaceFuncs[:4] {
+		n := 2
+		if name == "quniform" {
+			n = 3
+		}
+		fns[name] = numberSpaceFunc(name, n)
+	}
+	for _, name := range searchSpaceFuncs[4:] {
+		fns[name] = listSpaceFunc(name)
+	}
+	return fns
+}
+
+func numberSpaceFunc(name string, n int) function.Function {
+	params := make([]function.Parameter, n)
+	for i := range params {
+		params[i] = function.Parameter{Name: []string{"lower", "upper", "q"}[i], Type: cty.Number}
+	}
+	elems := make([]cty.Type, n)
+	for i := range elems {
+		elems[i] = cty.Number
+	}
+	ret := cty.Object(map[string]cty.Type{name: cty.Tuple(elems)})
+	return function.New(&function.Spec{
+		Params: params,
+		Type:   function.StaticReturnType(ret),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			lo, _ := args[0].AsBigFloat().Float64()
+			hi, _ := args[1].AsBigFloat().Float64()
+			switch {
+			case !(lo < hi):
+				return cty.NilVal, function.NewArgErrorf(1, "%s: the upper bound must exceed the lower bound %v", name, lo)
+			case name == "loguniform" && lo <= 0:
+				return cty.NilVal, function.NewArgErrorf(0, "loguniform: the lower bound must be positive")
+			case name == "randint" && (lo != math.Trunc(lo) || hi != math.Trunc(hi)):
+				return cty.NilVal, function.NewArgErrorf(0, "randint: the bounds must be whole numbers")
+			}
+			if name == "quniform" {
+				if q, _ := args[2].AsBigFloat().Float64(); q <= 0 {
+					return cty.NilVal, function.NewArgErrorf(2, "quniform: the step must be positive")
+				}
+			}
+			return cty.ObjectVal(map[string]cty.Value{name: cty.TupleVal(args)}), nil
+		},
+	})
+}
+
+func listSpaceFunc(name string) function.Function {
+	return function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "values", Type: cty.DynamicPseudoType}},
+		Type: func(args []cty.Value) (cty.Type, error) {
+			ty := args[0].Type()
+			if !ty.IsTupleType() && !ty.IsListType() && !ty.IsSetType() {
+				return cty.NilType, function.NewArgErrorf(0, "%s takes a list of values, such as %s([16, 32, 64])", name, name)
+			}
+			return cty.Object(map[string]cty.Type{name: ty}), nil
+		},
+		Impl: func(args []cty.Value, ret cty.Type) (cty.Value, error) {
+			if args[0].IsKnown() && !args[0].IsNull() && args[0].LengthInt() == 0 {
+				return cty.NilVal, function.NewArgErrorf(0, "%s needs at least one value", name)
+			}
+			return cty.ObjectVal(map[string]cty.Value{name: args[0]}), nil
+		},
+	})
+}
+
+var (
+	tuneSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "num_samples"}, {Name: "max_concurrent_trials"}, {Name: "metric"}, {Name: "mode"},
+			{Name: "time_attr"}, {Name: "time_budget"}, {Name: "searcher"}, {Name: "seed"}, {Name: "max_failures"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}},
+	}
+	tuneSchedulerSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "type", Required: true}, {Name: "max_t"}, {Name: "grace_period"}, {Name: "reduction_factor"},
+			{Name: "brackets"}, {Name: "min_samples_required"}, {Name: "perturbation_interval"},
+			{Name: "burn_in_period"}, {Name: "quantile_fraction"}, {Name: "resample_probability"},
+			{Name: "hyperparam_mutations"},
+		},
+	}
+)
+
+// tune decodes a tune block.
+func (d *decoder) tune(b *hcl.Block) *Tune {
+	t := &Tune{NumSamples: 1, MaxConcurrentTrials: 1, Searcher: "random"}
+	c := d.content(b.Body, tuneSchema)
+	a := c.Attributes
+	d.integer(a["num_samples"], &t.NumSamples, 1, 100000)
+	d.integer(a["max_concurrent_trials"], &t.MaxConcurrentTrials, 1, 10000)
+	d.nonEmpty(a["metric"], &t.Metric)
+	d.enum(a["mode"], &t.Mode, "min", "max")
+	d.nonEmpty(a["time_attr"], &t.TimeAttr)
+	d.enum(a["searcher"], &t.Searcher, "random", "grid")
+	d.integer(a["seed"], &t.Seed, 0, math.MaxInt32)
+	d.integer(a["max_failures"], &t.MaxFailures, -1, math.MaxInt32)
+	if attr := a["time_budget"]; attr != nil {
+		var s string
+		if d.str(attr, &s) {
+			if dur, err := time.ParseDuration(s); err != nil || dur <= 0 {
+				d.errorf(attr, "Invalid duration", "time_budget must be a positive duration such as \"30m\" or \"2h\"; got %q.", s)
+			} else {
+				t.TimeBudget = dur
+			}
+		}
+	}
+	if (t.Metric == "") != (t.Mode == "") && !d.diags.HasErrors() {
+		d.rangeErrorf(b.DefRange, "Metric and mode go together", "Set both metric and mode (\"min\" or \"max\"), or neither.")
+	}
+	if sb := d.single(c, "scheduler"); sb != nil {
+		t.Scheduler = d.tuneScheduler(sb)
+		if t.Scheduler.Type != "" && t.Scheduler.Type != "fifo" && t.Metric == "" {
+			d.rangeErrorf(sb.DefRange, "Scheduler needs a metric", "The %s scheduler ranks trials: set metric and mode in the tune block.", t.Scheduler.Type)
+		}
+	}
+	return t
+}
+
+func (d *decoder) tuneScheduler(b *hcl.Block) TuneScheduler {
+	var s TuneScheduler
+	c := d.content(b.Body, tuneSchedulerSchema)
+	a := c.Attributes
+	d.enum(a["type"], &s.Type, "fifo", "asha", "median", "pbt")
+	d.positive(a["max_t"], &s.MaxT)
+	d.positive(a["grace_period"], &s.GracePeriod)
+	d.positive(a["reduction_factor"], &s.ReductionFactor)
+	d.integer(a["brackets"], &s.Brackets, 1, 16)
+	d.integer(a["min_samples_required"], &s.MinSamplesRequired, 1, math.MaxInt32)
+	d.positive(a["perturbation_interval"], &s.PerturbationInterval)
+	d.positive(a["burn_in_period"], &s.BurnInPeriod)
+	d.positive(a["quantile_fraction"], &s.QuantileFraction)
+	d.positive(a["resample_probability"], &s.ResampleProbability)
+	if attr := a["hyperparam_mutations"]; attr != nil {
+		if js, ok := d.config(attr); ok {
+			s.HyperparamMutationsJSON = js
+		}
+	}
+	if s.Type == "pbt" && s.HyperparamMutationsJSON == nil && !d.diags.HasErrors() {
+		d.rangeErrorf(b.DefRange, "Missing hyperparam_mutations", "The pbt scheduler needs hyperparam_mutations = { lr = loguniform(1e-4, 1e-1) }: the config entries it may change.")
+	}
+	return s
+}
+
+// positive reads a number greater than zero.
+func (d *decoder) positive(attr *hcl.Attribute, dst *float64) bool {
+	v, ok := d.value(attr, cty.Number)
+	if !ok {
+		return false
+	}
+	f, _ := v.AsBigFloat().Float64()
+	if !(f > 0) || math.IsInf(f, 0) {
+		d.errorf(attr, "Invalid value", "%s must be a positive number; got %v.", attr.Name, f)
+		return false
+	}
+	*dst = f
+	return true
+}
+
+// noSearchSpace reports search-space functions in the config of a spec
+// without a tune block: `nomad-train run` would hand them to the training
+// function as objects.
+func (d *decoder) noSearchSpace(attr *hcl.Attribute, configJSON []byte) {
+	var v any
+	if json.Unmarshal(configJSON, &v) != nil {
+		return
+	}
+	if name := findSearchSpace(v); name != "" {
+		d.errorf(attr, "Search space without a tune block",
+			"config uses %s(...), which only a tune block can sample; add tune { ... } and run `nomad-train tune`, or give a plain value.", name)
+	}
+}
+
+// findSearchSpace returns the name of a search-space function used inside
+// v (a decoded JSON value), or "".
+func findSearchSpace(v any) string {
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 1 {
+			for k := range x {
+				if slices.Contains(searchSpaceFuncs, k) {
+					return k
+				}
+			}
+		}
+		for _, e := range x {
+			if n := findSearchSpace(e); n != "" {
+				return n
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if n := findSearchSpace(e); n != "" {
+				return n
+			}
+		}
+	}
+	return ""
+}

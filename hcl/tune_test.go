@@ -1,0 +1,116 @@
+package hcl
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/shoenig/test/must"
+)
+
+const tuneSpec = `
+train "qs-tune" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    lr         = loguniform(1e-4, 1e-1)
+    momentum   = uniform(0.5, 0.99)
+    batch_size = choice([16, 32, 64])
+    layers     = grid_search([1, 2])
+    steps      = quniform(10, 100, 10)
+    seed       = randint(0, 1000)
+    epochs     = 9
+  }
+  tune {
+    num_samples           = 8
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    time_budget           = "30m"
+    seed                  = 7
+    max_failures          = 1
+    scheduler {
+      type             = "asha"
+      max_t            = 9
+      grace_period     = 1
+      reduction_factor = 3
+    }
+  }
+}
+`
+
+func TestTuneBlock(t *testing.T) {
+	spec, diags := Parse([]byte(tuneSpec), "train.hcl", ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.NotNil(t, spec.Tune)
+	tu := spec.Tune
+	must.EqOp(t, 8, tu.NumSamples)
+	must.EqOp(t, 2, tu.MaxConcurrentTrials)
+	must.EqOp(t, "loss", tu.Metric)
+	must.EqOp(t, "min", tu.Mode)
+	must.EqOp(t, 30*time.Minute, tu.TimeBudget)
+	must.EqOp(t, 7, tu.Seed)
+	must.EqOp(t, 1, tu.MaxFailures)
+	must.EqOp(t, "random", tu.Searcher)
+	must.Eq(t, TuneScheduler{Type: "asha", MaxT: 9, GracePeriod: 1, ReductionFactor: 3}, tu.Scheduler)
+	must.EqOp(t, `{"batch_size":{"choice":[16,32,64]},"epochs":9,"layers":{"grid_search":[1,2]},`+
+		`"lr":{"loguniform":[0.0001,0.1]},"momentum":{"uniform":[0.5,0.99]},"seed":{"randint":[0,1000]},`+
+		`"steps":{"quniform":[10,100,10]}}`, string(spec.ConfigJSON))
+
+	// Without the tune block, the search space is an error: a plain run
+	// would hand the functions' objects to the training function.
+	_, diags = Parse([]byte(tuneSpec[:strings.Index(tuneSpec, "  tune {")]+"}\n"), "train.hcl", ParseOptions{})
+	must.EqOp(t, "Search space without a tune block", diags.Errs()[0].(*hcl.Diagnostic).Summary)
+
+	// A spec with neither has no Tune.
+	plain, diags := Parse([]byte("train \"p\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = { lr = 0.1 }\n}\n"), "train.hcl", ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.Nil(t, plain.Tune)
+}
+
+func TestTuneBlockPBT(t *testing.T) {
+	spec, diags := Parse([]byte(`
+train "pbt" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = 0.01, batch_size = 32 }
+  tune {
+    metric = "loss"
+    mode   = "max"
+    searcher = "grid"
+    scheduler {
+      type                  = "pbt"
+      perturbation_interval = 2
+      hyperparam_mutations  = { lr = loguniform(1e-4, 1e-1), batch_size = [16, 32, 64] }
+    }
+  }
+}`), "train.hcl", ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.EqOp(t, "grid", spec.Tune.Searcher)
+	must.EqOp(t, 2.0, spec.Tune.Scheduler.PerturbationInterval)
+	must.EqOp(t, `{"batch_size":[16,32,64],"lr":{"loguniform":[0.0001,0.1]}}`, string(spec.Tune.Scheduler.HyperparamMutationsJSON))
+}
+
+func TestTuneBlockErrors(t *testing.T) {
+	for _, tc := range []struct{ name, body, summary string }{
+		{"bad mode", "tune {\nmetric = \"loss\"\nmode = \"up\"\n}", "Invalid value"},
+		{"metric without mode", `tune { metric = "loss" }`, "Metric and mode go together"},
+		{"bad budget", `tune { time_budget = "soon" }`, "Invalid duration"},
+		{"bad scheduler", `tune {` + "\n" + `scheduler { type = "hyperband" }` + "\n" + `}`, "Invalid value"},
+		{"scheduler without metric", `tune {` + "\n" + `scheduler { type = "asha" }` + "\n" + `}`, "Scheduler needs a metric"},
+		{"pbt without mutations", `tune {` + "\n" + `metric = "l"` + "\n" + `mode = "min"` + "\n" + `scheduler { type = "pbt" }` + "\n" + `}`, "Missing hyperparam_mutations"},
+		{"zero samples", `tune { num_samples = 0 }`, "Invalid value"},
+		{"negative max_t", `tune {` + "\n" + `metric = "l"` + "\n" + `mode = "min"` + "\n" + `scheduler {` + "\n" + `type = "asha"` + "\n" + `max_t = -1` + "\n" + `}` + "\n" + `}`, "Invalid value"},
+		{"loguniform at zero", `config = { lr = loguniform(0, 1) }`, "Invalid function argument"},
+		{"uniform reversed", `config = { lr = uniform(1, 0) }`, "Invalid function argument"},
+		{"choice of a number", `config = { lr = choice(3) }`, "Invalid function argument"},
+		{"empty grid", `config = { lr = grid_search([]) }`, "Invalid function argument"},
+		{"space without tune", `config = { opt = { lr = loguniform(1e-4, 1e-1) } }`, "Search space without a tune block"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\n" + tc.body + "\n}\n"
+			_, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+			must.True(t, diags.HasErrors())
+			must.EqOp(t, tc.summary, diags.Errs()[0].(*hcl.Diagnostic).Summary, must.Sprint(diags.Error()))
+		})
+	}
+}
