@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
@@ -41,21 +42,74 @@ func loadJSONExperiment(path string) (*experiment, error) {
 		numWorkers: spec.NumWorkers, space: space, cfg: cfg}, nil
 }
 
+// loadHCLExperiment reads a train.hcl spec with a tune block.
+func loadHCLExperiment(path string, sf *specFlags, stderr io.Writer) (*experiment, bool) {
+	spec, _, _, ok := loadSpec(path, sf, stderr)
+	if !ok {
+		return nil, false
+	}
+	if spec.Tune == nil {
+		fmt.Fprintf(stderr, "nomad-train tune: %s has no tune block; add one, or use `nomad-train run`\n", path)
+		return nil, false
+	}
+	space, err := tune.ParseSpace(spec.ConfigJSON)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train tune: %s: config: %v\n", path, err)
+		return nil, false
+	}
+	t, s := spec.Tune, spec.Tune.Scheduler
+	sc := tune.SchedulerConfig{Type: s.Type, MaxT: s.MaxT, GracePeriod: s.GracePeriod,
+		ReductionFactor: s.ReductionFactor, Brackets: s.Brackets, MinSamplesRequired: s.MinSamplesRequired,
+		PerturbationInterval: s.PerturbationInterval, BurnInPeriod: s.BurnInPeriod,
+		QuantileFraction: s.QuantileFraction, ResampleProbability: s.ResampleProbability}
+	if s.HyperparamMutationsJSON != nil {
+		if sc.HyperparamMutations, err = tune.ParseSpace(s.HyperparamMutationsJSON); err != nil {
+			fmt.Fprintf(stderr, "nomad-train tune: %s: hyperparam_mutations: %v\n", path, err)
+			return nil, false
+		}
+	}
+	x := &experiment{builtin: spec.Entrypoint.Builtin, numWorkers: spec.Scaling.NumWorkers, space: space,
+		cfg: tune.Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
+			NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
+			Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
+			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sc,
+			Checkpoint: workerenv.CheckpointPolicy{NumToKeep: spec.Run.Checkpoint.NumToKeep,
+				ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute, ScoreOrder: spec.Run.Checkpoint.ScoreOrder}}}
+	if x.builtin == "" {
+		x.command = append([]string{spec.Entrypoint.Command}, spec.Entrypoint.Args...)
+	}
+	for _, k := range sortedKeys(spec.Env) {
+		x.env = append(x.env, k+"="+spec.Env[k])
+	}
+	return x, true
+}
+
 func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("tune", "tune [flags] spec.json\n\n"+
-		"Runs the trials of an experiment on local worker processes, shows a live table,\n"+
+	fs := newFlagSet("tune", "tune [flags] train.hcl | spec.json\n\n"+
+		"Runs the trials of a spec's tune block (or of a JSON experiment spec) on local\n"+
+		"worker processes, shows a live table,\n"+
 		"and writes results.csv and results.json into the experiment directory.\n"+
 		"Running it again after a crash or Ctrl-C resumes the unfinished trials.", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
 	verbose := fs.Bool("v", false, "show the workers' output and errors, each line prefixed with its trial and rank")
+	var sf specFlags
+	sf.register(fs)
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
 	}
-	x, err := loadJSONExperiment(path)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-		return exitSpec
+	var x *experiment
+	if strings.HasSuffix(path, ".json") {
+		var err error
+		if x, err = loadJSONExperiment(path); err != nil {
+			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
+			return exitSpec
+		}
+	} else {
+		var ok bool
+		if x, ok = loadHCLExperiment(path, &sf, stderr); !ok {
+			return exitSpec
+		}
 	}
 	b := tune.NewProcesses(nil, x.numWorkers)
 	b.Env = x.env

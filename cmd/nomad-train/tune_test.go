@@ -136,3 +136,48 @@ func TestTuneTrialError(t *testing.T) {
 	must.StrContains(t, string(out), "does not split evenly over 2 workers")
 	must.StrNotContains(t, string(out), "trial_0001 failed")
 }
+
+// `nomad-train tune train.hcl` reads the tune block and the search-space
+// functions in config; -var values reach it like any spec.
+func TestTuneHCLSpec(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(`
+variable "samples" { default = 1 }
+train "qs-hcl" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    lr         = loguniform(1e-3, 1e-1)
+    batch_size = grid_search([16, 64])
+    epochs     = 3
+    samples    = 300
+  }
+  run { storage_path = "./results" }
+  tune {
+    num_samples           = var.samples
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    scheduler {
+      type         = "median"
+      grace_period = 1
+    }
+  }
+}
+`), 0o644))
+	cmd := exec.Command(bin, "tune", "-var", "samples=2", spec)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "== qs-hcl: 4 trials")
+	must.StrContains(t, string(out), "==> best trial trial_")
+	must.FileExists(t, filepath.Join(dir, "results", "qs-hcl", "results.csv"))
+
+	// A spec without a tune block is refused with a clear message.
+	plain, err := filepath.Abs("../../examples/quickstart/train.hcl")
+	must.NoError(t, err)
+	out, err = exec.Command(bin, "tune", plain).CombinedOutput()
+	must.Error(t, err)
+	must.StrContains(t, string(out), "has no tune block")
+}
