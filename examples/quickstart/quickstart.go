@@ -100,6 +100,11 @@ func Train(ctx context.Context, s *trainer.Session) error {
 		if err := s.Report(ctx, trainer.Metrics{"epoch": epoch, "loss": loss}, ck); err != nil {
 			return err
 		}
+		// Asked to stop (Ctrl-C, a Nomad stop or drain, a tuner's early
+		// stop): this epoch's checkpoint is committed, so stop here.
+		if stop, err := s.ShouldCheckpoint(ctx); err != nil || stop {
+			return err
+		}
 	}
 	return nil
 }
