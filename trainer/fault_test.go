@@ -36,20 +36,10 @@ func ftTrain(ctx context.Context, s *trainer.Session) error {
 	model, opt := dpModel()
 	start := 0
 	if ck := s.GetCheckpoint(); ck != nil {
-		f, err := os.Open(filepath.Join(ck.Path(), "model.bin"))
-		if err != nil {
+		var done int
+		if err := nn.LoadDir(ck.Path(), model, opt, &done); err != nil {
 			return err
 		}
-		err = nn.LoadState(f, model, opt)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		b, err := os.ReadFile(filepath.Join(ck.Path(), "epoch"))
-		if err != nil {
-			return err
-		}
-		done, _ := strconv.Atoi(string(b))
 		start = done + 1
 	}
 	dm, err := trainer.PrepareModel(ctx, s, model)
@@ -75,29 +65,31 @@ func ftTrain(ctx context.Context, s *trainer.Session) error {
 		if err := s.AllReduceFloat64(ctx, loss, trainer.Mean); err != nil {
 			return err
 		}
-		var ck *trainer.Checkpoint
-		if s.WorldRank() == 0 {
-			dir, err := s.NewCheckpointDir()
-			if err != nil {
-				return err
-			}
-			var buf bytes.Buffer
-			if err := nn.SaveState(&buf, model, opt); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, "model.bin"), buf.Bytes(), 0o644); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, "epoch"), []byte(strconv.Itoa(epoch)), 0o644); err != nil {
-				return err
-			}
-			ck = trainer.CheckpointFromDirectory(dir)
+		ck, err := saveOnRank0(s, model, opt, epoch)
+		if err != nil {
+			return err
 		}
 		if err := s.Report(ctx, trainer.Metrics{"epoch": epoch, "loss": loss[0]}, ck); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// saveOnRank0 checkpoints model, optimizer and meta on rank 0; the other
+// ranks contribute no files.
+func saveOnRank0(s *trainer.Session, model *nn.Sequential, opt nn.Optimizer, meta any) (*trainer.Checkpoint, error) {
+	if s.WorldRank() != 0 {
+		return nil, nil
+	}
+	dir, err := s.NewCheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := nn.SaveDir(dir, model, opt, meta); err != nil {
+		return nil, err
+	}
+	return trainer.CheckpointFromDirectory(dir), nil
 }
 
 // sharedDir is a temporary directory the test's worker processes share
@@ -247,43 +239,21 @@ const (
 func ppTrain(ctx context.Context, s *trainer.Session) error {
 	x, y := dpData()
 	model, opt := dpModel()
-	startEpoch, startBatch := 0, 0
+	var pos [2]int // epoch, batch to resume at
 	if ck := s.GetCheckpoint(); ck != nil {
-		f, err := os.Open(filepath.Join(ck.Path(), "model.bin"))
-		if err != nil {
-			return err
-		}
-		err = nn.LoadState(f, model, opt)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		b, err := os.ReadFile(filepath.Join(ck.Path(), "position"))
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Sscan(string(b), &startEpoch, &startBatch); err != nil {
+		if err := nn.LoadDir(ck.Path(), model, opt, &pos); err != nil {
 			return err
 		}
 	}
+	startEpoch, startBatch := pos[0], pos[1]
 	dm, err := trainer.PrepareModel(ctx, s, model)
 	if err != nil {
 		return err
 	}
 	save := func(epoch, batch int) error {
-		var ck *trainer.Checkpoint
-		if s.WorldRank() == 0 {
-			dir, err := s.NewCheckpointDir()
-			if err != nil {
-				return err
-			}
-			var buf bytes.Buffer
-			if err := nn.SaveState(&buf, model, opt); err != nil {
-				return err
-			}
-			os.WriteFile(filepath.Join(dir, "model.bin"), buf.Bytes(), 0o644)
-			os.WriteFile(filepath.Join(dir, "position"), []byte(fmt.Sprintf("%d %d", epoch, batch)), 0o644)
-			ck = trainer.CheckpointFromDirectory(dir)
+		ck, err := saveOnRank0(s, model, opt, [2]int{epoch, batch})
+		if err != nil {
+			return err
 		}
 		return s.Report(ctx, trainer.Metrics{"epoch": epoch, "batch": batch}, ck)
 	}

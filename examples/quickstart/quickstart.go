@@ -9,11 +9,8 @@ package quickstart
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/data"
@@ -144,44 +141,23 @@ type meta struct {
 	Epoch int `json:"epoch"`
 }
 
+// save writes the model, its optimizer state and the epoch into a fresh
+// checkpoint directory on the run's storage.
 func save(s *trainer.Session, epoch int, model *nn.Sequential, opt nn.Optimizer) (*trainer.Checkpoint, error) {
 	dir, err := s.NewCheckpointDir()
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Create(filepath.Join(dir, "model.bin"))
-	if err != nil {
-		return nil, err
-	}
-	if err := nn.SaveState(f, model, opt); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("save model: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, err
-	}
-	b, _ := json.Marshal(meta{Epoch: epoch})
-	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
+	if err := nn.SaveDir(dir, model, opt, meta{Epoch: epoch}); err != nil {
 		return nil, err
 	}
 	return trainer.CheckpointFromDirectory(dir), nil
 }
 
+// load restores a checkpoint written by save and returns its epoch.
 func load(dir string, model *nn.Sequential, opt nn.Optimizer) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if err != nil {
-		return 0, err
-	}
 	var m meta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return 0, fmt.Errorf("read meta.json: %w", err)
-	}
-	f, err := os.Open(filepath.Join(dir, "model.bin"))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	if err := nn.LoadState(f, model, opt); err != nil {
+	if err := nn.LoadDir(dir, model, opt, &m); err != nil {
 		return 0, err
 	}
 	return m.Epoch, nil
