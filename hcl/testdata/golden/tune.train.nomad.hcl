@@ -1,0 +1,83 @@
+job "quickstart-tune" {
+  type     = "batch"
+  priority = 50
+
+  meta {
+    nomad_train_run          = "quickstart-tune"
+    nomad_train_spec_sha256  = "181844e8430a11f65b78fbb218be0473d3e2e0630c50e5b4d84890c7a1dc5e40"
+    nomad_train_storage_path = "./results"
+  }
+
+  group "worker" {
+    count = 2
+
+    network {
+      port "train" {
+      }
+    }
+
+    service {
+      name     = "quickstart-tune-worker"
+      port     = "train"
+      provider = "consul"
+      tags     = ["nomad-train", "run=quickstart-tune"]
+      check {
+        name     = "collective port"
+        type     = "tcp"
+        port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    restart {
+      attempts = 0
+      interval = "24h"
+      delay    = "1s"
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts       = 0
+      interval       = "24h"
+      delay          = "5s"
+      delay_function = "constant"
+      unlimited      = false
+    }
+
+    task "worker" {
+      driver       = "train"
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
+
+      config {
+        builtin      = "quickstart"
+        port         = "train"
+        run_name     = "quickstart-tune"
+        storage_path = "./results"
+        train_config = "{\"batch_size\":{\"choice\":[16,32,64]},\"epochs\":9,\"lr\":{\"loguniform\":[0.001,0.1]}}"
+        world_size   = 2
+        checkpoint {
+          num_to_keep = 0
+          score_order = "max"
+        }
+        failure {
+          max_failures = 0
+        }
+        rendezvous {
+          backend = "consul"
+          timeout = "5m"
+        }
+      }
+
+      env {
+        NOMAD_TRAIN_STOP_GRACE = "22s"
+      }
+
+      resources {
+        cores  = 1
+        memory = 1024
+      }
+    }
+  }
+}
