@@ -32,7 +32,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	spec, _, _, ok := loadSpec(path, &sf, stderr)
+	// Compile-time warnings are about Nomad: a local run skips them.
+	spec, _, _, ok := loadSpec(path, &sf, cf.address != "", stderr)
 	if !ok {
 		return 1
 	}

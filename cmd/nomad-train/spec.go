@@ -111,9 +111,11 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) 
 	return positional[0], -1
 }
 
-// loadSpec parses and compiles the spec at path, printing diagnostics
-// (with source snippets) to stderr. The job is nil when there were errors.
-func loadSpec(path string, f *specFlags, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
+// loadSpec parses the spec at path and, with forNomad, compiles it into a
+// Nomad job (whose warnings are about Nomad, e.g. a relative storage path),
+// printing diagnostics (with source snippets) to stderr. The rendered job is
+// nil when there were errors or forNomad is false.
+func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
 	parser := hclparse.NewParser()
 	spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{
 		Vars:     f.vars,
@@ -123,7 +125,7 @@ func loadSpec(path string, f *specFlags, stderr io.Writer) (*trainhcl.Spec, []by
 		Parser:   parser,
 	})
 	var hclOut, jsonOut []byte
-	if !diags.HasErrors() {
+	if forNomad && !diags.HasErrors() {
 		job, cdiags := trainhcl.Compile(spec)
 		diags = append(diags, cdiags...)
 		if !diags.HasErrors() {
@@ -158,7 +160,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if code >= 0 {
 		return code
 	}
-	spec, _, _, ok := loadSpec(path, &sf, stderr)
+	spec, _, _, ok := loadSpec(path, &sf, true, stderr)
 	if !ok {
 		return exitSpec
 	}
@@ -176,7 +178,7 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if code >= 0 {
 		return code
 	}
-	_, hclOut, jsonOut, ok := loadSpec(path, &sf, stderr)
+	_, hclOut, jsonOut, ok := loadSpec(path, &sf, true, stderr)
 	if !ok {
 		return exitSpec
 	}

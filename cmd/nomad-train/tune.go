@@ -44,7 +44,7 @@ func loadJSONExperiment(path string) (*experiment, error) {
 
 // loadHCLExperiment reads a train.hcl spec with a tune block.
 func loadHCLExperiment(path string, sf *specFlags, stderr io.Writer) (*experiment, bool) {
-	spec, _, _, ok := loadSpec(path, sf, stderr)
+	spec, _, _, ok := loadSpec(path, sf, false, stderr) // tuning runs locally
 	if !ok {
 		return nil, false
 	}
