@@ -3,6 +3,8 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -196,7 +198,7 @@ func conform(raw cty.Value, want cty.Type, path string) (cty.Value, error) {
 		}
 		atys := want.AttributeTypes()
 		out := make(map[string]cty.Value, len(atys))
-		for _, name := range sortedKeys(atys) {
+		for _, name := range slices.Sorted(maps.Keys(atys)) {
 			aty := atys[name]
 			v, ok := given[name]
 			if !ok {
@@ -271,7 +273,7 @@ func applySpec(s *hclspec.Spec, v cty.Value, path string) (cty.Value, error) {
 		}
 		out := v.AsValueMap()
 		attrs := b.Object.GetAttributes()
-		for _, name := range sortedKeys(attrs) { // the first problem, deterministically
+		for _, name := range slices.Sorted(maps.Keys(attrs)) { // the first problem, deterministically
 			cv, err := applySpec(attrs[name], out[name], join(path, name))
 			if err != nil {
 				return cty.NilVal, err
@@ -386,13 +388,4 @@ func quoteAll(ss []string) []string {
 		out[i] = fmt.Sprintf("%q", s)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -2,6 +2,7 @@ package hcl
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -178,14 +179,14 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	d.nonEmpty(a["node_pool"], &s.NodePool)
 	d.integer(a["priority"], &s.Priority, 1, 100)
 	if attr := a["meta"]; d.strMap(attr, &s.Meta) {
-		for _, k := range sortedKeys(s.Meta) {
+		for _, k := range slices.Sorted(maps.Keys(s.Meta)) {
 			if strings.HasPrefix(k, ReservedMetaPrefix) {
 				d.keyErrorf(attr, k, "Reserved meta key", "Meta keys starting with %q are set by nomad-train; rename %q.", ReservedMetaPrefix, k)
 			}
 		}
 	}
 	if attr := a["env"]; d.strMap(attr, &s.Env) {
-		for _, k := range sortedKeys(s.Env) {
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 			if strings.HasPrefix(k, ReservedEnvPrefix) && !userEnvKnobs[k] {
 				d.keyErrorf(attr, k, "Reserved environment variable", "Variables starting with %q are set by nomad-train; rename %q.", ReservedEnvPrefix, k)
 			}

@@ -2,6 +2,8 @@ package hcl
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -89,7 +91,7 @@ func decodeVariables(blocks hcl.Blocks, opts ParseOptions, parser *hclparse.Pars
 	}
 
 	if opts.Getenv != nil {
-		for _, name := range sortedKeys(vars) {
+		for _, name := range slices.Sorted(maps.Keys(vars)) {
 			raw := opts.Getenv(EnvVarPrefix + name)
 			if raw == "" {
 				continue
@@ -105,13 +107,13 @@ func decodeVariables(blocks hcl.Blocks, opts ParseOptions, parser *hclparse.Pars
 	for _, path := range opts.VarFiles {
 		diags = append(diags, applyVarFile(vars, path, parser)...)
 	}
-	for _, name := range sortedKeys(opts.Vars) {
+	for _, name := range slices.Sorted(maps.Keys(opts.Vars)) {
 		v, ok := vars[name]
 		if !ok {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  "Undeclared variable",
-				Detail:   fmt.Sprintf("A value for variable %q was given with -var, but the spec declares no variable %q.%s", name, name, suggest(name, sortedKeys(vars))),
+				Detail:   fmt.Sprintf("A value for variable %q was given with -var, but the spec declares no variable %q.%s", name, name, suggest(name, slices.Sorted(maps.Keys(vars)))),
 				Subject:  cliRange("-var " + name).Ptr(),
 			})
 			continue
@@ -124,7 +126,7 @@ func decodeVariables(blocks hcl.Blocks, opts ParseOptions, parser *hclparse.Pars
 	}
 
 	obj := make(map[string]cty.Value, len(vars))
-	for _, name := range sortedKeys(vars) {
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
 		v := vars[name]
 		if v.value == cty.NilVal {
 			diags = append(diags, &hcl.Diagnostic{
@@ -244,7 +246,7 @@ func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parse
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagWarning,
 				Summary:  "Undeclared variable",
-				Detail:   fmt.Sprintf("The var file sets %q, but the spec declares no such variable; the value is ignored.%s", name, suggest(name, sortedKeys(vars))),
+				Detail:   fmt.Sprintf("The var file sets %q, but the spec declares no such variable; the value is ignored.%s", name, suggest(name, slices.Sorted(maps.Keys(vars)))),
 				Subject:  attr.NameRange.Ptr(),
 			})
 			continue
@@ -271,13 +273,4 @@ func cliRange(source string) hcl.Range {
 		Start:    hcl.InitialPos,
 		End:      hcl.InitialPos,
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

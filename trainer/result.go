@@ -70,10 +70,11 @@ func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out 
 	if len(recs) > 0 {
 		res.Metrics = Metrics(recs[len(recs)-1].Metrics)
 	}
-	if name, path, ok, err := st.Latest(); err != nil {
+	_, path, ok, err := st.Latest()
+	if err != nil {
 		return nil, fmt.Errorf("find latest checkpoint: %w", err)
-	} else if ok {
-		_ = name
+	}
+	if ok {
 		res.Checkpoint = CheckpointFromDirectory(path)
 	}
 	best, err := st.Best(0)

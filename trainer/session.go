@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,7 +32,7 @@ type Session struct {
 	events               *eventLog
 	log                  hclog.Logger
 	now                  func() time.Time
-	stopping             *atomic.Bool             // this process was asked to stop
+	stop                 stopRequest              // this process was asked to stop
 	wd                   *watchdog                // told of every completed collective
 	hb                   heartbeat                // likewise (a Consul TTL check)
 	publish              func(rec storage.Record) // rank 0: show the latest report to the CLI
@@ -52,7 +51,7 @@ type Session struct {
 // function; the run resumes from that checkpoint with no step lost.
 func (s *Session) ShouldCheckpoint(ctx context.Context) (bool, error) {
 	flag := []float64{0}
-	if s.stopping != nil && s.stopping.Load() {
+	if s.stop.requested() {
 		flag[0] = 1
 	}
 	if err := s.done(s.group.AllReduceFloat64(ctx, flag, collective.Sum)); err != nil {

@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,8 +46,7 @@ var ErrStopped = errors.New("stopped")
 // training function reads through ShouldCheckpoint, and cancels ctx (with
 // ErrStopped) when a second signal comes or grace has passed, so a worker
 // that ignores the request still ends.
-func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) (*atomic.Bool, <-chan struct{}) {
-	var stopping atomic.Bool
+func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) stopRequest {
 	requested := make(chan struct{})
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -56,7 +54,6 @@ func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.D
 		defer signal.Stop(sigs)
 		select {
 		case sig := <-sigs:
-			stopping.Store(true)
 			close(requested)
 			ev.emit("stop_requested", fmt.Sprintf("%v: checkpoint and stop within %v", sig, grace), nil)
 		case <-ctx.Done():
@@ -72,7 +69,21 @@ func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.D
 		}
 		cancel(ErrStopped)
 	}()
-	return &stopping, requested
+	return stopRequest(requested)
+}
+
+// stopRequest is closed when the worker is asked to stop.
+type stopRequest <-chan struct{}
+
+// requested reports whether the stop was asked for (never, for a nil one:
+// a nil channel never delivers).
+func (r stopRequest) requested() bool {
+	select {
+	case <-r:
+		return true
+	default:
+		return false
+	}
 }
 
 // ErrUser marks a failure of the training function itself.
@@ -97,9 +108,9 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	defer ev.close()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopping, stopRequested := watchStop(ctx, cancel, env.StopGrace, ev)
+	stop := watchStop(ctx, cancel, env.StopGrace, ev)
 
-	err = runWorker(ctx, env, fn, ev, log, stopping, stopRequested)
+	err = runWorker(ctx, env, fn, ev, log, stop)
 	if err == nil {
 		ev.emit("worker_finished", "training function returned", nil)
 		return ExitOK
@@ -125,7 +136,7 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 // generation, joins the next one (with the lost worker's replacement),
 // restores the latest checkpoint and calls the training function again, as
 // long as the failure budget allows.
-func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger, stopping *atomic.Bool, stopRequested <-chan struct{}) error {
+func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLog, log hclog.Logger, stop stopRequest) error {
 	secret, err := auth.ReadSecretFile(env.SecretFile)
 	if err != nil {
 		return err
@@ -147,7 +158,7 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		return fmt.Errorf("register health check: %w", err)
 	}
 	defer hb.Close(context.Background())
-	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stopping: stopping, stopRequested: stopRequested, hb: hb}
+	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb}
 	for {
 		err := w.generation(ctx)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
@@ -157,7 +168,7 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		if !errors.As(err, &lost) || ctx.Err() != nil {
 			return err
 		}
-		if stopping.Load() {
+		if stop.requested() {
 			return fmt.Errorf("%w while the gang was broken: %w", ErrStopped, err)
 		}
 		// A peer that failed for good (its training function failed, or
@@ -178,10 +189,8 @@ type worker struct {
 	log    hclog.Logger
 	store  rendezvous.Store
 	secret []byte
-	// stopping is set on the first SIGTERM/SIGINT (see watchStop).
-	stopping      *atomic.Bool
-	stopRequested <-chan struct{} // closed with stopping set
-	hb            heartbeat
+	stop   stopRequest // the first SIGTERM/SIGINT (see watchStop)
+	hb     heartbeat
 }
 
 // markFailed records that the run failed for good (see storage.FailedFile):
@@ -258,7 +267,7 @@ func (w *worker) generation(ctx context.Context) error {
 	jctx, stopJoin := context.WithCancel(ctx)
 	go func() {
 		select {
-		case <-w.stopRequested:
+		case <-w.stop:
 			stopJoin()
 		case <-jctx.Done():
 		}
@@ -268,7 +277,7 @@ func (w *worker) generation(ctx context.Context) error {
 	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log})
 	stopJoin()
 	if err != nil {
-		if w.stopping.Load() {
+		if w.stop.requested() {
 			return fmt.Errorf("%w while waiting for the gang: %w", ErrStopped, err)
 		}
 		return fmt.Errorf("rendezvous: %w", err)
@@ -342,7 +351,7 @@ func (w *worker) generation(ctx context.Context) error {
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
-		events: w.ev, log: log, now: time.Now, stopping: w.stopping, wd: wd, hb: w.hb, publish: w.publishProgress,
+		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 	}
 	if err := s.restore(gctx, env); err != nil {
 		return lostOr(err)

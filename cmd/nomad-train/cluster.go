@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -223,7 +225,7 @@ func formatRecord(r storage.Record) string {
 	if e, ok := r.Metrics["epoch"]; ok {
 		fmt.Fprintf(&b, " epoch %v", e)
 	}
-	for _, k := range sortedKeys(r.Metrics) {
+	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
 		if k != "epoch" {
 			fmt.Fprintf(&b, " %s=%v", k, r.Metrics[k])
 		}
@@ -234,25 +236,6 @@ func formatRecord(r storage.Record) string {
 	return b.String()
 }
 
-// parseInterleaved parses flags that may come before or after the
-// positional arguments ("logs mnist -rank 1").
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, int) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK
-			}
-			return nil, exitUsage
-		}
-		if fs.NArg() == 0 {
-			return pos, -1
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
 // clusterCommand parses a cluster subcommand's flags and connects.
 func clusterCommand(name, usage string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*nomad.Client, *clusterFlags, []string, int) {
 	fs := newFlagSet(name, usage, stderr)
@@ -261,7 +244,7 @@ func clusterCommand(name, usage string, args []string, stderr io.Writer, extra f
 	if extra != nil {
 		extra(fs)
 	}
-	pos, code := parseInterleaved(fs, args)
+	pos, code := parseFlags(fs, args)
 	if code >= 0 {
 		return nil, nil, nil, code
 	}

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
@@ -60,7 +61,7 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 		Stdout:            stdout,
 		Stderr:            stderr,
 	}
-	for _, k := range sortedKeys(spec.Env) {
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		opts.Env = append(opts.Env, k+"="+spec.Env[k])
 	}
 	builtin := spec.Entrypoint.Builtin
@@ -106,20 +107,11 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 
 func printResult(w io.Writer, r *trainer.Result) {
 	fmt.Fprintln(w, "==> result")
-	for _, k := range sortedKeys(r.Metrics) {
+	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
 		fmt.Fprintf(w, "    %-12s %v\n", k, r.Metrics[k])
 	}
 	if r.Checkpoint != nil {
 		fmt.Fprintf(w, "    checkpoint   %s\n", r.Checkpoint.Path())
 	}
 	fmt.Fprintf(w, "    metrics      %s\n", r.MetricsPath)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

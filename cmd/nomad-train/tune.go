@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nomad-train/nomad-train/builtins"
@@ -78,7 +80,7 @@ func loadHCLExperiment(path string, sf *specFlags, stderr io.Writer) (*experimen
 	if x.builtin == "" {
 		x.command = append([]string{spec.Entrypoint.Command}, spec.Entrypoint.Args...)
 	}
-	for _, k := range sortedKeys(spec.Env) {
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		x.env = append(x.env, k+"="+spec.Env[k])
 	}
 	return x, true

@@ -2,6 +2,8 @@ package nomad
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -318,7 +320,7 @@ func DescribeMetric(m *api.AllocationMetric) string {
 	}
 	parts := []string{fmt.Sprintf("%d nodes evaluated", m.NodesEvaluated)}
 	add := func(what string, counts map[string]int) {
-		for _, k := range sortedKeys(counts) {
+		for _, k := range slices.Sorted(maps.Keys(counts)) {
 			parts = append(parts, fmt.Sprintf("%s %q on %d", what, k, counts[k]))
 		}
 	}
@@ -356,19 +358,10 @@ func failureOf(rank int, allocID string, ev *api.TaskEvent) (Failure, bool) {
 
 func sortedStates(m map[string]*api.TaskState) []*api.TaskState {
 	out := make([]*api.TaskState, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, m[k])
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func orDefault(s, d string) string {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,7 +75,7 @@ type CapacityError struct {
 
 func (e *CapacityError) Error() string {
 	var parts []string
-	for _, g := range sortedKeys(e.Groups) {
+	for _, g := range slices.Sorted(maps.Keys(e.Groups)) {
 		parts = append(parts, fmt.Sprintf("group %q: %s", g, e.Groups[g]))
 	}
 	return fmt.Sprintf("%v: %s", ErrInsufficientCapacity, strings.Join(parts, "; "))

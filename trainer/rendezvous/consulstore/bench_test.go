@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore/fakeconsul"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/rendezvoustest"
 )
 
 // BenchmarkRendezvous (B4, Consul part) times a whole rendezvous of N
@@ -54,89 +53,14 @@ func hostPort(addr string) string {
 }
 
 func benchRendezvous(b *testing.B, cfg consulstore.Config, dialAddr string) {
-	for _, n := range []int{2, 4} {
-		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
-			ctx := context.Background()
-			probe, err := consulstore.New(cfg)
-			if err != nil {
-				b.Fatal(err)
+	rendezvoustest.RunB4(b, rendezvoustest.B4Target{
+		Open: func(context.Context) (rendezvous.Store, error) { return consulstore.New(cfg) },
+		Connect: func(context.Context) error {
+			c, err := net.DialTimeout("tcp", dialAddr, 5*time.Second)
+			if err == nil {
+				c.Close()
 			}
-			defer probe.Close()
-			var rdzv, rtt, connect []time.Duration
-			for i := 0; b.Loop(); i++ {
-				connect = append(connect, timeConnect(b, dialAddr))
-				rtt = append(rtt, timeRoundTrip(b, ctx, probe, 20))
-				rdzv = append(rdzv, timeRendezvous(b, ctx, cfg, fmt.Sprintf("bench-%d-%d-%d", n, i, time.Now().UnixNano()), n))
-			}
-			ref := time.Duration(n)*median(rtt) + median(connect)
-			b.ReportMetric(float64(median(rdzv))/float64(ref), "rdzv/(N*rtt+connect)")
-			b.ReportMetric(float64(median(rdzv).Microseconds()), "rdzv-µs")
-			b.ReportMetric(float64(median(rtt).Microseconds()), "rtt-µs")
-			b.ReportMetric(float64(median(connect).Microseconds()), "connect-µs")
-		})
-	}
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func timeConnect(b *testing.B, addr string) time.Duration {
-	start := time.Now()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	d := time.Since(start)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.Close()
-	return d
-}
-
-// timeRoundTrip is the mean time of one Get over the probe's open
-// connection.
-func timeRoundTrip(b *testing.B, ctx context.Context, st rendezvous.Store, samples int) time.Duration {
-	if _, err := st.Get(ctx, "bench/probe"); err != nil { // warm the connection
-		b.Fatal(err)
-	}
-	start := time.Now()
-	for range samples {
-		if _, err := st.Get(ctx, "bench/probe"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start) / time.Duration(samples)
-}
-
-// timeRendezvous starts n workers at once, each with a new client (so its
-// own connection) joining, and returns the time until the last one holds
-// its assignment.
-func timeRendezvous(b *testing.B, ctx context.Context, cfg consulstore.Config, run string, n int) time.Duration {
-	var wg sync.WaitGroup
-	stores := make([]*consulstore.Store, n)
-	sessions := make([]*rendezvous.Session, n)
-	errs := make([]error, n)
-	start := time.Now()
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if stores[i], errs[i] = consulstore.New(cfg); errs[i] != nil {
-				return
-			}
-			me := rendezvous.Member{ID: fmt.Sprintf("w%d", i), Node: "n", RankHint: i}
-			sessions[i], errs[i] = rendezvous.Join(ctx, stores[i], run, me, n, rendezvous.Options{})
-		}()
-	}
-	wg.Wait()
-	d := time.Since(start)
-	for i := range n {
-		if errs[i] != nil {
-			b.Fatal(errs[i])
-		}
-		sessions[i].Leave(ctx)
-		stores[i].Close()
-	}
-	return d
+			return err
+		},
+	})
 }
