@@ -8,12 +8,18 @@ import (
 	"time"
 )
 
-// benchBackends are the backends every benchmark runs on; the OpenBLAS one
-// joins here when it exists.
+// benchBackends are the backends every benchmark runs on; OpenBLAS joins
+// where the library loads.
 func benchBackends(b *testing.B) map[string]Backend {
 	par := NewParallel(runtime.GOMAXPROCS(0))
 	b.Cleanup(par.Close)
-	return map[string]Backend{"gonum": Gonum{}, "parallel": par}
+	bes := map[string]Backend{"gonum": Gonum{}, "parallel": par}
+	if ob, _, err := NewBackend("openblas"); err == nil {
+		bes["openblas"] = ob
+	} else {
+		b.Logf("openblas left out: %v", err)
+	}
+	return bes
 }
 
 // gemmRate times reps square n×n products on be and returns GFLOP/s.
