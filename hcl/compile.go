@@ -68,7 +68,8 @@ func SecretTemplate(jobID string) *api.Template {
 
 // SecretCommand is the shell command that stores a fresh run secret for
 // job in its Variable, for a job submitted with `nomad job run` (nomad-train
-// run stores one itself).
+// run stores one itself). The secret goes to nomad on stdin, never on a
+// command line.
 func SecretCommand(job *api.Job) string {
 	flags := ""
 	if r := deref(job.Region); r != "" {
@@ -77,8 +78,8 @@ func SecretCommand(job *api.Job) string {
 	if ns := deref(job.Namespace); ns != "" {
 		flags += "-namespace " + shellQuote(ns) + " "
 	}
-	return fmt.Sprintf("nomad var put %s%s %s=\"$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')\"",
-		flags, shellQuote(SecretVariablePath(deref(job.ID))), SecretItem)
+	return fmt.Sprintf("od -An -tx1 -N%d /dev/urandom | tr -d ' \\n' | nomad var put %s%s %s=-",
+		SecretHexLen/2, flags, shellQuote(SecretVariablePath(deref(job.ID))), SecretItem)
 }
 
 // shellQuote quotes s for a POSIX shell when it holds anything but plain

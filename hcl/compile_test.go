@@ -273,7 +273,17 @@ func TestSecretTemplate(t *testing.T) {
 	must.Eq(t, "0400", *tp.Perms)
 
 	bin := t.TempDir()
-	must.NoError(t, os.WriteFile(filepath.Join(bin, "nomad"), []byte("#!/bin/sh\nfor a; do printf '%s\\n' \"$a\"; done\n"), 0o755))
+	// A stand-in nomad that prints its arguments, a "key=-" one with the
+	// value it reads from stdin, as nomad var put does.
+	fake := `#!/bin/sh
+for a; do
+  case "$a" in
+  *=-) printf '%s=%s\n' "${a%=-}" "$(cat)" ;;
+  *) printf '%s\n' "$a" ;;
+  esac
+done
+`
+	must.NoError(t, os.WriteFile(filepath.Join(bin, "nomad"), []byte(fake), 0o755))
 	cases := []struct {
 		name, ns, region string
 		wantArgs         []string
@@ -286,7 +296,9 @@ func TestSecretTemplate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			j := *job
 			j.Namespace, j.Region = &tc.ns, &tc.region
-			cmd := exec.Command("/bin/sh", "-c", SecretCommand(&j))
+			line := SecretCommand(&j)
+			must.StrNotContains(t, line, "$(", must.Sprint("the secret stays off command lines"))
+			cmd := exec.Command("/bin/sh", "-c", line)
 			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
 			out, err := cmd.CombinedOutput()
 			must.NoError(t, err, must.Sprint(string(out)))
