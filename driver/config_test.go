@@ -154,6 +154,8 @@ func FuzzDecodeTaskConfig(f *testing.F) {
 		{"command": "/bin/true", "run_name": "r", "world_size": 4, "storage_path": "/data"},
 		{"builtin": "quickstart", "run_name": "r", "world_size": "0.001", "storage_path": "/d", "rendezvous": map[string]any{"backend": "embedded", "address": "h:1"}},
 		{"command": "x", "args": []any{"a", 1, true}, "checkpoint": map[string]any{"num_to_keep": 1e20}},
+		{"command": "python3", "args": []any{"train.py"}, "launcher": "external", "run_name": "r", "world_size": 2, "storage_path": "/d"},
+		{"builtin": "quickstart", "launcher": "direct", "run_name": "r", "world_size": 1, "storage_path": "/d"},
 	}
 	for _, s := range seeds {
 		v := toCty(s)
