@@ -121,6 +121,9 @@ rendezvous {
 // Gloo) as two tasks through the plugin binary, where Debian's
 // python3-torch is installed.
 func TestWireTorchDDPOnTwoTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: importing torch in two processes takes ~20 s")
+	}
 	const python = "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available()").CombinedOutput(); err != nil {
 		t.Skipf("%s cannot import torch with Gloo (apt-get install python3-torch): %v: %s", python, err, out)
