@@ -26,6 +26,10 @@ type PluginConfig struct {
 	DefaultUser string
 	// GPUStats turns NVML fingerprinting and GPU task stats on.
 	GPUStats bool
+	// AllowUnauthenticated starts tasks whose secrets dir holds no run
+	// secret; their workers then rendezvous and exchange gradients without
+	// authentication. Off by default: such a task is refused (ErrNoSecret).
+	AllowUnauthenticated bool
 	// StatsInterval is the fingerprint refresh period and the default
 	// TaskStats interval.
 	StatsInterval time.Duration
@@ -39,12 +43,13 @@ func DefaultPluginConfig() PluginConfig {
 // pluginConfigSpec is the schema of the plugin's config {} block.
 func pluginConfigSpec() *hclspec.Spec {
 	return specObject(map[string]*hclspec.Spec{
-		"consul_address":       specAttr("consul_address", "string", false),
-		"consul_token":         specAttr("consul_token", "string", false),
-		"allowed_command_dirs": specAttr("allowed_command_dirs", "list(string)", false),
-		"default_user":         specAttr("default_user", "string", false),
-		"gpu_stats":            specDefault(specAttr("gpu_stats", "bool", false), "true"),
-		"stats_interval":       specDefault(specAttr("stats_interval", "string", false), `"30s"`),
+		"consul_address":        specAttr("consul_address", "string", false),
+		"consul_token":          specAttr("consul_token", "string", false),
+		"allowed_command_dirs":  specAttr("allowed_command_dirs", "list(string)", false),
+		"default_user":          specAttr("default_user", "string", false),
+		"gpu_stats":             specDefault(specAttr("gpu_stats", "bool", false), "true"),
+		"stats_interval":        specDefault(specAttr("stats_interval", "string", false), `"30s"`),
+		"allow_unauthenticated": specDefault(specAttr("allow_unauthenticated", "bool", false), "false"),
 	})
 }
 
@@ -55,11 +60,12 @@ func DecodePluginConfig(b []byte) (PluginConfig, error) {
 		return PluginConfig{}, fmt.Errorf("decode plugin config: %w", err)
 	}
 	c := PluginConfig{
-		ConsulAddress:      getString(v, "consul_address"),
-		ConsulToken:        getString(v, "consul_token"),
-		AllowedCommandDirs: getStrings(v, "allowed_command_dirs"),
-		DefaultUser:        getString(v, "default_user"),
-		GPUStats:           getBool(v, "gpu_stats"),
+		ConsulAddress:        getString(v, "consul_address"),
+		ConsulToken:          getString(v, "consul_token"),
+		AllowedCommandDirs:   getStrings(v, "allowed_command_dirs"),
+		DefaultUser:          getString(v, "default_user"),
+		GPUStats:             getBool(v, "gpu_stats"),
+		AllowUnauthenticated: getBool(v, "allow_unauthenticated"),
 	}
 	for i, d := range c.AllowedCommandDirs {
 		if !filepath.IsAbs(d) {
@@ -75,9 +81,12 @@ func DecodePluginConfig(b []byte) (PluginConfig, error) {
 
 // TaskConfig is a task's config {} block.
 type TaskConfig struct {
-	Builtin     string   // a training function built into the driver binary
-	Command     string   // or a program to run
-	Args        []string // arguments of Command
+	Builtin string   // a training function built into the driver binary
+	Command string   // or a program to run
+	Args    []string // arguments of Command
+	// Launcher says how Command runs: LauncherAuto (the default),
+	// LauncherExternal or LauncherDirect.
+	Launcher    string
 	RunName     string
 	WorldSize   int
 	TrainConfig string // JSON text
@@ -107,6 +116,24 @@ type FailureConfig struct {
 	MaxFailures int // -1 unlimited
 }
 
+// Launchers of a command entrypoint.
+const (
+	// LauncherAuto runs a nomad-train Go trainer binary directly and any
+	// other program (python3 train.py, a shell script) as LauncherExternal
+	// would, exactly as nomad-train run does locally.
+	LauncherAuto = "auto"
+	// LauncherExternal runs the command under the builtin "external"
+	// (package trainer/external): the driver binary joins the rendezvous
+	// and starts the command with torchrun's environment (MASTER_ADDR,
+	// MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, ...) and the JSON-lines
+	// report protocol, restarting it in each new generation.
+	LauncherExternal = "external"
+	// LauncherDirect runs the command itself: it speaks the worker
+	// contract (NOMAD_TRAIN_* variables) on its own, e.g. a script that
+	// execs a Go trainer.
+	LauncherDirect = "direct"
+)
+
 // Rendezvous backends.
 const (
 	BackendConsul   = "consul"
@@ -120,6 +147,7 @@ func taskConfigSpec() *hclspec.Spec {
 		"builtin":      specAttr("builtin", "string", false),
 		"command":      specAttr("command", "string", false),
 		"args":         specAttr("args", "list(string)", false),
+		"launcher":     specDefault(specAttr("launcher", "string", false), `"auto"`),
 		"run_name":     specAttr("run_name", "string", true),
 		"world_size":   specAttr("world_size", "number", true),
 		"train_config": specDefault(specAttr("train_config", "string", false), `"{}"`),
@@ -160,6 +188,7 @@ func decodeTaskConfig(b []byte) (TaskConfig, error) {
 		Builtin:     getString(v, "builtin"),
 		Command:     getString(v, "command"),
 		Args:        getStrings(v, "args"),
+		Launcher:    getString(v, "launcher"),
 		RunName:     getString(v, "run_name"),
 		TrainConfig: getString(v, "train_config"),
 		StoragePath: getString(v, "storage_path"),
@@ -173,6 +202,15 @@ func decodeTaskConfig(b []byte) (TaskConfig, error) {
 		return tc, fieldErr("command", "builtin and command are mutually exclusive")
 	case tc.Builtin == "" && len(tc.Args) > 0 && tc.Command == "":
 		return tc, fieldErr("args", "args need a command")
+	}
+	if tc.Launcher == "" {
+		tc.Launcher = LauncherAuto
+	}
+	if err := oneOf("launcher", tc.Launcher, LauncherAuto, LauncherExternal, LauncherDirect); err != nil {
+		return tc, err
+	}
+	if tc.Builtin != "" && tc.Launcher != LauncherAuto {
+		return tc, fieldErr("launcher", "applies to a command, not to builtin %q", tc.Builtin)
 	}
 	if strings.TrimSpace(tc.RunName) == "" {
 		return tc, fieldErr("run_name", "must not be empty")

@@ -66,12 +66,15 @@ func TestDecodeTaskConfig(t *testing.T) {
 		tc, err := DecodeTaskConfig(mustEncodeTaskConfig(t, full(nil)))
 		must.NoError(t, err)
 		must.Eq(t, TaskConfig{
-			Command: "/bin/true", RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: "{}", Port: "train",
+			Command: "/bin/true", Launcher: LauncherAuto, RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: "{}", Port: "train",
 			Rendezvous: RendezvousConfig{Backend: "consul", Timeout: 5 * time.Minute},
 		}, tc)
 	})
 	t.Run("everything", func(t *testing.T) {
-		tc, err := DecodeTaskConfig(mustEncodeTaskConfig(t, full(map[string]any{
+		tc, err := DecodeTaskConfig(mustEncodeTaskConfig(t, full(map[string]any{"launcher": "direct"})))
+		must.NoError(t, err)
+		must.Eq(t, LauncherDirect, tc.Launcher)
+		tc, err = DecodeTaskConfig(mustEncodeTaskConfig(t, full(map[string]any{
 			"command": nil, "builtin": "quickstart", "world_size": "4", "train_config": `{"lr":0.001}`, "port": "coll",
 			"rendezvous": map[string]any{"backend": "embedded", "address": "127.0.0.1:7000", "timeout": "30s"},
 			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min"},
@@ -79,7 +82,7 @@ func TestDecodeTaskConfig(t *testing.T) {
 		})))
 		must.NoError(t, err)
 		must.Eq(t, TaskConfig{
-			Builtin: "quickstart", RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: `{"lr":0.001}`, Port: "coll",
+			Builtin: "quickstart", Launcher: LauncherAuto, RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: `{"lr":0.001}`, Port: "coll",
 			Rendezvous: RendezvousConfig{Backend: "embedded", Address: "embedded://127.0.0.1:7000", Timeout: 30 * time.Second},
 			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"},
 			Failure:    FailureConfig{MaxFailures: -1},
@@ -110,6 +113,8 @@ func TestDecodeTaskConfig(t *testing.T) {
 		{"negative keep", map[string]any{"checkpoint": map[string]any{"num_to_keep": -1}}, "checkpoint.num_to_keep"},
 		{"score order", map[string]any{"checkpoint": map[string]any{"score_order": "up"}}, "checkpoint.score_order"},
 		{"max failures", map[string]any{"failure": map[string]any{"max_failures": -2}}, "failure.max_failures"},
+		{"unknown launcher", map[string]any{"launcher": "torchrun"}, "launcher"},
+		{"launcher for a builtin", map[string]any{"command": nil, "builtin": "quickstart", "launcher": "external"}, "launcher"},
 		{"block is a list", map[string]any{"failure": []any{map[string]any{"max_failures": 1}}}, "failure"},
 	}
 	for _, tc := range bad {
@@ -134,11 +139,11 @@ func TestDecodePluginConfig(t *testing.T) {
 
 	b := mustEncodeTaskConfig(t, map[string]any{
 		"consul_address": "127.0.0.1:8500", "consul_token": "tok", "allowed_command_dirs": []any{"/opt/bin/"},
-		"default_user": "nobody", "gpu_stats": false, "stats_interval": "5s",
+		"default_user": "nobody", "gpu_stats": false, "stats_interval": "5s", "allow_unauthenticated": true,
 	})
 	c, err = DecodePluginConfig(b)
 	must.NoError(t, err)
-	must.Eq(t, PluginConfig{ConsulAddress: "127.0.0.1:8500", ConsulToken: "tok", AllowedCommandDirs: []string{"/opt/bin"}, DefaultUser: "nobody", StatsInterval: 5 * time.Second}, c)
+	must.Eq(t, PluginConfig{ConsulAddress: "127.0.0.1:8500", ConsulToken: "tok", AllowedCommandDirs: []string{"/opt/bin"}, DefaultUser: "nobody", StatsInterval: 5 * time.Second, AllowUnauthenticated: true}, c)
 
 	_, err = DecodePluginConfig(mustEncodeTaskConfig(t, map[string]any{"allowed_command_dirs": []any{"rel"}}))
 	must.ErrorContains(t, err, "allowed_command_dirs[0]")
@@ -149,6 +154,8 @@ func FuzzDecodeTaskConfig(f *testing.F) {
 		{"command": "/bin/true", "run_name": "r", "world_size": 4, "storage_path": "/data"},
 		{"builtin": "quickstart", "run_name": "r", "world_size": "0.001", "storage_path": "/d", "rendezvous": map[string]any{"backend": "embedded", "address": "h:1"}},
 		{"command": "x", "args": []any{"a", 1, true}, "checkpoint": map[string]any{"num_to_keep": 1e20}},
+		{"command": "python3", "args": []any{"train.py"}, "launcher": "external", "run_name": "r", "world_size": 2, "storage_path": "/d"},
+		{"builtin": "quickstart", "launcher": "direct", "run_name": "r", "world_size": 1, "storage_path": "/d"},
 	}
 	for _, s := range seeds {
 		v := toCty(s)
@@ -166,6 +173,9 @@ func FuzzDecodeTaskConfig(f *testing.F) {
 		// What decodes must satisfy the contract.
 		if tc.WorldSize < 1 || tc.RunName == "" || tc.StoragePath == "" || (tc.Builtin == "") == (tc.Command == "") {
 			t.Fatalf("accepted an invalid config: %+v", tc)
+		}
+		if tc.Launcher != LauncherAuto && (tc.Builtin != "" || tc.Launcher != LauncherExternal && tc.Launcher != LauncherDirect) {
+			t.Fatalf("accepted launcher %q", tc.Launcher)
 		}
 		if tc.Rendezvous.Backend != BackendConsul && tc.Rendezvous.Backend != BackendEmbedded {
 			t.Fatalf("accepted backend %q", tc.Rendezvous.Backend)

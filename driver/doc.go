@@ -13,6 +13,13 @@
 // and GPU usage (stats.go) and turns the runtime's events file into Nomad
 // task events (events.go).
 //
+// A command entrypoint that is not a nomad-train Go trainer (python3
+// train.py) runs as the driver binary's builtin "external", which gives it
+// torchrun's environment, as nomad-train run does locally (Launcher*). A
+// task starts only with the run secret its job's template renders into
+// secrets/ (ErrNoSecret), unless the plugin config allows unauthenticated
+// workers.
+//
 // A plugin binary wires it up like this (see cmd/nomad-driver-train):
 //
 //	logger := hclog.New(&hclog.LoggerOptions{JSONFormat: true, Output: os.Stderr})

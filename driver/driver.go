@@ -22,6 +22,7 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/base"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -282,18 +283,21 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	if err := os.MkdirAll(paths.LocalDir, 0o755); err != nil {
 		return ProcessSpec{}, "", fmt.Errorf("create task local dir: %w", err)
 	}
+	secretPath := filepath.Join(paths.SecretsDir, secretFileName)
 	in := envInput{
 		Task:        tc,
 		Config:      cfg,
 		Plugin:      pcfg,
 		Paths:       paths,
-		SecretFound: fileExists(filepath.Join(paths.SecretsDir, secretFileName)),
+		SecretFound: hasSecret(secretPath),
 		HostName:    d.hostName,
+	}
+	if !in.SecretFound && !pcfg.AllowUnauthenticated {
+		return ProcessSpec{}, "", noSecretError(tc, secretPath)
 	}
 	if pcfg.GPUStats {
 		in.NodeHasGPUs = len(d.gpus.report().Devices) > 0
 	}
-	env := workerEnv(in)
 	var command string
 	var args []string
 	if cfg.Builtin != "" {
@@ -304,7 +308,15 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 			return ProcessSpec{}, "", err
 		}
 		args = cfg.Args
+		if runsExternal(cfg.Launcher, command) {
+			// As nomad-train run does locally: the driver binary joins the
+			// rendezvous and runs the resolved program with torchrun's
+			// environment.
+			in.External = append([]string{command}, cfg.Args...)
+			command, args = d.selfPath, []string{builtins.WorkerArg}
+		}
 	}
+	env := workerEnv(in)
 	user := tc.GetUser()
 	if user == "" {
 		user = pcfg.DefaultUser
@@ -333,6 +345,47 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 		spec.StderrPath = os.DevNull
 	}
 	return spec, filepath.Join(paths.LocalDir, eventsFileName), nil
+}
+
+// runsExternal reports whether the resolved program runs under the builtin
+// "external": always with LauncherExternal, never with LauncherDirect, and
+// with LauncherAuto unless it is a Go binary built with nomad-train's
+// trainer (which speaks the worker contract itself).
+func runsExternal(launcher, program string) bool {
+	switch launcher {
+	case LauncherExternal:
+		return true
+	case LauncherDirect:
+		return false
+	}
+	return external.NeedsWrapper(program)
+}
+
+// ErrNoSecret is wrapped when a task's secrets dir holds no run secret and
+// the plugin config does not allow unauthenticated workers.
+var ErrNoSecret = errors.New("no run secret")
+
+// hasSecret reports whether the run secret file exists and is not blank
+// (a template over a Variable without the item renders an empty file).
+func hasSecret(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.TrimSpace(string(b)) != ""
+}
+
+// noSecretError explains how to give a job its run secret.
+func noSecretError(tc *drivers.TaskConfig, path string) error {
+	job := tc.GetParentJobId()
+	if job == "" {
+		job = tc.GetJobId()
+	}
+	if job == "" {
+		job = "<job>"
+	}
+	return fmt.Errorf("%w: %s is missing or empty, so the workers could not authenticate to each other. "+
+		"Submit with nomad-train run -address, or give the task the template nomad-train compile emits "+
+		"and store the secret first: nomad var put nomad/jobs/%s secret=<64 hex digits>. "+
+		"To run workers without authentication on this node, set allow_unauthenticated = true in the plugin config",
+		ErrNoSecret, path, job)
 }
 
 // ErrCommandNotAllowed is returned for a command outside the plugin's

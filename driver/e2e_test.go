@@ -6,17 +6,21 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
 )
 
 // TestE2EJobOnNomad submits a batch job with driver = "train" to the Nomad
 // agent at NOMAD_ADDR, whose clients must have nomad-driver-train in their
 // plugin_dir and a plugin "train" {} block (see README.md), and waits for
-// the task to finish successfully.
+// the task to finish successfully. The task gets its run secret as a
+// compiled job does: a template over the job's Variable.
 func TestE2EJobOnNomad(t *testing.T) {
 	if os.Getenv("NOMAD_ADDR") == "" {
 		t.Skip("NOMAD_ADDR is not set: this test needs a Nomad agent whose clients load nomad-driver-train")
@@ -30,11 +34,17 @@ func TestE2EJobOnNomad(t *testing.T) {
 	task := api.NewTask("worker", PluginName)
 	task.Config = map[string]any{
 		"command":      "/bin/sh",
-		"args":         []string{"-c", `echo "run=$NOMAD_TRAIN_RUN rank=$NOMAD_TRAIN_RANK_HINT"`},
+		"args":         []string{"-c", `test -s "$NOMAD_TRAIN_SECRET_FILE" && echo "run=$NOMAD_TRAIN_RUN rank=$NOMAD_TRAIN_RANK_HINT"`},
+		"launcher":     LauncherDirect,
 		"run_name":     "e2e",
 		"world_size":   1,
 		"storage_path": "/tmp/nomad-train-e2e",
 	}
+	task.Templates = []*api.Template{trainhcl.SecretTemplate(jobID)}
+	_, _, err = c.Variables().Create(&api.Variable{Path: trainhcl.SecretVariablePath(jobID),
+		Items: api.VariableItems{trainhcl.SecretItem: strings.Repeat("ab", trainhcl.SecretHexLen/2)}}, nil)
+	must.NoError(t, err)
+	t.Cleanup(func() { _, _ = c.Variables().Delete(trainhcl.SecretVariablePath(jobID), nil) })
 	job := api.NewBatchJob(jobID, jobID, "global", 50)
 	job.Datacenters = []string{"*"}
 	tg := api.NewTaskGroup("workers", 1).AddTask(task)

@@ -2,13 +2,13 @@ package driver
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -48,6 +48,9 @@ type envInput struct {
 	Plugin      PluginConfig
 	Paths       taskPaths
 	SecretFound bool // the secrets dir holds secretFileName
+	// External is the argv of a command run under the builtin "external"
+	// (the process itself is the driver binary); nil for any other task.
+	External    []string
 	HostName    string
 	NodeHasGPUs bool
 }
@@ -105,6 +108,11 @@ func workerEnv(in envInput) []string {
 	if c.Builtin != "" {
 		env[workerenv.Builtin] = c.Builtin
 	}
+	if len(in.External) > 0 {
+		argv, _ := json.Marshal(in.External) // a []string always encodes
+		env[workerenv.Builtin] = external.BuiltinName
+		env[external.CommandEnv] = string(argv)
+	}
 	env[workerenv.Events] = filepath.Join(in.Paths.LocalDir, eventsFileName)
 	if in.SecretFound {
 		env[workerenv.SecretFile] = filepath.Join(in.Paths.SecretsDir, secretFileName)
@@ -137,10 +145,4 @@ func collectiveAddr(env map[string]string, label string) string {
 		}
 	}
 	return "127.0.0.1:0"
-}
-
-// fileExists reports whether path is an existing regular file.
-func fileExists(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular()
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -84,7 +85,12 @@ func inMemoryClient(t *testing.T, d *Driver) drivers.DriverClient {
 	return raw.(drivers.DriverClient)
 }
 
+// fakeTaskConfig is task "w" of allocation "a1" under allocDir, whose
+// secrets dir holds the run secret.
 func fakeTaskConfig(t *testing.T, allocDir string, cfg map[string]any) *drivers.TaskConfig {
+	t.Helper()
+	must.NoError(t, os.MkdirAll(filepath.Join(allocDir, "w", "secrets"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(allocDir, "w", "secrets", secretFileName), []byte("s3cret"), 0o600))
 	return &drivers.TaskConfig{
 		Id: "a1/w/0001", Name: "w", AllocId: "a1", AllocDir: allocDir,
 		MsgpackDriverConfig: mustEncodeTaskConfig(t, cfg),
@@ -122,8 +128,6 @@ func TestStartTaskEnvironment(t *testing.T) {
 	d := newTestDriver(t, dgxh100.New(), r)
 	d.setConfig(PluginConfig{GPUStats: true, StatsInterval: time.Second, ConsulAddress: "consul.local:8500", DefaultUser: "trainer"}, nil)
 	allocDir := t.TempDir()
-	must.NoError(t, os.MkdirAll(filepath.Join(allocDir, "w", "secrets"), 0o755))
-	must.NoError(t, os.WriteFile(filepath.Join(allocDir, "w", "secrets", secretFileName), []byte("s3cret"), 0o600))
 	c := inMemoryClient(t, d)
 	cases := []struct {
 		name string
@@ -155,13 +159,20 @@ func TestStartTaskEnvironment(t *testing.T) {
 			cmd:  "/bin/true", args: []string{"worker"},
 		},
 		{
-			name: "command with consul rendezvous",
+			name: "command that is not a Go trainer runs under the builtin external",
 			cfg:  map[string]any{"command": "/bin/echo", "args": []any{"a", "b"}, "run_name": "r", "world_size": 2, "storage_path": "/s"},
 			want: map[string]string{
 				workerenv.Rendezvous: "consul://", "CONSUL_HTTP_ADDR": "consul.local:8500", workerenv.Addr: "127.0.0.1:0",
 				workerenv.Checkpoint: `{}`, workerenv.MaxFailures: "0", workerenv.RendezvousTimeout: "5m0s",
+				workerenv.Builtin: external.BuiltinName, external.CommandEnv: `["/bin/echo","a","b"]`,
 			},
-			gone: []string{workerenv.Builtin},
+			cmd: "/bin/true", args: []string{"worker"},
+		},
+		{
+			name: "launcher direct runs the command itself",
+			cfg:  map[string]any{"command": "/bin/echo", "args": []any{"a", "b"}, "launcher": "direct", "run_name": "r", "world_size": 2, "storage_path": "/s"},
+			want: map[string]string{workerenv.Rendezvous: "consul://", workerenv.Worker: "1"},
+			gone: []string{workerenv.Builtin, external.CommandEnv},
 			cmd:  "/bin/echo", args: []string{"a", "b"},
 		},
 	}

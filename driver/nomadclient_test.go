@@ -259,6 +259,8 @@ func newTaskFixture(t *testing.T, n *nomadClient, task, configHCL string) *taskF
 	must.NoError(t, err)
 	logs := startLogmon(t, filepath.Join(allocDir, "alloc", "logs"), task)
 	taskDir := filepath.Join(allocDir, task)
+	// What the job's template renders from the run's Variable.
+	must.NoError(t, os.WriteFile(filepath.Join(taskDir, "secrets", secretFileName), []byte(fixtureSecret+"\n"), 0o400))
 	return &taskFixture{
 		allocDir: allocDir,
 		logs:     logs,
@@ -268,6 +270,7 @@ func newTaskFixture(t *testing.T, n *nomadClient, task, configHCL string) *taskF
 			AllocId:             allocID,
 			AllocDir:            allocDir,
 			JobName:             "train-job",
+			JobId:               "train-job",
 			TaskGroupName:       "workers",
 			NodeName:            "node-a",
 			StdoutPath:          logs.stdoutPath,
@@ -292,11 +295,16 @@ func newTaskFixture(t *testing.T, n *nomadClient, task, configHCL string) *taskF
 	}
 }
 
-// shTask is a task config running a shell script.
+// fixtureSecret is the run secret newTaskFixture puts in the secrets dir.
+const fixtureSecret = "0123456789abcdef0123456789abcdef"
+
+// shTask is a task config running a shell script directly (not under the
+// builtin "external": these tests are about the process, not training).
 func shTask(script string) string {
 	return fmt.Sprintf(`
 command      = "/bin/sh"
 args         = ["-c", %q]
+launcher     = "direct"
 run_name     = "wire"
 world_size   = 1
 storage_path = "/tmp/nomad-train-test-results"

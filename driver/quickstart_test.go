@@ -3,18 +3,15 @@ package driver
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
+	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
-	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -34,17 +31,8 @@ func freeAddr(t *testing.T) string {
 // authenticate with the run secret from their secrets directories, and
 // train to completion.
 func TestQuickstartOnFourTasks(t *testing.T) {
-	const secret = "0123456789abcdef0123456789abcdef"
-	emb, err := rendezvous.StartEmbedded(testCtx(t), "127.0.0.1:0", []byte(secret), hclog.NewNullLogger())
-	must.NoError(t, err)
-	defer emb.Close()
-
-	n := launchPlugin(t)
-	n.configure(t, ``)
-	results := t.TempDir()
-	var fixtures []*taskFixture
-	for i := 0; i < 4; i++ {
-		f := newTaskFixture(t, n, "worker", fmt.Sprintf(`
+	emb, n, results := newGang(t)
+	fixtures := startTasks(t, n, 4, fmt.Sprintf(`
 builtin      = "quickstart"
 run_name     = "quickstart"
 world_size   = 4
@@ -59,25 +47,11 @@ checkpoint {
   score_attribute = "loss"
   score_order     = "min"
 }
-`, results, emb.URI))
-		f.cfg.Env["NOMAD_ALLOC_INDEX"] = fmt.Sprint(i)
-		f.cfg.Env["NOMAD_ADDR_train"] = freeAddr(t)
-		must.NoError(t, os.WriteFile(filepath.Join(f.allocDir, "worker", "secrets", "nomad-train.secret"), []byte(secret), 0o600))
-		fixtures = append(fixtures, f)
-	}
+`, results, emb.URI), nil)
 	var ids []string
-	for _, f := range fixtures {
-		ids = append(ids, n.start(t, f).GetConfig().GetId())
-	}
-	for i, id := range ids {
-		res := n.wait(t, id)
-		if res.GetResult().GetExitCode() != 0 {
-			l := fixtures[i].logs
-			l.mu.Lock()
-			t.Logf("worker %d stderr: %s", i, l.stderr.String())
-			l.mu.Unlock()
-		}
-		must.Eq(t, int32(0), res.GetResult().GetExitCode(), must.Sprintf("worker %d", i))
+	for i, f := range fixtures {
+		must.Eq(t, int32(0), waitTask(t, n, f, 30*time.Second).GetResult().GetExitCode(), must.Sprintf("worker %d", i))
+		ids = append(ids, f.cfg.GetId())
 	}
 	fixtures[0].logs.waitFor(t, "epoch 3: loss", "")
 	for _, id := range ids {

@@ -3,6 +3,7 @@ package hcl
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -30,6 +31,71 @@ const (
 	MetaStoragePath = ReservedMetaPrefix + "storage_path"
 	MetaSpecSHA256  = ReservedMetaPrefix + "spec_sha256"
 )
+
+// The run secret authenticates the workers to each other (rendezvous and
+// collectives, HMAC). It lives in the Nomad Variable SecretVariablePath(job),
+// which the job's tasks may read with their workload identity, and a
+// template in the worker task (SecretTemplate) renders it into the task's
+// secrets directory, where the train driver finds it. The secret itself is
+// never in the job.
+const (
+	// SecretItem is the Variable item holding the hex-encoded secret.
+	SecretItem = "secret"
+	// SecretFileName is the file the template renders in the secrets dir.
+	SecretFileName = "nomad-train.secret"
+	// SecretDestination is the template's destination, relative to the
+	// task directory.
+	SecretDestination = "secrets/" + SecretFileName
+	// SecretHexLen is the length of a secret: 32 random bytes, hex-encoded.
+	SecretHexLen = 64
+)
+
+// SecretVariablePath is the Variable path holding jobID's run secret.
+func SecretVariablePath(jobID string) string { return "nomad/jobs/" + jobID }
+
+// SecretTemplate is the template that renders jobID's run secret into
+// SecretDestination. Nomad renders templates before it starts the task and
+// holds the task while the Variable is missing, so a worker never starts
+// without its secret; a new secret restarts the task.
+func SecretTemplate(jobID string) *api.Template {
+	return &api.Template{
+		EmbeddedTmpl: new(fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretVariablePath(jobID), SecretItem)),
+		DestPath:     new(SecretDestination),
+		ChangeMode:   new("restart"),
+		Perms:        new("0400"),
+	}
+}
+
+// SecretCommand is the shell command that stores a fresh run secret for
+// job in its Variable, for a job submitted with `nomad job run` (nomad-train
+// run stores one itself). The secret goes to nomad on stdin, never on a
+// command line.
+func SecretCommand(job *api.Job) string {
+	flags := ""
+	if r := deref(job.Region); r != "" {
+		flags += "-region " + shellQuote(r) + " "
+	}
+	if ns := deref(job.Namespace); ns != "" {
+		flags += "-namespace " + shellQuote(ns) + " "
+	}
+	return fmt.Sprintf("od -An -tx1 -N%d /dev/urandom | tr -d ' \\n' | nomad var put %s%s %s=-",
+		SecretHexLen/2, flags, shellQuote(SecretVariablePath(deref(job.ID))), SecretItem)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but plain
+// path characters.
+func shellQuote(s string) string {
+	plain := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:@+,", r)) {
+			plain = false
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
 
 // Restart and reschedule timing. Nomad's default restart delay (15 s) would
 // dominate recovery; 5 s is its floor for reschedule delays.
@@ -142,6 +208,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		}
 		task.Artifacts = []*api.TaskArtifact{art}
 	}
+	task.Templates = []*api.Template{SecretTemplate(s.Name)}
 	task.Resources = resources(s.Scaling.ResourcesPerWorker)
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}

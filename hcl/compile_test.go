@@ -1,6 +1,10 @@
 package hcl
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -250,4 +254,62 @@ func TestRelativeStorageWarning(t *testing.T) {
   run { storage_path = "file:///mnt/nfs/runs" }
 }`)
 	must.SliceEmpty(t, warnings)
+}
+
+// TestSecretTemplate: the worker task renders the run secret from the job's
+// Variable, and SecretCommand is a shell line that stores a fresh one there
+// (run here with a stand-in nomad that prints its arguments).
+func TestSecretTemplate(t *testing.T) {
+	job, _ := mustCompile(t, `train "sec" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = "/data/runs" }
+}`)
+	task := job.TaskGroups[0].Tasks[0]
+	must.Len(t, 1, task.Templates)
+	tp := task.Templates[0]
+	must.Eq(t, `{{ with nomadVar "nomad/jobs/sec" }}{{ .secret }}{{ end }}`, *tp.EmbeddedTmpl)
+	must.Eq(t, "secrets/nomad-train.secret", *tp.DestPath)
+	must.Eq(t, "restart", *tp.ChangeMode)
+	must.Eq(t, "0400", *tp.Perms)
+
+	bin := t.TempDir()
+	// A stand-in nomad that prints its arguments, a "key=-" one with the
+	// value it reads from stdin, as nomad var put does.
+	fake := `#!/bin/sh
+for a; do
+  case "$a" in
+  *=-) printf '%s=%s\n' "${a%=-}" "$(cat)" ;;
+  *) printf '%s\n' "$a" ;;
+  esac
+done
+`
+	must.NoError(t, os.WriteFile(filepath.Join(bin, "nomad"), []byte(fake), 0o755))
+	cases := []struct {
+		name, ns, region string
+		wantArgs         []string
+	}{
+		{name: "plain", wantArgs: []string{"var", "put", "nomad/jobs/sec"}},
+		{name: "namespace and region", ns: "ml team", region: "eu", wantArgs: []string{"var", "put", "-region", "eu", "-namespace", "ml team", "nomad/jobs/sec"}},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := *job
+			j.Namespace, j.Region = &tc.ns, &tc.region
+			line := SecretCommand(&j)
+			must.StrNotContains(t, line, "$(", must.Sprint("the secret stays off command lines"))
+			cmd := exec.Command("/bin/sh", "-c", line)
+			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+			out, err := cmd.CombinedOutput()
+			must.NoError(t, err, must.Sprint(string(out)))
+			args := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+			must.Eq(t, tc.wantArgs, args[:len(args)-1])
+			item, secret, ok := strings.Cut(args[len(args)-1], "=")
+			must.True(t, ok)
+			must.Eq(t, SecretItem, item)
+			must.RegexMatch(t, regexp.MustCompile(`^[0-9a-f]{64}$`), secret)
+			must.False(t, seen[secret], must.Sprint("a fresh secret each time"))
+			seen[secret] = true
+		})
+	}
 }

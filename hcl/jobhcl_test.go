@@ -108,6 +108,12 @@ func decodeTask(n *node) *api.Task {
 			GetterMode: an.strPtr("mode"), GetterOptions: an.strMap("options"),
 		})
 	}
+	for _, tn := range n.blocks("template") {
+		t.Templates = append(t.Templates, &api.Template{
+			EmbeddedTmpl: tn.strPtr("data"), DestPath: tn.strPtr("destination"),
+			ChangeMode: tn.strPtr("change_mode"), Perms: tn.strPtr("perms"),
+		})
+	}
 	for _, rn := range n.blocks("resources") {
 		r := &api.Resources{CPU: rn.intPtr("cpu"), Cores: rn.intPtr("cores"), MemoryMB: rn.intPtr("memory")}
 		for _, dn := range rn.blocks("device") {

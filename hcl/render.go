@@ -142,6 +142,13 @@ func writeTask(parent *hclwrite.Body, t *api.Task) {
 		setString(ab, "mode", a.GetterMode)
 		writeStringMap(ab, "options", a.GetterOptions)
 	}
+	for _, tp := range t.Templates {
+		tb := spaced(b).AppendNewBlock("template", nil).Body()
+		setString(tb, "data", tp.EmbeddedTmpl)
+		setString(tb, "destination", tp.DestPath)
+		setString(tb, "change_mode", tp.ChangeMode)
+		setString(tb, "perms", tp.Perms)
+	}
 	if r := t.Resources; r != nil {
 		rb := spaced(b).AppendNewBlock("resources", nil).Body()
 		setInt(rb, "cpu", r.CPU)

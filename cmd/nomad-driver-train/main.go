@@ -1,7 +1,9 @@
 // Command nomad-driver-train is the Nomad task driver plugin "train". Put it
 // in the agent's plugin_dir and name it in a plugin "train" {} block. The
 // same binary also runs as the executor's supervisor shim and as a worker
-// for builtin training functions; main only dispatches and wires.
+// for builtin training functions, among them "external", which runs a
+// command entrypoint that is not a Go trainer (python3 train.py) with
+// torchrun's environment; main only dispatches and wires.
 package main
 
 import (

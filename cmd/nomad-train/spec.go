@@ -27,7 +27,6 @@ const (
 
 func init() {
 	register("validate", "Check a train.hcl spec and report every error", runValidate)
-	register("compile", "Compile a train.hcl spec into a Nomad job (HCL or JSON)", runCompile)
 	register("fmt", "Rewrite train.hcl files in canonical format", runFmt)
 }
 
@@ -165,38 +164,6 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitSpec
 	}
 	fmt.Fprintf(stdout, "%s: train %q is valid (%d workers)\n", path, spec.Name, spec.Scaling.NumWorkers)
-	return exitOK
-}
-
-func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("compile", "compile [-json] [-o file] [-var name=value] [-var-file file] <train.hcl>", stderr)
-	var sf specFlags
-	sf.register(fs)
-	asJSON := fs.Bool("json", false, "write the job as JSON ({\"Job\": ...}) instead of HCL")
-	out := fs.String("o", "", "write the job to this file instead of stdout")
-	path, code := parseArgs(fs, args, stderr)
-	if code >= 0 {
-		return code
-	}
-	_, hclOut, jsonOut, ok := loadSpec(path, &sf, true, stderr)
-	if !ok {
-		return exitSpec
-	}
-	b := hclOut
-	if *asJSON {
-		b = jsonOut
-	}
-	if *out == "" {
-		if _, err := stdout.Write(b); err != nil {
-			fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
-			return exitSpec
-		}
-		return exitOK
-	}
-	if err := os.WriteFile(*out, b, 0o644); err != nil {
-		fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
-		return exitSpec
-	}
 	return exitOK
 }
 

@@ -3,6 +3,10 @@
 # environment (MASTER_ADDR, RANK, WORLD_SIZE, ...), relays the script's
 # reports and checkpoints, and restarts it from the latest checkpoint when a
 # worker is lost. Run from this folder: nomad-train run train.hcl
+# On Nomad the train driver does the same for command = "python3" (the
+# compiled job needs nothing more): train.py must reach the task directory
+# (an artifact block), python3 with torch must be on the clients, and
+# storage_path must be a directory every client mounts.
 train "torch-ddp" {
   entrypoint {
     command = "python3"

@@ -90,6 +90,13 @@ job "my-model" {
         }
       }
 
+      template {
+        data        = "{{ with nomadVar \"nomad/jobs/my-model\" }}{{ .secret }}{{ end }}"
+        destination = "secrets/nomad-train.secret"
+        change_mode = "restart"
+        perms       = "0400"
+      }
+
       resources {
         cpu    = 2000
         memory = 4096

@@ -84,6 +84,13 @@ job "resnet-gpu" {
         NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
+      template {
+        data        = "{{ with nomadVar \"nomad/jobs/resnet-gpu\" }}{{ .secret }}{{ end }}"
+        destination = "secrets/nomad-train.secret"
+        change_mode = "restart"
+        perms       = "0400"
+      }
+
       resources {
         cores  = 8
         memory = 65536

@@ -76,6 +76,13 @@ job "mnist" {
         NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
+      template {
+        data        = "{{ with nomadVar \"nomad/jobs/mnist\" }}{{ .secret }}{{ end }}"
+        destination = "secrets/nomad-train.secret"
+        change_mode = "restart"
+        perms       = "0400"
+      }
+
       resources {
         cpu    = 1000
         memory = 512

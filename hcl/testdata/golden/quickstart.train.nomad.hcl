@@ -75,6 +75,13 @@ job "quickstart" {
         NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
+      template {
+        data        = "{{ with nomadVar \"nomad/jobs/quickstart\" }}{{ .secret }}{{ end }}"
+        destination = "secrets/nomad-train.secret"
+        change_mode = "restart"
+        perms       = "0400"
+      }
+
       resources {
         cpu    = 500
         memory = 256

@@ -75,6 +75,13 @@ job "torch-ddp" {
         NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
+      template {
+        data        = "{{ with nomadVar \"nomad/jobs/torch-ddp\" }}{{ .secret }}{{ end }}"
+        destination = "secrets/nomad-train.secret"
+        change_mode = "restart"
+        perms       = "0400"
+      }
+
       resources {
         cores  = 1
         memory = 1024

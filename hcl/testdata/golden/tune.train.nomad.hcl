@@ -74,6 +74,13 @@ job "quickstart-tune" {
         NOMAD_TRAIN_STOP_GRACE = "22s"
       }
 
+      template {
+        data        = "{{ with nomadVar \"nomad/jobs/quickstart-tune\" }}{{ .secret }}{{ end }}"
+        destination = "secrets/nomad-train.secret"
+        change_mode = "restart"
+        perms       = "0400"
+      }
+
       resources {
         cores  = 1
         memory = 1024

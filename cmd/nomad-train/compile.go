@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/nomad/api"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+)
+
+func init() {
+	register("compile", "Compile a train.hcl spec into a Nomad job (HCL or JSON)", runCompile)
+}
+
+func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("compile", "compile [-json] [-o file] [-var name=value] [-var-file file] <train.hcl>", stderr)
+	var sf specFlags
+	sf.register(fs)
+	asJSON := fs.Bool("json", false, "write the job as JSON ({\"Job\": ...}) instead of HCL")
+	out := fs.String("o", "", "write the job to this file instead of stdout")
+	path, code := parseArgs(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	spec, hclOut, jsonOut, ok := loadSpec(path, &sf, true, stderr)
+	if !ok {
+		return exitSpec
+	}
+	b := hclOut
+	if *asJSON {
+		b = jsonOut
+	}
+	var err error
+	if *out == "" {
+		_, err = stdout.Write(b)
+	} else {
+		err = os.WriteFile(*out, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
+		return exitSpec
+	}
+	job, _ := trainhcl.Compile(spec) // its diagnostics were printed by loadSpec
+	printSecretHint(stderr, job)
+	return exitOK
+}
+
+// printSecretHint tells how to create the run secret's Variable, which
+// `nomad-train run -address` writes itself but `nomad job run` does not:
+// the job's template holds the workers until it exists. The secret never
+// goes into the job, so this goes to stderr, not into the output.
+func printSecretHint(w io.Writer, job *api.Job) {
+	fmt.Fprintf(w, "==> Before `nomad job run`, store the run secret the workers authenticate with\n"+
+		"    (Nomad holds them until the Variable %s exists):\n\n    %s\n\n",
+		trainhcl.SecretVariablePath(*job.ID), trainhcl.SecretCommand(job))
+}
