@@ -16,53 +16,36 @@ import (
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 )
 
-// The per-run secret: a Nomad Variable at nomad/jobs/<job> (which the
-// job's tasks may read with their workload identity), rendered by a
-// template block into each task's secrets directory.
-const (
-	// SecretItem is the variable item holding the hex-encoded secret.
-	SecretItem = "secret"
-	// SecretFileName is the file the template renders in the secrets dir.
-	SecretFileName = "nomad-train.secret"
-	// secretBytes is the secret's length before hex encoding.
-	secretBytes = 32
-)
+// The per-run secret lives in the Nomad Variable trainhcl.SecretVariablePath
+// (which the job's tasks may read with their workload identity) and is
+// rendered by trainhcl.SecretTemplate into each task's secrets directory;
+// package hcl owns those definitions so that `nomad-train compile` and
+// Submit produce the same job.
 
-// SecretPath is the Variable path holding jobID's secret.
-func SecretPath(jobID string) string { return "nomad/jobs/" + jobID }
-
-// NewSecret returns a fresh per-run secret from crypto/rand, hex-encoded.
+// NewSecret returns a fresh per-run secret from crypto/rand, hex-encoded
+// (trainhcl.SecretHexLen characters).
 func NewSecret() (string, error) {
-	b := make([]byte, secretBytes)
+	b := make([]byte, trainhcl.SecretHexLen/2)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("generating run secret: %w", err)
 	}
 	return hex.EncodeToString(b), nil
 }
 
-// AddSecretTemplate adds to every task of job a template that renders the
-// run's secret from its Variable into ${NOMAD_SECRETS_DIR}/nomad-train.secret;
-// the train driver sets NOMAD_TRAIN_SECRET_FILE when that file exists.
-// Nomad renders templates before it starts the task. The secret itself
-// never enters the job (nor its meta, nor what `nomad job inspect` shows).
-// Tasks that already have the template are left alone.
+// AddSecretTemplate makes every task of job render the run's secret from
+// its Variable into ${NOMAD_SECRETS_DIR}/nomad-train.secret; the train
+// driver refuses tasks without it. Nomad renders templates before it starts
+// the task. The secret itself never enters the job (nor its meta, nor what
+// `nomad job inspect` shows). A task that already renders that file gets
+// the template for job's current ID, so a job renamed after Compile (a tune
+// trial, say) does not wait on another job's Variable.
 func AddSecretTemplate(job *api.Job) {
-	dest := "secrets/" + SecretFileName
-	tmpl := fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretPath(*job.ID), SecretItem)
 	for _, g := range job.TaskGroups {
-	tasks:
 		for _, t := range g.Tasks {
-			for _, tp := range t.Templates {
-				if tp.DestPath != nil && *tp.DestPath == dest {
-					continue tasks
-				}
-			}
-			t.Templates = append(t.Templates, &api.Template{
-				EmbeddedTmpl: new(tmpl),
-				DestPath:     new(dest),
-				ChangeMode:   new("restart"),
-				Perms:        new("0400"),
+			t.Templates = slices.DeleteFunc(t.Templates, func(tp *api.Template) bool {
+				return tp.DestPath != nil && *tp.DestPath == trainhcl.SecretDestination
 			})
+			t.Templates = append(t.Templates, trainhcl.SecretTemplate(*job.ID))
 		}
 	}
 }
@@ -170,7 +153,7 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 			return nil, err
 		}
 	}
-	v := &api.Variable{Path: SecretPath(*job.ID), Items: api.VariableItems{SecretItem: secret}}
+	v := &api.Variable{Path: trainhcl.SecretVariablePath(*job.ID), Items: api.VariableItems{trainhcl.SecretItem: secret}}
 	if job.Namespace != nil {
 		v.Namespace = *job.Namespace
 	}
@@ -190,7 +173,7 @@ func Stop(ctx context.Context, c API, jobID, namespace string, purge bool) error
 		return fmt.Errorf("stopping job %q: %w", jobID, err)
 	}
 	if purge {
-		if err := c.DeleteVariable(ctx, SecretPath(jobID), namespace); err != nil {
+		if err := c.DeleteVariable(ctx, trainhcl.SecretVariablePath(jobID), namespace); err != nil {
 			return fmt.Errorf("deleting run secret: %w", err)
 		}
 	}

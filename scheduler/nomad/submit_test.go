@@ -49,7 +49,7 @@ func TestSubmit(t *testing.T) {
 
 		v := srv.Variable("nomad/jobs/mnist")
 		must.NotNil(t, v)
-		must.Eq(t, "s3cr3t-value", v.Items[SecretItem])
+		must.Eq(t, "s3cr3t-value", v.Items[trainhcl.SecretItem])
 
 		job := srv.Job("mnist")
 		b, err := json.Marshal(job)
@@ -62,14 +62,23 @@ func TestSubmit(t *testing.T) {
 		must.MapNotContainsKey(t, task.Env, workerenv.SecretFile) // the driver's to set
 		must.Eq(t, "0400", *task.Templates[0].Perms)
 	})
+	t.Run("a job renamed after compile reads its own variable", func(t *testing.T) {
+		job := testJob("trial-0001", 1)
+		job.TaskGroups[0].Tasks[0].Templates = []*api.Template{trainhcl.SecretTemplate("base"), {DestPath: new("local/other.conf")}}
+		AddSecretTemplate(job)
+		tmpls := job.TaskGroups[0].Tasks[0].Templates
+		must.Len(t, 2, tmpls)
+		must.Eq(t, "local/other.conf", *tmpls[0].DestPath)
+		must.StrContains(t, *tmpls[1].EmbeddedTmpl, `"nomad/jobs/trial-0001"`)
+	})
 	t.Run("generates a fresh secret per run", func(t *testing.T) {
 		srv, c := newTestClient(t)
 		_, err := Submit(context.Background(), c, testJob("a", 1), SubmitOptions{})
 		must.NoError(t, err)
 		_, err = Submit(context.Background(), c, testJob("b", 1), SubmitOptions{})
 		must.NoError(t, err)
-		sa, sb := srv.Variable("nomad/jobs/a").Items[SecretItem], srv.Variable("nomad/jobs/b").Items[SecretItem]
-		must.Eq(t, 2*secretBytes, len(sa))
+		sa, sb := srv.Variable("nomad/jobs/a").Items[trainhcl.SecretItem], srv.Variable("nomad/jobs/b").Items[trainhcl.SecretItem]
+		must.Eq(t, trainhcl.SecretHexLen, len(sa))
 		must.NotEq(t, sa, sb)
 	})
 	t.Run("refuses a gang that does not fit, before registering", func(t *testing.T) {
