@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,20 @@ func exercise(t *testing.T, gs []*Group) {
 		}
 	}
 	checkBroadcastAllGatherBarrier(t, gs)
+	// Blocks larger than a slot go over TCP, smaller ones through the
+	// region, in one collective.
+	block := func(r int) []byte { return bytes.Repeat([]byte{byte(r)}, []int{5000, 10, 70000}[r%3]) }
+	outs := make([][][]byte, len(gs))
+	noErrors(t, onAll(gs, func(r int, g *Group) error {
+		var err error
+		outs[r], err = g.AllGather(t.Context(), block(r))
+		return err
+	}))
+	for r := range gs {
+		for q := range gs {
+			must.Eq(t, block(q), outs[r][q], must.Sprintf("rank %d block %d", r, q))
+		}
+	}
 }
 
 // The transport each connection ends up with, by what the two ends allow
