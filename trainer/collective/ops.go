@@ -269,7 +269,8 @@ func (g *Group) pump(ctx context.Context, x exchange) error {
 			continue
 		}
 		if err := g.deliver(x, rd, ev.got); err != nil {
-			return err
+			g.fail(err)
+			return g.failure() // the first failure: maybe a Close that broke the credit write
 		}
 		rd++
 	}
