@@ -12,7 +12,7 @@ import (
 // authentication and answered by the accepting side with its own:
 //
 //	0  4  magic "NTCH"
-//	4  2  version (1)
+//	4  2  version (2: the transport agreement follows the hello)
 //	6  2  reserved, zero
 //	8  4  rank
 //	12 4  size (ranks in the gang)
@@ -58,7 +58,7 @@ import (
 
 const (
 	helloSize    = 32
-	helloVersion = 1
+	helloVersion = 2
 	headerSize   = 20
 	// maxFrame bounds one payload; larger all-gather blocks are refused.
 	maxFrame = 1 << 30

@@ -23,7 +23,7 @@ func TestHelloRejects(t *testing.T) {
 	}{
 		{"short", func(b []byte) []byte { return b[:helloSize-1] }},
 		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }},
-		{"version", func(b []byte) []byte { b[4] = 2; return b }},
+		{"version", func(b []byte) []byte { b[4] = 1; return b }},
 		{"reserved", func(b []byte) []byte { b[30] = 1; return b }},
 		{"rank >= size", func(b []byte) []byte { b[8] = 2; return b }},
 		{"size zero", func(b []byte) []byte { b[12] = 0; return b }},
