@@ -110,7 +110,8 @@ type Group struct {
 
 	// Channels between the collective's goroutine and the socket owners:
 	// the writer owns writes to next, the reader reads from prev, the
-	// watcher reads next (only to notice its close).
+	// watcher reads next (credits for out, else only to notice its close).
+	// The only writes to prev are credits for in, under creditMu.
 	sendq chan sendReq
 	sent  chan struct{}
 	recvq chan recvReq
