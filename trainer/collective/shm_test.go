@@ -58,46 +58,53 @@ func TestTransportChoice(t *testing.T) {
 		name  string
 		tweak func(r int, c *Config)
 		want  []string
+		log   string // a debug line some rank logs about the fallback
 	}{
-		{"same host", nil, []string{"shm/shm", "shm/shm", "shm/shm"}},
-		{"forced tcp", func(r int, c *Config) { c.Transport = TransportTCP }, []string{"tcp/tcp", "tcp/tcp", "tcp/tcp"}},
+		{"same host", nil, []string{"shm/shm", "shm/shm", "shm/shm"}, ""},
+		{"forced tcp", func(r int, c *Config) { c.Transport = TransportTCP }, []string{"tcp/tcp", "tcp/tcp", "tcp/tcp"}, ""},
 		// Rank 1 alone turns it off: its two connections use TCP.
 		{"one rank forced tcp", func(r int, c *Config) {
 			if r == 1 {
 				c.Transport = TransportTCP
 			}
-		}, []string{"tcp/shm", "tcp/tcp", "shm/tcp"}},
+		}, []string{"tcp/shm", "tcp/tcp", "shm/tcp"}, ""},
 		// Rank 1 says it runs elsewhere: never trust a shared address.
 		{"peer claims another host", func(r int, c *Config) {
 			if r == 1 {
 				c.hostID = func() (string, error) { return "another-host", nil }
 			}
-		}, []string{"tcp/shm", "tcp/tcp", "shm/tcp"}},
+		}, []string{"tcp/shm", "tcp/tcp", "shm/tcp"}, "peer is on another host, using TCP"},
 		{"host identity unknown", func(r int, c *Config) {
 			if r == 2 {
 				c.hostID = func() (string, error) { return "", errors.New("no boot id") }
 			}
-		}, []string{"shm/tcp", "tcp/shm", "tcp/tcp"}},
+		}, []string{"shm/tcp", "tcp/shm", "tcp/tcp"}, "host identity unknown, using TCP"},
 		// Rank 0 cannot create its region: its connection to rank 1 falls
 		// back to TCP, with no error.
 		{"no shared directory", func(r int, c *Config) {
 			if r == 0 {
 				c.shmDir = missing
 			}
-		}, []string{"tcp/shm", "shm/tcp", "shm/shm"}},
+		}, []string{"tcp/shm", "shm/tcp", "shm/shm"}, "shared memory unavailable, using TCP"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
+			var logs logBuffer
+			logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
 			gs := gang(t, n, func(c *Config) {
 				c.ChunkBytes = 4096
 				c.shmDir = dir
+				c.Logger = logger
 				if tc.tweak != nil {
 					tc.tweak(c.Rank, c)
 				}
 			})
 			must.Eq(t, tc.want, transportsOf(gs))
 			mustBeEmpty(t, dir)
+			if tc.log != "" {
+				must.StrContains(t, logs.String(), tc.log)
+			}
 			for _, g := range gs {
 				g.inlineMax = 0 // stream everything through the transports
 			}
