@@ -94,6 +94,15 @@ type transportSetup struct {
 	log       hclog.Logger
 }
 
+// hostIfWanted is the host identity to tell a peer: none unless this
+// side allows shared memory.
+func (s *transportSetup) hostIfWanted() string {
+	if !s.want {
+		return ""
+	}
+	return s.host
+}
+
 // offer runs the dialer's side on conn (to rank+1): it returns the sending
 // end of a shared region, or nil for TCP. Only a broken connection or a
 // peer breaking the protocol is an error; anything that merely prevents
@@ -103,7 +112,7 @@ func (s *transportSetup) offer(conn net.Conn) (out *shmOut, err error) {
 		return nil, fmt.Errorf("set transport deadline: %w", err)
 	}
 	defer conn.SetDeadline(time.Time{})
-	if err := sendMsg(conn, transportMsg{Type: msgOffer, OK: s.want, Host: s.host}); err != nil {
+	if err := sendMsg(conn, transportMsg{Type: msgOffer, OK: s.want, Host: s.hostIfWanted()}); err != nil {
 		return nil, err
 	}
 	ans, err := recvMsg(conn, msgAnswer)
@@ -153,7 +162,7 @@ func (s *transportSetup) answer(conn net.Conn) (*shmIn, error) {
 		return nil, err
 	}
 	agree := sameHost(s.want, s.host, off)
-	if err := sendMsg(conn, transportMsg{Type: msgAnswer, OK: agree, Host: s.host}); err != nil || !agree {
+	if err := sendMsg(conn, transportMsg{Type: msgAnswer, OK: agree, Host: s.hostIfWanted()}); err != nil || !agree {
 		if err == nil && s.want && off.OK {
 			s.log.Debug("peer is on another host, using TCP", "peer_host", off.Host, "host", s.host)
 		}
