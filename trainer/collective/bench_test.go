@@ -29,16 +29,24 @@ type benchPair struct {
 	raw net.Conn // plain TCP to the child, for the references
 }
 
-func newBenchPair(b *testing.B) *benchPair {
+// newBenchPair starts the child and forms the gang over transport ("shm"
+// or "tcp"; "" is the default, which is shm between these two processes).
+func newBenchPair(b *testing.B, transport string) *benchPair {
 	b.Helper()
-	c := spawn(b, "bench", 1, 2)
+	tr, err := ParseTransport(transport)
+	must.NoError(b, err)
+	c := spawn(b, "bench", 1, 2, "COLLECTIVE_TRANSPORT="+transport)
 	hi := c.recv(b, 30*time.Second)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must.NoError(b, err)
 	peers := []string{ln.Addr().String(), hi.Addr}
 	c.send(b, msg{Peers: peers})
-	g, err := New(b.Context(), Config{Rank: 0, Size: 2, Listener: ln, Peers: peers, Timeout: 30 * time.Second})
+	g, err := New(b.Context(), Config{Rank: 0, Size: 2, Listener: ln, Peers: peers, Timeout: 30 * time.Second, Transport: tr})
 	must.NoError(b, err)
+	if transport != "" {
+		next, prev := g.transports()
+		must.Eq(b, transport+"/"+transport, next+"/"+prev)
+	}
 	b.Cleanup(func() { g.Close() })
 	raw, err := net.Dial("tcp", hi.RawAddr)
 	must.NoError(b, err)
@@ -126,28 +134,34 @@ func (p *benchPair) allReduce(b *testing.B, n, iters int) time.Duration {
 // busbw = bytes/time * 2(N-1)/N; with 2 ranks each rank sends its whole
 // buffer once and receives it once, so busbw/tcp = 1 means the ring moves
 // data as fast as one plain TCP stream does, both directions at once.
+// transport=shm is the default between ranks of one host (bulk data in
+// shared memory); transport=tcp forces the ring's TCP connections.
 func BenchmarkAllReduceBusBW(b *testing.B) {
-	p := newBenchPair(b)
 	const ranks = 2
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20} {
-		b.Run(sizeName(size), func(b *testing.B) {
-			b.StopTimer()
-			stream := max(64<<20, 2*size)
-			tcp := p.tcpThroughput(b, stream, size)
-			took := p.allReduce(b, size/4, b.N)
-			tcp = max(tcp, p.tcpThroughput(b, stream, size)) // the better reference: conservative
-			busbw := float64(size) * float64(b.N) / took.Seconds() * 2 * (ranks - 1) / ranks
-			b.SetBytes(int64(size))
-			b.ReportMetric(busbw/tcp, "busbw/tcp")
-			b.ReportMetric(busbw/1e6, "busbw-MB/s")
-			b.ReportMetric(tcp/1e6, "tcp-MB/s")
+	for _, transport := range []string{"shm", "tcp"} {
+		b.Run("transport="+transport, func(b *testing.B) {
+			p := newBenchPair(b, transport)
+			for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20} {
+				b.Run(sizeName(size), func(b *testing.B) {
+					b.StopTimer()
+					stream := max(64<<20, 2*size)
+					tcp := p.tcpThroughput(b, stream, size)
+					took := p.allReduce(b, size/4, b.N)
+					tcp = max(tcp, p.tcpThroughput(b, stream, size)) // the better reference: conservative
+					busbw := float64(size) * float64(b.N) / took.Seconds() * 2 * (ranks - 1) / ranks
+					b.SetBytes(int64(size))
+					b.ReportMetric(busbw/tcp, "busbw/tcp")
+					b.ReportMetric(busbw/1e6, "busbw-MB/s")
+					b.ReportMetric(tcp/1e6, "tcp-MB/s")
+				})
+			}
 		})
 	}
 }
 
 // B2: 4 KiB all-reduce latency over 2(N-1) TCP round trips.
 func BenchmarkAllReduceLatency(b *testing.B) {
-	p := newBenchPair(b)
+	p := newBenchPair(b, "")
 	const ranks = 2
 	b.StopTimer()
 	p.allReduce(b, 1024, 50) // warm up
@@ -279,7 +293,7 @@ func gloo(b *testing.B, sizes []int) map[int]float64 {
 func BenchmarkVersusGloo(b *testing.B) {
 	sizes := []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
 	ref := gloo(b, sizes)
-	p := newBenchPair(b)
+	p := newBenchPair(b, "")
 	for _, size := range sizes {
 		b.Run(sizeName(size), func(b *testing.B) {
 			b.StopTimer()

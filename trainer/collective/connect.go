@@ -226,10 +226,54 @@ func (a *acceptor) wait(ctx context.Context) (net.Conn, error) {
 	}
 }
 
+// links are one rank's two ring connections and, where the neighbour is on
+// the same host, the shared regions that carry their bulk data.
+type links struct {
+	next, prev net.Conn
+	out        *shmOut // to next; nil: payloads go over TCP
+	in         *shmIn  // from prev; nil: payloads come over TCP
+}
+
 // connect forms the ring for cfg: it dials rank+1 and accepts rank-1 at
-// the same time, and returns both connections (next, prev). The listener
-// is closed on return.
-func connect(ctx context.Context, cfg Config, log hclog.Logger) (next, prev net.Conn, err error) {
+// the same time, then agrees with both on a transport. The listener is
+// closed on return.
+func connect(ctx context.Context, cfg Config, log hclog.Logger) (links, error) {
+	next, prev, err := dialAndAccept(ctx, cfg, log)
+	if err != nil {
+		return links{}, err
+	}
+	setup := &transportSetup{
+		want:      cfg.Transport == TransportAuto,
+		dir:       cfg.shmDir,
+		slotBytes: slotSize(cfg.ChunkBytes),
+		timeout:   cfg.Timeout,
+		log:       log,
+	}
+	if setup.dir == "" {
+		setup.dir = defaultShmDir()
+	}
+	if setup.want {
+		hostID := cfg.hostID
+		if hostID == nil {
+			hostID = hostIdentity
+		}
+		if setup.host, err = hostID(); err != nil {
+			log.Debug("host identity unknown, using TCP", "error", err)
+			setup.want = false
+		}
+	}
+	out, in, err := setup.agree(ctx, next, prev)
+	if err != nil {
+		next.Close()
+		prev.Close()
+		return links{}, err
+	}
+	return links{next: next, prev: prev, out: out, in: in}, nil
+}
+
+// dialAndAccept dials rank+1 and accepts rank-1 at the same time, and
+// returns both connections (next, prev). The listener is closed on return.
+func dialAndAccept(ctx context.Context, cfg Config, log hclog.Logger) (next, prev net.Conn, err error) {
 	c := &connector{
 		cfg:  cfg,
 		log:  log,

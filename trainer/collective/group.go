@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +83,14 @@ type Config struct {
 	Logger hclog.Logger
 	// Dialer opens connections; nil means a net.Dialer.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Transport chooses how bulk data moves; the zero value
+	// (TransportAuto) uses shared memory between ranks on the same host.
+	// Each connection falls back to TCP when its ends cannot share memory.
+	Transport Transport
+
+	// Test hooks; zero values mean the real host identity and directory.
+	hostID func() (string, error)
+	shmDir string
 }
 
 // Group is a connected ring of ranks that run collectives together. Its
@@ -96,25 +105,31 @@ type Group struct {
 	inlineMax  int  // collectives sending at most this many bytes run inline
 
 	next, prev net.Conn // nil when size is 1
+	out        *shmOut  // shared region to next; nil: payloads go over TCP
+	in         *shmIn   // shared region from prev; nil: payloads come over TCP
 
 	// Channels between the collective's goroutine and the socket owners:
 	// the writer owns writes to next, the reader reads from prev, the
-	// watcher reads next (only to notice its close).
+	// watcher reads next (credits for out, else only to notice its close).
+	// The only writes to prev are credits for in, under creditMu.
 	sendq chan sendReq
 	sent  chan struct{}
 	recvq chan recvReq
-	recvd chan []byte
+	recvd chan received
 	dead  chan struct{} // closed once the group fails or closes
 	wg    sync.WaitGroup
+
+	creditMu sync.Mutex // serialises releasing slots of in and the credit writes to prev
 
 	failOnce sync.Once
 	mu       sync.Mutex
 	err      error // guarded by mu: why the group stopped
 
-	opMu    sync.Mutex // held for a whole collective; guards the fields below
-	seq     uint64     // collectives run so far
-	scratch []uint64   // window chunk-sized receive buffers (8-byte aligned)
-	staging []byte     // portable path: window encoded send chunks
+	opMu     sync.Mutex // held for a whole collective; guards the fields below
+	seq      uint64     // collectives run so far
+	scratch  []uint64   // window chunk-sized receive buffers (8-byte aligned)
+	staging  []byte     // portable path: window encoded send chunks
+	unmapped bool       // the shared regions were released (by Close)
 }
 
 type sendReq struct {
@@ -129,6 +144,17 @@ type recvReq struct {
 	dst    []byte // read the payload here; nil with alloc
 	alloc  bool   // allocate a buffer of the announced length
 	length int
+	// view lets a payload that arrives in shared memory be handed over in
+	// place (received.held) instead of copied into dst; the caller reads
+	// it and releases it.
+	view bool
+}
+
+// received is a payload the reader delivers.
+type received struct {
+	data []byte
+	held bool   // data is a slot of the shared region: release msg after use
+	msg  uint64 // the slot's message number
 }
 
 // New connects this rank into the ring: it dials rank (Rank+1)%Size and
@@ -137,6 +163,9 @@ type recvReq struct {
 func New(ctx context.Context, cfg Config) (*Group, error) {
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("collective: rank %d of size %d is out of range", cfg.Rank, cfg.Size)
+	}
+	if cfg.Transport != TransportAuto && cfg.Transport != TransportTCP {
+		return nil, fmt.Errorf("collective: unknown transport %v", cfg.Transport)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -172,21 +201,38 @@ func New(ctx context.Context, cfg Config) (*Group, error) {
 	if cfg.Listener == nil || len(cfg.Peers) != cfg.Size {
 		return nil, fmt.Errorf("collective: need a listener and %d peer addresses, have %d", cfg.Size, len(cfg.Peers))
 	}
-	next, prev, err := connect(ctx, cfg, log)
+	l, err := connect(ctx, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("collective: form ring: %w", err)
 	}
-	g.next, g.prev = next, prev
+	g.next, g.prev, g.out, g.in = l.next, l.prev, l.out, l.in
 	g.sendq = make(chan sendReq, window)
 	g.sent = make(chan struct{}, window)
 	g.recvq = make(chan recvReq, window)
-	g.recvd = make(chan []byte, window)
+	g.recvd = make(chan received, window)
 	g.wg.Add(3)
 	go g.writeLoop()
 	go g.readLoop()
 	go g.watchNext()
-	log.Debug("ring connected", "next", next.RemoteAddr().String(), "prev", prev.RemoteAddr().String())
+	log.Debug("ring connected", "next", g.next.RemoteAddr().String(), "prev", g.prev.RemoteAddr().String(),
+		"to_next", transportName(g.out != nil), "from_prev", transportName(g.in != nil))
 	return g, nil
+}
+
+func transportName(shared bool) string {
+	if shared {
+		return "shm"
+	}
+	return "tcp"
+}
+
+// transports names what carries bulk data to next and from prev: "shm"
+// or "tcp" ("" for a gang of one).
+func (g *Group) transports() (toNext, fromPrev string) {
+	if g.next == nil {
+		return "", ""
+	}
+	return transportName(g.out != nil), transportName(g.in != nil)
 }
 
 // Rank is this process's index in the gang.
@@ -200,6 +246,19 @@ func (g *Group) Size() int { return g.size }
 func (g *Group) Close() error {
 	g.fail(ErrClosed)
 	g.wg.Wait()
+	// A collective still running returns promptly now that the group is
+	// dead; it may be reading a shared slot until then.
+	g.opMu.Lock()
+	defer g.opMu.Unlock()
+	if !g.unmapped {
+		g.unmapped = true
+		if g.out != nil {
+			unmap(g.out.mem)
+		}
+		if g.in != nil {
+			unmap(g.in.mem)
+		}
+	}
 	return nil
 }
 
@@ -279,26 +338,99 @@ func (g *Group) readFull(b []byte) error {
 
 // readFrame reads one frame from prev, checks its header against what the
 // schedule predicts and reads the payload straight into the requested
-// buffer (or a new one of the announced length).
-func (g *Group) readFrame(hb *[headerSize]byte, r recvReq) ([]byte, error) {
+// buffer (or a new one of the announced length). A payload in the shared
+// region is copied from its slot, or handed over in place when the
+// request allows a view.
+func (g *Group) readFrame(hb *[headerSize]byte, r recvReq) (received, error) {
 	if err := g.readFull(hb[:]); err != nil {
-		return nil, peerLost("receive from", g.prevRank(), err)
+		return received{}, peerLost("receive from", g.prevRank(), err)
 	}
 	h, err := decodeHeader(hb[:])
 	if err == nil {
 		err = h.expect(r.kind, r.seq, r.part, r.length)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: frame from rank %d: %v", ErrProtocol, g.prevRank(), err)
+		return received{}, fmt.Errorf("%w: frame from rank %d: %v", ErrProtocol, g.prevRank(), err)
 	}
 	dst := r.dst
 	if r.alloc {
 		dst = make([]byte, h.Length)
 	}
-	if err := g.readFull(dst); err != nil {
-		return nil, peerLost("receive from", g.prevRank(), err)
+	if h.Flags&flagShared == 0 {
+		if err := g.readFull(dst); err != nil {
+			return received{}, peerLost("receive from", g.prevRank(), err)
+		}
+		return received{data: dst}, nil
 	}
-	return dst, nil
+	if g.in == nil {
+		return received{}, fmt.Errorf("%w: rank %d sent a shared-memory frame without a shared region", ErrProtocol, g.prevRank())
+	}
+	data, msg, err := g.in.take(int(h.Length))
+	if err != nil {
+		return received{}, fmt.Errorf("%w: frame from rank %d: %v", ErrProtocol, g.prevRank(), err)
+	}
+	if r.view {
+		return received{data: data, held: true, msg: msg}, nil
+	}
+	copy(dst, data)
+	if err := g.release(msg); err != nil {
+		return received{}, err
+	}
+	return received{data: dst}, nil
+}
+
+// release returns slot msg of the shared region from prev and, when that
+// frees the oldest held slots, tells prev with a credit.
+func (g *Group) release(msg uint64) error {
+	g.creditMu.Lock()
+	defer g.creditMu.Unlock()
+	n, moved := g.in.release(msg)
+	if !moved {
+		return nil
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], n)
+	err := g.prev.SetWriteDeadline(time.Now().Add(g.timeout))
+	if err == nil {
+		_, err = g.prev.Write(b[:])
+	}
+	if err != nil {
+		return peerLost("send credit to", g.prevRank(), err)
+	}
+	return nil
+}
+
+// writeShared sends one frame whose payload fits a slot of the shared
+// region to next: it waits (within the timeout) for a free slot, copies
+// the payload into it and sends the header alone on the stream.
+func (g *Group) writeShared(r sendReq) error {
+	o := g.out
+	if o.full() {
+		t := time.NewTimer(g.timeout)
+		defer t.Stop()
+		for o.full() {
+			select {
+			case <-o.credit:
+			case <-o.gone:
+				return peerLost("send to", g.nextRank(), errors.New("connection closed while waiting for a free slot"))
+			case <-g.dead:
+				return g.failure()
+			case <-t.C:
+				return peerLost("send to", g.nextRank(), fmt.Errorf("no free slot within %v", g.timeout))
+			}
+		}
+	}
+	copy(o.next(), r.payload)
+	o.posted.Add(1)
+	r.hdr[3] |= flagShared // the flags byte
+	err := g.next.SetWriteDeadline(time.Now().Add(g.timeout))
+	if err == nil {
+		_, err = g.next.Write(r.hdr[:])
+	}
+	if err != nil {
+		return peerLost("send to", g.nextRank(), err)
+	}
+	return nil
 }
 
 // writeLoop owns writes to next during streamed collectives.
@@ -312,7 +444,13 @@ func (g *Group) writeLoop() {
 			return
 		case r = <-g.sendq:
 		}
-		if err := g.writeFrame(&vec, r); err != nil {
+		var err error
+		if g.out != nil && g.out.fits(len(r.payload)) {
+			err = g.writeShared(r)
+		} else {
+			err = g.writeFrame(&vec, r)
+		}
+		if err != nil {
 			g.fail(err)
 			return
 		}
@@ -335,13 +473,13 @@ func (g *Group) readLoop() {
 			return
 		case r = <-g.recvq:
 		}
-		dst, err := g.readFrame(&hb, r)
+		got, err := g.readFrame(&hb, r)
 		if err != nil {
 			g.fail(err)
 			return
 		}
 		select {
-		case g.recvd <- dst:
+		case g.recvd <- got:
 		case <-g.dead:
 			return
 		}
@@ -355,6 +493,10 @@ func (g *Group) readLoop() {
 // means the peer went away with data unread: fail at once.
 func (g *Group) watchNext() {
 	defer g.wg.Done()
+	if g.out != nil {
+		g.readCredits()
+		return
+	}
 	var b [1]byte
 	n, err := g.next.Read(b[:])
 	select {
@@ -369,6 +511,34 @@ func (g *Group) watchNext() {
 		g.log.Debug("next rank closed its connection", "peer", g.nextRank())
 	default:
 		g.fail(peerLost("connection to", g.nextRank(), err))
+	}
+}
+
+// readCredits reads the credits next sends back for the shared region
+// until the connection ends. Like watchNext, it leaves an orderly close
+// to the writer (which fails if it still needs a slot) and fails the group
+// on a reset.
+func (g *Group) readCredits() {
+	defer close(g.out.gone)
+	var b [8]byte
+	for {
+		_, err := io.ReadFull(g.next, b[:])
+		if err != nil {
+			select {
+			case <-g.dead:
+			default:
+				if errors.Is(err, io.EOF) {
+					g.log.Debug("next rank closed its connection", "peer", g.nextRank())
+				} else {
+					g.fail(peerLost("connection to", g.nextRank(), err))
+				}
+			}
+			return
+		}
+		if err := g.out.granted(binary.LittleEndian.Uint64(b[:])); err != nil {
+			g.fail(fmt.Errorf("%w: rank %d: %v", ErrProtocol, g.nextRank(), err))
+			return
+		}
 	}
 }
 
@@ -390,8 +560,8 @@ func (g *Group) begin(ctx context.Context) (uint64, error) {
 
 // event is one completion the collective's goroutine waits for.
 type event struct {
-	sent bool   // a send finished (else a receive did)
-	data []byte // the received payload
+	sent bool     // a send finished (else a receive did)
+	got  received // the received payload
 }
 
 // abandon fails the group because ctx ended mid-collective (a half-done
@@ -409,7 +579,7 @@ func (g *Group) await(ctx context.Context) (event, error) {
 	case <-g.sent:
 		return event{sent: true}, nil
 	case d := <-g.recvd:
-		return event{data: d}, nil
+		return event{got: d}, nil
 	case <-g.dead:
 		return event{}, g.failure()
 	case <-ctx.Done():

@@ -105,6 +105,11 @@ func TestAllReduceInProcess(t *testing.T) {
 			t.Run(fmt.Sprintf("portable=%v/inline=%v/chunk=%d/n=%d", tc.portable, tc.inline, tc.chunk, n), func(t *testing.T) {
 				gs := gang(t, n, func(c *Config) { c.ChunkBytes = tc.chunk })
 				for _, g := range gs {
+					if n > 1 {
+						// Ranks of one process share a host: shared memory.
+						next, prev := g.transports()
+						must.Eq(t, "shm/shm", next+"/"+prev)
+					}
 					g.portable = tc.portable
 					if !tc.inline {
 						g.inlineMax = 0

@@ -90,8 +90,13 @@ func allReduce[T float](ctx context.Context, g *Group, buf []T, op Op) error {
 		recvReady: func(k, sendsDone int) bool { return p.recvAfterSend(k) < sendsDone },
 		inline:    m*maxChunk <= g.inlineMax,
 		send:      func(k int) sendReq { return sendFrame(kindAllReduce, seq, k, sendBytes(k)) },
-		recv:      func(k int) recvReq { return recvFrame(kindAllReduce, seq, k, recvBytes(k)) },
-		got:       func(k int, data []byte) { apply(k, data) },
+		recv: func(k int) recvReq {
+			r := recvFrame(kindAllReduce, seq, k, recvBytes(k))
+			// What would land in scratch can be used where it arrives.
+			r.view = p.reduces(k) || g.portable
+			return r
+		},
+		got: func(k int, data []byte) { apply(k, data) },
 	})
 	if err != nil {
 		return fmt.Errorf("all-reduce: %w", err)
@@ -263,8 +268,9 @@ func (g *Group) pump(ctx context.Context, x exchange) error {
 			sd++
 			continue
 		}
-		if x.got != nil {
-			x.got(rd, ev.data)
+		if err := g.deliver(x, rd, ev.got); err != nil {
+			g.fail(err)
+			return g.failure() // the first failure: maybe a Close that broke the credit write
 		}
 		rd++
 	}
@@ -297,12 +303,12 @@ func (g *Group) pumpInline(ctx context.Context, x exchange) error {
 			progressed = true
 		}
 		if rd < x.recvs && (x.recvReady == nil || x.recvReady(rd, sp)) {
-			data, err := g.readFrame(&hb, x.recv(rd))
+			got, err := g.readFrame(&hb, x.recv(rd))
+			if err == nil {
+				err = g.deliver(x, rd, got)
+			}
 			if err != nil {
 				return g.abort(ctx, err)
-			}
-			if x.got != nil {
-				x.got(rd, data)
 			}
 			rd++
 			progressed = true
@@ -310,6 +316,18 @@ func (g *Group) pumpInline(ctx context.Context, x exchange) error {
 		if !progressed {
 			return g.abort(ctx, fmt.Errorf("%w: schedule stalled at send %d, receive %d", ErrProtocol, sp, rd))
 		}
+	}
+	return nil
+}
+
+// deliver hands receive k to the exchange, then releases its shared slot
+// if it was read in place.
+func (g *Group) deliver(x exchange, k int, r received) error {
+	if x.got != nil {
+		x.got(k, r.data)
+	}
+	if r.held {
+		return g.release(r.msg)
 	}
 	return nil
 }

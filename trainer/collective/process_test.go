@@ -44,6 +44,9 @@ type msg struct {
 	PeerLost bool     `json:",omitempty"`
 	Ready    bool     `json:",omitempty"`
 	Done     bool     `json:",omitempty"`
+	// Transports is what carries bulk data to next and from prev, e.g.
+	// "shm/tcp" (Group.transports).
+	Transports string `json:",omitempty"`
 	// Benchmark commands from the parent.
 	Cmd   string `json:",omitempty"`
 	N     int    `json:",omitempty"`
@@ -190,11 +193,22 @@ func (w *worker) join(ctx context.Context, extra msg) error {
 	if err := w.in.Decode(&m); err != nil {
 		return fmt.Errorf("read peers: %w", err)
 	}
+	transport, err := ParseTransport(os.Getenv("COLLECTIVE_TRANSPORT"))
+	if err != nil {
+		return err
+	}
 	w.g, err = New(ctx, Config{
 		Rank: w.rank, Size: w.size, Listener: ln, Peers: m.Peers,
 		Timeout: 20 * time.Second, Secret: []byte(os.Getenv("COLLECTIVE_SECRET")),
+		Transport: transport, shmDir: os.Getenv("COLLECTIVE_SHM_DIR"),
 	})
 	return err
+}
+
+// transports names what carries this worker's bulk data, for msg.Transports.
+func (w *worker) transports() string {
+	next, prev := w.g.transports()
+	return next + "/" + prev
 }
 
 func (w *worker) run(script string) error {
@@ -378,7 +392,7 @@ func (w *worker) property(ctx context.Context) error {
 			return err
 		}
 	}
-	w.say(msg{Done: true})
+	w.say(msg{Done: true, Transports: w.transports()})
 	return nil
 }
 
@@ -386,12 +400,30 @@ func (w *worker) property(ctx context.Context) error {
 // 1..6 ranks. All-reduce results must equal a naive sum (bit for bit for
 // exact data, within rounding otherwise) and be bit-identical on every rank;
 // broadcast, all-gather with differing lengths and barrier are checked too.
+//
+// Gangs run over shared memory (all ranks share this host), and one over
+// TCP forced by the setting; each checks which transport it got.
 func TestMultiProcess(t *testing.T) {
+	type gangCase struct {
+		size      int
+		transport string
+	}
+	var gangs []gangCase
 	for size := 1; size <= 6; size++ {
-		t.Run(fmt.Sprintf("ranks=%d", size), func(t *testing.T) {
+		gangs = append(gangs, gangCase{size, "shm"})
+	}
+	gangs = append(gangs, gangCase{3, "tcp"})
+	for _, gc := range gangs {
+		size := gc.size
+		t.Run(fmt.Sprintf("ranks=%d/transport=%s", size, gc.transport), func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			cs := launch(t, "property", size, "COLLECTIVE_OUT="+dir, "COLLECTIVE_SECRET=s3cret-"+strconv.Itoa(size))
+			dir, shmDir := t.TempDir(), t.TempDir()
+			wantTransports := gc.transport + "/" + gc.transport
+			if size == 1 {
+				wantTransports = "/"
+			}
+			cs := launch(t, "property", size, "COLLECTIVE_OUT="+dir, "COLLECTIVE_SECRET=s3cret-"+strconv.Itoa(size),
+				"COLLECTIVE_TRANSPORT="+gc.transport, "COLLECTIVE_SHM_DIR="+shmDir)
 			cases := propCases(size)
 			for i, c := range cases {
 				hashes := make([]string, size)
@@ -422,9 +454,12 @@ func TestMultiProcess(t *testing.T) {
 				m := ch.recv(t, 60*time.Second)
 				must.Eq(t, want, m.Hash, must.Sprintf("all-gather on rank %d", r))
 			}
-			for _, ch := range cs {
-				must.True(t, ch.recv(t, 60*time.Second).Done)
+			for r, ch := range cs {
+				m := ch.recv(t, 60*time.Second)
+				must.True(t, m.Done)
+				must.Eq(t, wantTransports, m.Transports, must.Sprintf("rank %d transports", r))
 			}
+			mustBeEmpty(t, shmDir)
 		})
 	}
 }
@@ -495,7 +530,7 @@ func (w *worker) untilLost(ctx context.Context) error {
 			return err
 		}
 		if i == 0 {
-			w.say(msg{Ready: true})
+			w.say(msg{Ready: true, Transports: w.transports()})
 		}
 	}
 }
@@ -505,10 +540,15 @@ func (w *worker) untilLost(ctx context.Context) error {
 // ends them).
 func TestKillOneWorker(t *testing.T) {
 	const size, victim = 4, 2
-	cs := launch(t, "kill", size)
-	for _, c := range cs {
-		must.True(t, c.recv(t, 60*time.Second).Ready)
+	shmDir := t.TempDir()
+	cs := launch(t, "kill", size, "COLLECTIVE_SHM_DIR="+shmDir)
+	for r, c := range cs {
+		m := c.recv(t, 60*time.Second)
+		must.True(t, m.Ready)
+		must.Eq(t, "shm/shm", m.Transports, must.Sprintf("rank %d transports", r))
 	}
+	// The shared files went as soon as both ends had them mapped.
+	mustBeEmpty(t, shmDir)
 	time.Sleep(50 * time.Millisecond)
 	killed := time.Now()
 	must.NoError(t, cs[victim].cmd.Process.Signal(syscall.SIGKILL))
@@ -522,4 +562,13 @@ func TestKillOneWorker(t *testing.T) {
 		must.True(t, m.PeerLost, must.Sprintf("rank %d error %q is not ErrPeerLost", r, m.Err))
 		must.Less(t, 10*time.Second, took, must.Sprintf("rank %d took %v", r, took))
 	}
+	mustBeEmpty(t, shmDir)
+}
+
+// mustBeEmpty fails the test if dir holds anything.
+func mustBeEmpty(t *testing.T, dir string) {
+	t.Helper()
+	left, err := os.ReadDir(dir)
+	must.NoError(t, err)
+	must.SliceEmpty(t, left, must.Sprintf("left in %s", dir))
 }

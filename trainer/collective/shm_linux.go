@@ -1,0 +1,99 @@
+//go:build linux
+
+package collective
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// bootIDFile holds a random identity of the running kernel: two processes
+// that read the same value share a host (not necessarily a /dev/shm, which
+// the nonce check settles).
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// hostIdentity returns this host's boot id.
+func hostIdentity() (string, error) {
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return "", fmt.Errorf("read host identity: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || len(id) > hostIDMax {
+		return "", fmt.Errorf("read host identity: unexpected boot id %q", id)
+	}
+	return id, nil
+}
+
+// defaultShmDir is /dev/shm when it exists, else the temporary directory.
+func defaultShmDir() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// createRegion makes a new shared file of size bytes in dir, reserves its
+// space (so a full tmpfs is an error now, not a SIGBUS later) and maps it
+// read-write. The caller removes the file once the peer has mapped it.
+func createRegion(dir string, size int) (mem []byte, path string, err error) {
+	f, err := os.CreateTemp(dir, shmFilePrefix+"*")
+	if err != nil {
+		return nil, "", fmt.Errorf("create shared file: %w", err)
+	}
+	path = f.Name()
+	defer func() {
+		f.Close()
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	if len(path) > pathMax {
+		return nil, "", fmt.Errorf("shared file path %q is longer than %d bytes", path, pathMax)
+	}
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		if !errors.Is(err, syscall.EOPNOTSUPP) {
+			return nil, "", fmt.Errorf("reserve %d bytes of shared memory: %w", size, err)
+		}
+		if err := f.Truncate(int64(size)); err != nil {
+			return nil, "", fmt.Errorf("size shared file: %w", err)
+		}
+	}
+	mem, err = syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, "", fmt.Errorf("map shared file: %w", err)
+	}
+	return mem, path, nil
+}
+
+// openRegion maps the peer's shared file read-only after checking it is
+// one of ours and exactly size bytes (mapping past its end would fault).
+func openRegion(path string, size int) ([]byte, error) {
+	if !filepath.IsAbs(path) || !strings.HasPrefix(filepath.Base(path), shmFilePrefix) {
+		return nil, fmt.Errorf("refuse shared file %q: not one of ours", path)
+	}
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open shared file: %w", err)
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat shared file: %w", err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size != int64(size) {
+		return nil, fmt.Errorf("shared file is not a regular file of %d bytes", size)
+	}
+	mem, err := syscall.Mmap(fd, 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map shared file: %w", err)
+	}
+	return mem, nil
+}
+
+// unmap releases a mapping made by createRegion or openRegion.
+func unmap(mem []byte) error { return syscall.Munmap(mem) }
