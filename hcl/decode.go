@@ -135,6 +135,8 @@ var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,54}[a-zA-Z0-9]
 var userEnvKnobs = map[string]bool{
 	"NOMAD_TRAIN_BLAS":      true, // the matmul backend: gonum, parallel:N, openblas
 	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
+	// how same-host ranks move collective data: auto (shared memory) or tcp
+	"NOMAD_TRAIN_COLLECTIVE_TRANSPORT": true,
 }
 
 // ReservedMetaPrefix and ReservedEnvPrefix start the meta keys and

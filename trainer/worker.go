@@ -339,8 +339,8 @@ func (w *worker) generation(ctx context.Context) error {
 	}
 	group, err := collective.New(gctx, collective.Config{
 		Rank: a.Rank, Size: a.WorldSize, Listener: ln, Peers: peers,
-		Timeout: env.CollectiveTimeout, Secret: w.secret, Generation: a.Generation,
-		Logger: log,
+		Timeout: env.CollectiveTimeout, Transport: env.CollectiveTransport, Secret: w.secret,
+		Generation: a.Generation, Logger: log,
 	})
 	if err != nil {
 		return lostOr(fmt.Errorf("connect collectives: %w", err))

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/nomad-train/nomad-train/trainer/collective"
 )
 
 // Variable names. Every name starts with NOMAD_TRAIN_.
@@ -62,6 +64,10 @@ const (
 	// CollectiveTimeout bounds every network wait inside a collective
 	// (a Go duration string).
 	CollectiveTimeout = "NOMAD_TRAIN_COLLECTIVE_TIMEOUT"
+	// CollectiveTransport picks how ranks on the same host move collective
+	// data: "auto" (the default: shared memory where possible) or "tcp".
+	// It is collective.TransportEnv.
+	CollectiveTransport = collective.TransportEnv
 	// StopGrace is how long a worker asked to stop (SIGTERM) has to
 	// checkpoint before its work is cancelled (a Go duration string).
 	// Keep it below the time the launcher waits before SIGKILL (Nomad's
@@ -95,26 +101,27 @@ type Event struct {
 
 // Env is the decoded environment of one worker.
 type Env struct {
-	RunName           string
-	WorldSize         int
-	RankHint          int // -1 when unset
-	MemberID          string
-	Node              string
-	Addr              string
-	Rendezvous        string
-	RendezvousTimeout time.Duration
-	StoragePath       string
-	Config            json.RawMessage
-	Checkpoint        CheckpointPolicy
-	MaxFailures       int
-	Builtin           string
-	Events            string
-	SecretFile        string
-	CollectiveTimeout time.Duration
-	StopGrace         time.Duration
-	LeaseTTL          time.Duration
-	StallFloor        time.Duration
-	StallFactor       float64
+	RunName             string
+	WorldSize           int
+	RankHint            int // -1 when unset
+	MemberID            string
+	Node                string
+	Addr                string
+	Rendezvous          string
+	RendezvousTimeout   time.Duration
+	StoragePath         string
+	Config              json.RawMessage
+	Checkpoint          CheckpointPolicy
+	MaxFailures         int
+	Builtin             string
+	Events              string
+	SecretFile          string
+	CollectiveTimeout   time.Duration
+	CollectiveTransport collective.Transport
+	StopGrace           time.Duration
+	LeaseTTL            time.Duration
+	StallFloor          time.Duration
+	StallFactor         float64
 }
 
 // IsWorker reports whether this process was launched as a worker.
@@ -156,6 +163,9 @@ func Load(getenv func(string) string) (Env, error) {
 	}
 	if e.CollectiveTimeout, err = durVar(getenv, CollectiveTimeout, 30*time.Second); err != nil {
 		return e, err
+	}
+	if e.CollectiveTransport, err = collective.ParseTransport(getenv(CollectiveTransport)); err != nil {
+		return e, fmt.Errorf("%s: %w", CollectiveTransport, err)
 	}
 	if e.StopGrace, err = durVar(getenv, StopGrace, 4*time.Second); err != nil {
 		return e, err

@@ -1,0 +1,34 @@
+package workerenv
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/collective"
+)
+
+// env is a getenv over a map.
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestLoadCollectiveTransport(t *testing.T) {
+	base := func(transport string) map[string]string {
+		return map[string]string{RunName: "r", StoragePath: t.TempDir(), CollectiveTransport: transport}
+	}
+	for _, tc := range []struct {
+		value string
+		want  collective.Transport
+	}{{"", collective.TransportAuto}, {"auto", collective.TransportAuto}, {"tcp", collective.TransportTCP}} {
+		t.Run(tc.value, func(t *testing.T) {
+			e, err := Load(env(base(tc.value)))
+			must.NoError(t, err)
+			must.Eq(t, tc.want, e.CollectiveTransport)
+		})
+	}
+	t.Run("a bad value names the variable", func(t *testing.T) {
+		_, err := Load(env(base("udp")))
+		must.ErrorContains(t, err, CollectiveTransport)
+	})
+}
