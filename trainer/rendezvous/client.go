@@ -289,6 +289,31 @@ func (c *Client) PutEphemeral(ctx context.Context, lease Lease, key string, data
 	return nil
 }
 
+// Txn implements Store.
+func (c *Client) Txn(ctx context.Context, ops []TxnOp) (TxnResult, error) {
+	if err := CheckTxn(ops); err != nil {
+		return TxnResult{}, err
+	}
+	req := request{Op: opTxn, Ops: make([]wireTxnOp, len(ops))}
+	for i, op := range ops {
+		req.Ops[i] = wireTxnOp{Kind: op.Kind, Key: op.Key, Data: op.Data, Version: op.Version}
+		if op.Lease != nil {
+			req.Ops[i].Lease = op.Lease.ID()
+		}
+	}
+	resp, err := c.call(ctx, req)
+	if err != nil {
+		return TxnResult{}, fmt.Errorf("transaction: %w", err)
+	}
+	if !resp.OK {
+		if resp.Failed < 0 || resp.Failed >= len(ops) {
+			return TxnResult{}, fmt.Errorf("transaction: %w: failed op %d of %d", errFrame, resp.Failed, len(ops))
+		}
+		return TxnResult{Failed: resp.Failed, Current: Value{Data: resp.Data, Version: resp.Version}}, nil
+	}
+	return TxnResult{OK: true, Version: resp.Version, List: resp.KVs}, nil
+}
+
 // Close closes the connection; the server revokes this client's leases.
 func (c *Client) Close() error {
 	c.closer.Do(func() {

@@ -36,6 +36,7 @@ const (
 	opPutEphemeral = "put_ephemeral"
 	opRenew        = "renew"
 	opRevoke       = "revoke"
+	opTxn          = "txn"
 	opCancel       = "cancel" // abandon the request named by Target
 	opPing         = "ping"
 )
@@ -43,20 +44,33 @@ const (
 var knownOps = map[string]bool{
 	opGet: true, opCAS: true, opDelete: true, opWait: true, opList: true,
 	opWaitPrefix: true, opGrant: true, opPutEphemeral: true, opRenew: true,
-	opRevoke: true, opCancel: true, opPing: true,
+	opRevoke: true, opTxn: true, opCancel: true, opPing: true,
+}
+
+// maxTxnOps bounds a transaction (Consul allows 128 ops).
+const maxTxnOps = 64
+
+// wireTxnOp is a TxnOp on the wire; the lease is named by its ID.
+type wireTxnOp struct {
+	Kind    TxnKind `json:"kind"`
+	Key     string  `json:"key"`
+	Data    []byte  `json:"data,omitempty"`
+	Version uint64  `json:"version,omitempty"`
+	Lease   string  `json:"lease,omitempty"`
 }
 
 // request is one call from a client.
 type request struct {
-	ID      uint64 `json:"id"`
-	Op      string `json:"op"`
-	Key     string `json:"key,omitempty"`
-	Data    []byte `json:"data,omitempty"`
-	Version uint64 `json:"version,omitempty"` // CAS expected version, wait "after"
-	Lease   string `json:"lease,omitempty"`
-	TTLms   int64  `json:"ttl_ms,omitempty"`  // grant
-	WaitMs  int64  `json:"wait_ms,omitempty"` // longest the server holds a wait
-	Target  uint64 `json:"target,omitempty"`  // cancel
+	ID      uint64      `json:"id"`
+	Op      string      `json:"op"`
+	Key     string      `json:"key,omitempty"`
+	Data    []byte      `json:"data,omitempty"`
+	Version uint64      `json:"version,omitempty"` // CAS expected version, wait "after"
+	Lease   string      `json:"lease,omitempty"`
+	TTLms   int64       `json:"ttl_ms,omitempty"`  // grant
+	WaitMs  int64       `json:"wait_ms,omitempty"` // longest the server holds a wait
+	Target  uint64      `json:"target,omitempty"`  // cancel
+	Ops     []wireTxnOp `json:"ops,omitempty"`     // txn
 }
 
 // Error codes carried in responses so that sentinel errors survive the wire.
@@ -78,6 +92,7 @@ type response struct {
 	KVs     []KeyValue `json:"kvs,omitempty"`
 	Lease   string     `json:"lease,omitempty"`
 	TTLms   int64      `json:"ttl_ms,omitempty"`
+	Failed  int        `json:"failed,omitempty"` // txn: the op that did not match
 }
 
 // readFrame reads one frame body.
@@ -125,6 +140,9 @@ func decodeRequest(body []byte) (request, error) {
 	}
 	if req.TTLms < 0 || req.WaitMs < 0 || req.TTLms > maxTTL.Milliseconds() {
 		return request{}, fmt.Errorf("%w: duration out of range", errFrame)
+	}
+	if len(req.Ops) > maxTxnOps {
+		return request{}, fmt.Errorf("%w: %d transaction ops, at most %d", errFrame, len(req.Ops), maxTxnOps)
 	}
 	return req, nil
 }

@@ -15,6 +15,11 @@ func TestFrameRoundTrip(t *testing.T) {
 		{ID: 3, Op: opWait, Key: "k", Version: 4, WaitMs: 60000},
 		{ID: 4, Op: opGrant, TTLms: 10000},
 		{ID: 5, Op: opCancel, Target: 3},
+		{ID: 6, Op: opTxn, Ops: []wireTxnOp{
+			{Kind: TxnCheck, Key: "run/state", Version: 7},
+			{Kind: TxnPutEphemeral, Key: "run/gen/1/alive/a", Data: []byte(`{"id":"a"}`), Lease: "abc"},
+			{Kind: TxnList, Key: "run/gen/1/alive/"},
+		}},
 	}
 	var stream bytes.Buffer
 	for _, r := range reqs {
@@ -55,6 +60,8 @@ func FuzzFrameDecode(f *testing.F) {
 		request{ID: 7, Op: opPutEphemeral, Key: "run/gen/1/alive/a", Data: []byte(`{"id":"a"}`), Lease: "abc"},
 		response{ID: 2, Version: 5, OK: true, KVs: []KeyValue{{Key: "a", Data: []byte("x"), Version: 3}}},
 		response{ID: 3, Code: codeLeaseNotFound, Err: "lease not found"},
+		request{ID: 8, Op: opTxn, Ops: []wireTxnOp{{Kind: TxnCAS, Key: "run/state", Data: []byte("{}")}, {Kind: TxnList, Key: "run/gen/1/alive/"}}},
+		response{ID: 4, Failed: 1, Version: 9, Data: []byte(`{"generation":2}`)},
 	} {
 		b, err := encodeFrame(v)
 		if err != nil {
