@@ -378,9 +378,13 @@ func (s *Store) Wait(ctx context.Context, key string, after uint64) (rendezvous.
 		if v.Version != after {
 			return v, nil
 		}
-		blocked := index > 0
+		// A query that blocked and came back without the index moving on
+		// is paced; one whose index moved on saw a real write (to another
+		// key: an absent key's index is the whole KV table's) and blocks
+		// again at once.
+		stalled := index > 0 && last <= index
 		index = NextIndex(index, last)
-		if blocked {
+		if stalled {
 			if err := p.wait(ctx); err != nil {
 				return rendezvous.Value{}, err
 			}
