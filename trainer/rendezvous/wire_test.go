@@ -44,6 +44,20 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 }
 
+func TestResponseRoundTrip(t *testing.T) {
+	for _, want := range []response{
+		{ID: 1, Data: []byte("v"), Version: 9},
+		{ID: 2, Code: codeLeaseNotFound, Err: "lease not found"},
+		{ID: 3, OK: true, Version: 12, KVs: []KeyValue{{Key: "a", Data: []byte("x"), Version: 3}, {Key: "b", Version: 12}}, Index: 12},
+		{ID: 4, Lease: "abc", TTLms: 10000},
+		{ID: 5, Failed: 2, Data: []byte("{}"), Version: 7},
+	} {
+		if got := roundTrip(t, want, decodeResponse); !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %+v, want %+v", got, want)
+		}
+	}
+}
+
 func TestEncodeFrameRefusesOversize(t *testing.T) {
 	_, err := encodeFrame(request{ID: 1, Op: opCAS, Data: make([]byte, maxFrame)})
 	if !errors.Is(err, errFrame) {
@@ -114,7 +128,7 @@ func roundTrip[T any](t *testing.T, v T, decode func([]byte) (T, error)) T {
 	return out
 }
 
-// JSON cannot tell an empty byte slice from a missing one; compare without
+// A body does not tell an empty byte slice from a missing one; compare without
 // that difference.
 func normReq(r request) request {
 	if len(r.Data) == 0 {
