@@ -215,24 +215,16 @@ func (r *bodyReader) tag(want byte) {
 	r.b = r.b[1:]
 }
 
-func (r *bodyReader) uvarint(what string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *bodyReader) uvarint(what string) uint64 { return readVarint(r, what, binary.Uvarint) }
 
-func (r *bodyReader) varint(what string) int64 {
+func (r *bodyReader) varint(what string) int64 { return readVarint(r, what, binary.Varint) }
+
+// readVarint reads one varint with read (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *bodyReader, what string, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
 		r.fail(what)
 		return 0
