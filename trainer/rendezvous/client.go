@@ -43,7 +43,10 @@ func Dial(ctx context.Context, addr string, secret []byte, logger hclog.Logger) 
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	d := net.Dialer{KeepAlive: 15 * time.Second}
+	// No TCP keep-alive: the client pings every pingInterval and both ends
+	// time out a silent connection, and its socket options cost a connect
+	// several system calls.
+	d := net.Dialer{KeepAlive: -1}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial rendezvous store %s: %w", addr, err)

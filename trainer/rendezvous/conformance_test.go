@@ -42,7 +42,8 @@ var testSecret = []byte("conformance-secret")
 // serve starts a Server for st on a loopback port and returns its address.
 func serve(t testing.TB, st *rendezvous.MemStore, secret []byte, logger hclog.Logger) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{KeepAlive: -1} // as StartEmbedded
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	must.NoError(t, err)
 	srv, err := rendezvous.NewServer(st, rendezvous.ServerConfig{Listener: ln, Secret: secret, Logger: logger})
 	must.NoError(t, err)
