@@ -199,6 +199,9 @@ func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 				return view, err
 			}
 			if !r.OK {
+				if r.Failed != 0 { // only the state check can fail
+					return view, fmt.Errorf("sign in: transaction failed at op %d", r.Failed)
+				}
 				if err := see(r.Current); err != nil {
 					return view, err
 				}
