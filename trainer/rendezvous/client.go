@@ -43,7 +43,10 @@ func Dial(ctx context.Context, addr string, secret []byte, logger hclog.Logger) 
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	d := net.Dialer{KeepAlive: 15 * time.Second}
+	// No TCP keep-alive: the client pings every pingInterval and both ends
+	// time out a silent connection, and its socket options cost a connect
+	// several system calls.
+	d := net.Dialer{KeepAlive: -1}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial rendezvous store %s: %w", addr, err)
@@ -287,6 +290,31 @@ func (c *Client) PutEphemeral(ctx context.Context, lease Lease, key string, data
 		return fmt.Errorf("put ephemeral %s: %w", key, err)
 	}
 	return nil
+}
+
+// Txn implements Store.
+func (c *Client) Txn(ctx context.Context, ops []TxnOp) (TxnResult, error) {
+	if err := CheckTxn(ops); err != nil {
+		return TxnResult{}, err
+	}
+	req := request{Op: opTxn, Ops: make([]wireTxnOp, len(ops))}
+	for i, op := range ops {
+		req.Ops[i] = wireTxnOp{Kind: op.Kind, Key: op.Key, Data: op.Data, Version: op.Version}
+		if op.Lease != nil {
+			req.Ops[i].Lease = op.Lease.ID()
+		}
+	}
+	resp, err := c.call(ctx, req)
+	if err != nil {
+		return TxnResult{}, fmt.Errorf("transaction: %w", err)
+	}
+	if !resp.OK {
+		if resp.Failed < 0 || resp.Failed >= len(ops) {
+			return TxnResult{}, fmt.Errorf("transaction: %w: failed op %d of %d", errFrame, resp.Failed, len(ops))
+		}
+		return TxnResult{Failed: resp.Failed, Current: Value{Data: resp.Data, Version: resp.Version}}, nil
+	}
+	return TxnResult{OK: true, Version: resp.Version, List: resp.KVs}, nil
 }
 
 // Close closes the connection; the server revokes this client's leases.

@@ -2,6 +2,7 @@ package rendezvous_test
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -42,7 +43,8 @@ var testSecret = []byte("conformance-secret")
 // serve starts a Server for st on a loopback port and returns its address.
 func serve(t testing.TB, st *rendezvous.MemStore, secret []byte, logger hclog.Logger) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{KeepAlive: -1} // as StartEmbedded
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	must.NoError(t, err)
 	srv, err := rendezvous.NewServer(st, rendezvous.ServerConfig{Listener: ln, Secret: secret, Logger: logger})
 	must.NoError(t, err)
@@ -157,4 +159,51 @@ func TestRendezvousConformanceWithSpuriousWakeups(t *testing.T) {
 		}
 		return f
 	})
+}
+
+// A member that saw the gang whole and died before writing the complete
+// generation (its lease still alive) does not strand the others: the
+// waiting member that folds lists the records again and completes it.
+func TestWaitingFolderCompletesWhenTheCompleterDied(t *testing.T) {
+	st := rendezvous.NewMemStore(nil)
+	t.Cleanup(func() { st.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		s   *rendezvous.Session
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := rendezvous.Join(ctx, st, "run", rendezvous.Member{ID: "a"}, 2, rendezvous.Options{})
+		done <- result{s, err}
+	}()
+	for {
+		kvs, _, err := st.List(ctx, "run/gen/1/alive/")
+		must.NoError(t, err)
+		if len(kvs) == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// b signs in as Join would, sees the gang whole, and stops there.
+	lease, err := st.Grant(ctx, time.Minute)
+	must.NoError(t, err)
+	rec, err := json.Marshal(rendezvous.Joiner{Participant: rendezvous.Participant{Member: rendezvous.Member{ID: "b"}, Incarnation: "x"}, WorldSize: 2})
+	must.NoError(t, err)
+	r, err := st.Txn(ctx, []rendezvous.TxnOp{
+		{Kind: rendezvous.TxnCheck, Key: "run/state"},
+		{Kind: rendezvous.TxnPutEphemeral, Key: "run/gen/1/alive/b", Data: rec, Lease: lease},
+		{Kind: rendezvous.TxnList, Key: "run/gen/1/alive/"},
+	})
+	must.NoError(t, err)
+	must.True(t, r.OK)
+	must.Len(t, 2, r.List)
+
+	j := <-done
+	must.NoError(t, j.err)
+	t.Cleanup(func() { j.s.Leave(context.Background()) })
+	a := j.s.Assignment()
+	must.Eq(t, 1, a.Generation)
+	must.Eq(t, []string{"a", "b"}, []string{a.Peers[0].ID, a.Peers[1].ID})
 }

@@ -12,17 +12,28 @@
 //
 // The run's state document at "<run>/state" holds the generation, its
 // phase (joining, complete), the world size, the members and, once
-// complete, the ranks. Workers compare-and-set themselves in; the one that
-// fills the last slot assigns ranks (AssignRanks: rank hints first, then a
-// deterministic order) and marks the generation complete; the others wait
-// for that. Each member holds "<run>/gen/<g>/alive/<id>" on a lease, so its
-// loss is observable (Session.WatchLoss). A member that joins a complete
-// generation it is not part of, such as a restarted worker, opens the next
-// generation, and the old members see the generation move on and rejoin.
+// complete, the ranks. A member joins a generation with one transaction
+// (Store.Txn): check that the state is still the one it read, write its
+// join record, the alive key "<run>/gen/<g>/alive/<id>" bound to its lease,
+// and list the generation's records. Members thus never contend for one
+// document while they join; the member whose listing shows the gang whole
+// writes the complete generation with compare-and-set, ranks assigned
+// (AssignRanks: rank hints first, then a deterministic order), and the
+// others wait for that one change. Generation 1 needs no document until it
+// completes. A member that finds a complete generation it is not part of,
+// such as a restarted worker, opens the next generation in its
+// transaction, and the old members see the generation move on and rejoin.
+// If a gang does not complete at once, the waiting member with the
+// smallest ID records the members signed in so far in the document, for
+// observers such as a launcher (Fold). The alive key stays for the life of
+// the membership, so a member's loss is observable (Session.WatchLoss).
 //
-// The decisions are a pure state machine (Decide) tested without I/O; Join
-// is the thin loop around it that reads, writes with compare-and-set and
-// waits, tolerating lost races and spurious wake-ups.
+// For N members starting together that is N lease grants, N transactions,
+// one compare-and-set and N-1 waits that each wake once.
+//
+// The decisions are a pure state machine (Decide, Fold) tested without
+// I/O; Join is the thin loop around it that reads, writes and waits,
+// tolerating lost races and spurious wake-ups.
 //
 // A launcher serves the store; each worker opens it and joins:
 //
@@ -35,12 +46,13 @@
 //	a := s.Assignment() // a.Rank, a.WorldSize, a.LocalRank, a.Peers ...
 //	lost := s.WatchLoss(ctx) // one LostEvent when the gang is no longer whole
 //
-// For the Consul store (a later issue) the Store contract maps onto Consul
-// as follows: Version is ModifyIndex; CompareAndSet is KV CAS (followed by a
-// Get when it fails); Wait and WaitPrefix are blocking Get and List with
-// WaitIndex; a Lease is a session made with CreateNoChecks, behaviour
-// "delete", a LockDelay of 1ms, kept by Renew and ended by Destroy;
-// PutEphemeral is an Acquire (a key still held by an older session of the
-// same member is deleted first). Consul arms session timers at 2×TTL, so its
-// conformance fixture sets Expiry to the TTL.
+// The Store contract maps onto Consul (package consulstore) as follows:
+// Version is ModifyIndex; CompareAndSet is KV CAS (followed by a Get when it
+// fails); Txn is /v1/txn with the verbs check-index (check-not-exists for
+// version 0), cas, lock and get-tree; Wait and WaitPrefix are blocking Get
+// and List with WaitIndex; a Lease is a session made with CreateNoChecks,
+// behaviour "delete", a LockDelay of 1ms, kept by Renew and ended by
+// Destroy; PutEphemeral is an Acquire (a key still held by an older session
+// of the same member is deleted first). Consul arms session timers at
+// 2×TTL, so its conformance fixture sets Expiry to the TTL.
 package rendezvous

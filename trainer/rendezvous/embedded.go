@@ -25,7 +25,7 @@ type Embedded struct {
 // port) and serves a new MemStore there, requiring secret of every
 // connection, until Close or until ctx is done.
 func StartEmbedded(ctx context.Context, listenAddr string, secret []byte, logger hclog.Logger) (*Embedded, error) {
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAlive: -1} // the protocol pings; see Dial
 	ln, err := lc.Listen(ctx, "tcp", listenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded rendezvous store: %w", err)

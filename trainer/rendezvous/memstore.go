@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ type MemStore struct {
 	index   uint64
 	kv      map[string]memEntry
 	tombs   map[string]uint64 // deleted key -> index of its deletion
+	keys    []string          // every key of kv and tombs, sorted, for prefix scans
 	leases  map[string]*memLease
 	changed chan struct{} // closed and replaced on every write
 	closed  bool
@@ -93,17 +95,69 @@ func (m *MemStore) CompareAndSet(ctx context.Context, key string, data []byte, v
 }
 
 func (m *MemStore) putLocked(key string, data []byte, lease string) {
+	m.putAtLocked(key, data, lease, m.bump())
+}
+
+// putAtLocked writes key at version v (the index already bumped).
+func (m *MemStore) putAtLocked(key string, data []byte, lease string, v uint64) {
 	if old, ok := m.kv[key]; ok && old.lease != "" && old.lease != lease {
 		if l := m.leases[old.lease]; l != nil {
 			delete(l.keys, key) // a plain write makes the key persistent
 		}
 	}
-	v := m.bump()
+	if _, ok := m.kv[key]; !ok {
+		if _, ok := m.tombs[key]; !ok {
+			i, _ := slices.BinarySearch(m.keys, key)
+			m.keys = slices.Insert(m.keys, i, key)
+		}
+	}
 	m.kv[key] = memEntry{data: bytes.Clone(data), version: v, lease: lease}
 	delete(m.tombs, key)
 	if lease != "" {
 		m.leases[lease].keys[key] = struct{}{}
 	}
+}
+
+// Txn implements Store. Its writes share one new version.
+func (m *MemStore) Txn(ctx context.Context, ops []TxnOp) (TxnResult, error) {
+	if err := CheckTxn(ops); err != nil {
+		return TxnResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return TxnResult{}, err
+	}
+	writes := false
+	for i, op := range ops {
+		switch op.Kind {
+		case TxnCheck, TxnCAS:
+			if m.kv[op.Key].version != op.Version {
+				return TxnResult{Failed: i, Current: m.getLocked(op.Key)}, nil
+			}
+			writes = writes || op.Kind == TxnCAS
+		case TxnPutEphemeral:
+			if _, ok := m.leases[op.Lease.ID()]; !ok {
+				return TxnResult{}, ErrLeaseNotFound
+			}
+			writes = true
+		}
+	}
+	res := TxnResult{OK: true}
+	if writes {
+		res.Version = m.bump()
+	}
+	for _, op := range ops {
+		switch op.Kind {
+		case TxnCAS:
+			m.putAtLocked(op.Key, op.Data, "", res.Version)
+		case TxnPutEphemeral:
+			m.putAtLocked(op.Key, op.Data, op.Lease.ID(), res.Version)
+		case TxnList:
+			res.List, _ = m.listLocked(op.Key)
+		}
+	}
+	return res, nil
 }
 
 // Delete implements Store.
@@ -168,18 +222,18 @@ func (m *MemStore) List(ctx context.Context, prefix string) ([]KeyValue, uint64,
 func (m *MemStore) listLocked(prefix string) ([]KeyValue, uint64) {
 	var kvs []KeyValue
 	var idx uint64
-	for k, e := range m.kv {
-		if strings.HasPrefix(k, prefix) {
+	i, _ := slices.BinarySearch(m.keys, prefix)
+	for _, k := range m.keys[i:] {
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
+		if e, ok := m.kv[k]; ok {
 			kvs = append(kvs, KeyValue{Key: k, Data: bytes.Clone(e.data), Version: e.version})
 			idx = max(idx, e.version)
+		} else {
+			idx = max(idx, m.tombs[k])
 		}
 	}
-	for k, d := range m.tombs {
-		if strings.HasPrefix(k, prefix) {
-			idx = max(idx, d)
-		}
-	}
-	sort.Slice(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key })
 	return kvs, idx
 }
 

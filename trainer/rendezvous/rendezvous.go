@@ -1,10 +1,12 @@
 package rendezvous
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,24 +121,10 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 	})
 	defer timer.Stop()
 
-	// The first read and the lease grant do not depend on each other.
-	type read struct {
-		v   Value
-		err error
-	}
-	first := make(chan read, 1)
-	go func() {
-		v, err := st.Get(jctx, stateKey(run))
-		first <- read{v, err}
-	}()
+	// No read comes first: the first sign-in assumes generation 1 is
+	// joining (no state yet), and when it is not, the failed check answers
+	// with the state.
 	lease, err := st.Grant(jctx, opts.LeaseTTL)
-	r := <-first
-	if err == nil && r.err != nil {
-		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = lease.Revoke(rctx) // best effort; the TTL ends it otherwise
-		rcancel()
-		err = r.err
-	}
 	if err != nil {
 		if timedOut.Load() {
 			return nil, &TimeoutError{Run: run, WorldSize: worldSize}
@@ -158,79 +146,191 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 		close(s.kaDone)
 	}()
 
-	last, err := s.joinLoop(jctx, worldSize, r.v)
+	last, err := s.joinLoop(jctx, worldSize)
 	if err == nil {
 		logger.Info("rendezvous complete", "generation", s.assign.Generation, "rank", s.assign.Rank,
 			"world_size", s.assign.WorldSize, "took", clock.Now().Sub(start))
 		return s, nil
 	}
-	s.abandon(last)
+	s.abandon()
 	if timedOut.Load() && ctx.Err() == nil {
 		te := &TimeoutError{Run: run, WorldSize: worldSize}
-		if last != nil && last.Phase == PhaseJoining {
-			te.Generation, te.Joined = last.Generation, len(last.Members)
-		}
+		te.Generation, te.Joined = last.joined()
 		return nil, te
 	}
 	return nil, fmt.Errorf("join rendezvous %s: %w", run, err)
 }
 
-// joinLoop is the join loop: read, decide, write or wait, until done. It
-// returns the last state it saw, for error reports and withdrawal.
-func (s *Session) joinLoop(ctx context.Context, worldSize int, v Value) (*State, error) {
+// foldAfter is how long a join waits before the member that folds records
+// the members signed in so far in the state document (Fold), and then how
+// often it looks again while the gang stays incomplete.
+const foldAfter = 250 * time.Millisecond
+
+// joinLoop is the join loop: decide, then write, sign in or wait, until
+// done. It returns the last view, for error reports and withdrawal.
+func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 	key := stateKey(s.run)
-	var aliveGen uint64 // generation whose alive key we hold
-	for {
-		cur, err := decodeState(v)
+	var view View
+	var version uint64 // of view.State
+	see := func(v Value) error {
+		st, err := decodeState(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		d, err := Decide(cur, s.me, worldSize)
+		view.State, version = st, v.Version
+		return nil
+	}
+	for {
+		d, err := Decide(view, s.me, worldSize)
 		if err != nil {
-			return cur, err
+			return view, err
 		}
 		switch d.Action {
 		case ActionDone:
-			peers, err := cur.Peers()
+			peers, err := view.State.Peers()
 			if err != nil {
-				return cur, err
+				return view, err
 			}
-			s.assign, err = NewAssignment(cur.Generation, peers, s.me.ID)
-			return cur, err
-		case ActionWait:
-			if v, err = s.st.Wait(ctx, key, v.Version); err != nil {
-				return cur, err
+			s.assign, err = NewAssignment(view.State.Generation, peers, s.me.ID)
+			return view, err
+		case ActionJoin:
+			r, err := s.signIn(ctx, d, version, worldSize)
+			if err != nil {
+				return view, err
+			}
+			if !r.OK {
+				if r.Failed != 0 { // only the state check can fail
+					return view, fmt.Errorf("sign in: transaction failed at op %d", r.Failed)
+				}
+				if err := see(r.Current); err != nil {
+					return view, err
+				}
+				continue
+			}
+			if d.Open {
+				next := d.Next
+				view.State, version = &next, r.Version
+			}
+			view.Signed, view.Listed = d.Generation, d.Generation
+			if view.Joiners, err = decodeJoiners(r.List); err != nil {
+				return view, err
 			}
 		case ActionWrite:
-			// The alive key goes first, so a member in the state whose key
-			// is missing is known to be gone.
-			if g := d.Next.Generation; g != aliveGen {
-				me, _ := json.Marshal(s.me.Member)
-				if err := s.st.PutEphemeral(ctx, s.lease, aliveKey(s.run, g, s.me.ID), me); err != nil {
-					return cur, err
-				}
-				aliveGen = g
-			}
 			data, err := json.Marshal(d.Next)
 			if err != nil {
-				return cur, fmt.Errorf("encode state: %w", err)
+				return view, fmt.Errorf("encode state: %w", err)
 			}
-			// Won or lost, v is now the current state: decide again on it.
-			var ok bool
-			if v, ok, err = s.st.CompareAndSet(ctx, key, data, v.Version); err != nil {
-				return cur, err
+			// Won or lost, the answer is the current state: decide again.
+			cur, ok, err := s.st.CompareAndSet(ctx, key, data, version)
+			if err != nil {
+				return view, err
 			}
 			if ok {
 				s.logger.Debug("wrote state", "generation", d.Next.Generation, "phase", d.Next.Phase,
 					"members", len(d.Next.Members))
 			}
+			if err := see(cur); err != nil {
+				return view, err
+			}
+		case ActionWait:
+			cur, err := s.wait(ctx, &view, version, worldSize)
+			if err != nil {
+				return view, err
+			}
+			if err := see(cur); err != nil {
+				return view, err
+			}
 		}
 	}
 }
 
-// abandon undoes a failed join: withdraw from the joining generation (best
-// effort, briefly), end the lease.
-func (s *Session) abandon(last *State) {
+// signIn runs d's transaction: check (or, opening a generation, set) the
+// state read at version, write my join record, list the generation's.
+func (s *Session) signIn(ctx context.Context, d Decision, version uint64, worldSize int) (TxnResult, error) {
+	rec, err := json.Marshal(Joiner{Participant: s.me, WorldSize: worldSize})
+	if err != nil {
+		return TxnResult{}, fmt.Errorf("encode join record: %w", err)
+	}
+	guard := TxnOp{Kind: TxnCheck, Key: stateKey(s.run), Version: version}
+	if d.Open {
+		guard.Kind = TxnCAS
+		if guard.Data, err = json.Marshal(d.Next); err != nil {
+			return TxnResult{}, fmt.Errorf("encode state: %w", err)
+		}
+	}
+	return s.st.Txn(ctx, []TxnOp{
+		guard,
+		{Kind: TxnPutEphemeral, Key: aliveKey(s.run, d.Generation, s.me.ID), Data: rec, Lease: s.lease},
+		{Kind: TxnList, Key: alivePrefix(s.run, d.Generation)},
+	})
+}
+
+// wait waits for the state to move on from version. The member that folds
+// (View.Folder) wakes every foldAfter meanwhile, lists the join records and
+// records them in the state (Fold); a listing that shows the gang whole
+// ends the wait too, so the gang completes even if the member that saw it
+// whole first died before writing it.
+func (s *Session) wait(ctx context.Context, view *View, version uint64, worldSize int) (Value, error) {
+	key := stateKey(s.run)
+	for {
+		if !view.Folder(s.me) {
+			return s.st.Wait(ctx, key, version)
+		}
+		wctx, cancel := context.WithTimeout(ctx, foldAfter)
+		cur, err := s.st.Wait(wctx, key, version)
+		expired := wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil || !expired {
+			return cur, err
+		}
+		g := view.joining()
+		kvs, _, err := s.st.List(ctx, alivePrefix(s.run, g))
+		if err != nil {
+			return Value{}, err
+		}
+		if view.Joiners, err = decodeJoiners(kvs); err != nil {
+			return Value{}, err
+		}
+		view.Listed = g
+		if d, err := Decide(*view, s.me, worldSize); err != nil || d.Action != ActionWait {
+			return s.st.Get(ctx, key) // decide again on a fresh read
+		}
+		next, ok := Fold(*view, s.me)
+		if !ok {
+			continue
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return Value{}, fmt.Errorf("encode state: %w", err)
+		}
+		if cur, _, err = s.st.CompareAndSet(ctx, key, data, version); err != nil {
+			return Value{}, err
+		}
+		s.logger.Debug("recorded the members signed in so far", "generation", g, "members", len(next.Members))
+		return cur, nil
+	}
+}
+
+// decodeJoiners reads listed join records, in join order (the order of
+// their versions).
+func decodeJoiners(kvs []KeyValue) ([]Joiner, error) {
+	sorted := slices.Clone(kvs)
+	slices.SortStableFunc(sorted, func(a, b KeyValue) int { return cmp.Compare(a.Version, b.Version) })
+	out := make([]Joiner, 0, len(sorted))
+	for _, kv := range sorted {
+		var j Joiner
+		if err := json.Unmarshal(kv.Data, &j); err != nil {
+			return nil, fmt.Errorf("%w: join record %s: %v", ErrBadState, kv.Key, err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// abandon undoes a failed join: withdraw from the joining generation's
+// member list where it was recorded (best effort, briefly), and end the
+// lease, which removes the join record.
+func (s *Session) abandon() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	key := stateKey(s.run)

@@ -191,7 +191,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			sc.cancelOp(req.Target)
 		case opPing:
 			sc.send(response{ID: req.ID})
-		case opGet, opCAS, opDelete, opList, opGrant, opPutEphemeral, opRenew, opRevoke:
+		case opGet, opCAS, opDelete, opList, opGrant, opPutEphemeral, opRenew, opRevoke, opTxn:
 			// These never block on anything but the store's mutex: answer
 			// them here, saving a goroutine hand-off per request.
 			sc.send(sc.handle(cctx, req))
@@ -355,6 +355,26 @@ func (sc *serverConn) handle(ctx context.Context, req request) response {
 		}
 		if err != nil {
 			return fail(err)
+		}
+	case opTxn:
+		ops := make([]TxnOp, len(req.Ops))
+		for i, o := range req.Ops {
+			ops[i] = TxnOp{Kind: o.Kind, Key: o.Key, Data: o.Data, Version: o.Version}
+			if o.Kind == TxnPutEphemeral {
+				l, err := sc.lease(o.Lease)
+				if err != nil {
+					return fail(err)
+				}
+				ops[i].Lease = l
+			}
+		}
+		r, err := st.Txn(ctx, ops)
+		if err != nil {
+			return fail(err)
+		}
+		resp.OK, resp.Version, resp.KVs = r.OK, r.Version, r.List
+		if !r.OK {
+			resp.Failed, resp.Data, resp.Version = r.Failed, r.Current.Data, r.Current.Version
 		}
 	case opRenew:
 		l, err := sc.lease(req.Lease)

@@ -105,14 +105,36 @@ func TestServerDropsMalformedFrames(t *testing.T) {
 		out := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 		return append(out, body...)
 	}
-	cases := map[string][]byte{
-		"zero length":  {0, 0, 0, 0},
-		"too long":     {0xff, 0xff, 0xff, 0xff},
-		"not json":     frame("{{{"),
-		"unknown op":   frame(`{"id":1,"op":"explode"}`),
-		"no id":        frame(`{"op":"get","key":"k"}`),
-		"negative ttl": frame(`{"id":1,"op":"grant","ttl_ms":-1}`),
+	// body lays out a request as the wire does: tag, id, op, key, data,
+	// version, lease, ttl, wait, target, ops.
+	body := func(id uint64, op string, ttl int64, tail ...byte) string {
+		b := binary.AppendUvarint([]byte{'q'}, id)
+		b = append(binary.AppendUvarint(b, uint64(len(op))), op...)
+		b = append(b, 0, 0, 0, 0) // key, data, version, lease
+		b = binary.AppendVarint(b, ttl)
+		b = append(b, 0, 0, 0) // wait, target, ops
+		return string(append(b, tail...))
 	}
+	cases := map[string][]byte{
+		"zero length":    {0, 0, 0, 0},
+		"too long":       {0xff, 0xff, 0xff, 0xff},
+		"not a request":  frame("{{{"),
+		"unknown op":     frame(body(1, "explode", 0)),
+		"no id":          frame(body(0, "get", 0)),
+		"negative ttl":   frame(body(1, "grant", -1)),
+		"trailing bytes": frame(body(1, "get", 0, 7)),
+		"truncated":      frame(body(1, "get", 0)[:5]),
+	}
+	// The same layout is served when well formed.
+	conn, err := net.Dial("tcp", addr)
+	must.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write(frame(body(1, "ping", 0)))
+	must.NoError(t, err)
+	must.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.ReadFull(conn, make([]byte, 5))
+	must.NoError(t, err, must.Sprint("no answer to a well-formed ping"))
+
 	for name, bad := range cases {
 		t.Run(name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", addr)

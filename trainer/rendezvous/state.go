@@ -4,13 +4,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
-// The rendezvous state machine. It does no I/O: Decide looks at the run's
-// state document and one participant and says what that participant does
-// next. The loop in rendezvous.go reads the document, calls Decide, writes
-// with compare-and-set and waits, and simply decides again after a lost
-// race or a spurious wake-up.
+// The rendezvous state machine. It does no I/O: Decide looks at what a
+// participant knows (the run's state document and the join records of the
+// generation being joined) and says what it does next. The loop in
+// rendezvous.go reads, writes with compare-and-set or a transaction, and
+// waits, and simply decides again after a lost race or a spurious wake-up.
+//
+// A member joins a generation by writing its join record, its alive key
+// "<run>/gen/<g>/alive/<id>", in one transaction that also checks the state
+// document is still the one it read and lists the generation's alive keys.
+// Members do not contend for one document while they join: the member whose
+// listing shows the gang whole writes the complete generation, with ranks,
+// and the others wait for that one change. Generation 1 needs no document
+// until it completes (an absent state means generation 1 is joining); a
+// member that finds a complete generation it is not part of opens the next
+// one, writing the document and its record in one transaction.
 
 // Phase is where a generation stands.
 type Phase string
@@ -40,13 +51,24 @@ type Participant struct {
 	Incarnation string `json:"incarnation"`
 }
 
+// Joiner is a join record, the value of a member's alive key: the
+// participant and the world size it asked for.
+type Joiner struct {
+	Participant
+	WorldSize int `json:"world_size"`
+}
+
 // State is the run's state document, stored as JSON at "<run>/state".
 type State struct {
-	Generation uint64        `json:"generation"`
-	Phase      Phase         `json:"phase"`
-	WorldSize  int           `json:"world_size"`
-	Members    []Participant `json:"members"`         // in join order
-	Ranks      []string      `json:"ranks,omitempty"` // member IDs, index = rank; set when complete
+	Generation uint64 `json:"generation"`
+	Phase      Phase  `json:"phase"`
+	WorldSize  int    `json:"world_size"`
+	// Members of a complete generation, in join order. For a joining
+	// generation the alive keys are the record; Members lists those seen
+	// so far for observers, folded in (Fold) when the gang does not
+	// complete at once.
+	Members []Participant `json:"members"`
+	Ranks   []string      `json:"ranks,omitempty"` // member IDs, index = rank; set when complete
 }
 
 // Action is what a participant does next.
@@ -60,6 +82,11 @@ const (
 	ActionWait
 	// ActionDone: the participant is in a complete generation.
 	ActionDone
+	// ActionJoin: in one transaction, check the state is still the one
+	// read (or, when Decision.Open, compare-and-set Decision.Next over
+	// it), write the join record of Decision.Generation and list that
+	// generation's records.
+	ActionJoin
 )
 
 func (a Action) String() string {
@@ -70,64 +97,182 @@ func (a Action) String() string {
 		return "wait"
 	case ActionDone:
 		return "done"
+	case ActionJoin:
+		return "join"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
 
 // Decision is Decide's answer.
 type Decision struct {
-	Action Action
-	Next   State // for ActionWrite
+	Action     Action
+	Next       State  // ActionWrite; ActionJoin when Open
+	Generation uint64 // ActionJoin: the generation to sign in to
+	Open       bool   // ActionJoin: the transaction writes Next
 }
 
-// Decide says what participant me does next given cur, the current state
-// (nil when there is none yet), when it wants a gang of worldSize.
+// View is what a participant knows when it decides.
+type View struct {
+	// State is the state document read (nil: absent).
+	State *State
+	// Listed is the generation whose join records Joiners holds, in join
+	// order (0: none listed yet).
+	Listed  uint64
+	Joiners []Joiner
+	// Signed is the generation whose join record the participant wrote
+	// (0: none).
+	Signed uint64
+}
+
+// joining returns the generation a view's state leaves open for joining:
+// 1 when there is no state, that of a joining state; 0 for a complete one.
+func (v View) joining() uint64 {
+	switch {
+	case v.State == nil:
+		return 1
+	case v.State.Phase == PhaseJoining:
+		return v.State.Generation
+	}
+	return 0
+}
+
+// Eligible returns the join records listed for the generation v's state
+// leaves open that count towards it, in join order: those asking for the
+// generation's world size (for generation 1 without a state: the world
+// size of the earliest record). Nil when none were listed for it.
+func (v View) Eligible() []Joiner {
+	g := v.joining()
+	if g == 0 || v.Listed != g || len(v.Joiners) == 0 {
+		return nil
+	}
+	world := v.Joiners[0].WorldSize
+	if v.State != nil {
+		world = v.State.WorldSize
+	}
+	var out []Joiner
+	for _, j := range v.Joiners {
+		if j.WorldSize == world {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// Decide says what participant me does next, given what it knows, when it
+// wants a gang of worldSize.
 //
-//   - no state: open generation 1 with me in it;
 //   - a complete generation with me (same incarnation) in it: done;
 //   - a complete generation without me, e.g. I restarted: open the next
-//     generation with me in it; the members of the old one see the
-//     generation move on and rejoin;
-//   - a joining generation with me in it: wait;
-//   - a joining generation with my ID under an older incarnation: take
-//     over that slot;
-//   - a joining generation without me: sign in; the member that fills the
-//     last slot assigns the ranks and completes the generation.
-func Decide(cur *State, me Participant, worldSize int) (Decision, error) {
+//     generation with me signed in; the members of the old one see the
+//     generation move on and join again;
+//   - a joining generation (generation 1 when there is no state) that I
+//     have not signed in to: sign in;
+//   - signed in, and the listing shows worldSize members: write the
+//     complete generation (the first worldSize records in join order),
+//     ranks assigned;
+//   - signed in otherwise: wait.
+func Decide(v View, me Participant, worldSize int) (Decision, error) {
 	if worldSize < 1 {
 		return Decision{}, fmt.Errorf("world size %d: must be at least 1", worldSize)
 	}
-	if cur == nil {
-		return write(openGeneration(1, me, worldSize)), nil
+	cur := v.State
+	if cur != nil {
+		if err := cur.validate(); err != nil {
+			return Decision{}, err
+		}
+		switch cur.Phase {
+		case PhaseComplete:
+			if i := cur.index(me.ID); i >= 0 && cur.Members[i].Incarnation == me.Incarnation {
+				return Decision{Action: ActionDone}, nil
+			}
+			g := cur.Generation + 1
+			return Decision{Action: ActionJoin, Generation: g, Open: true, Next: openGeneration(g, me, worldSize)}, nil
+		case PhaseJoining:
+			if cur.WorldSize != worldSize {
+				return Decision{}, fmt.Errorf("%w: generation %d has %d, I want %d",
+					ErrWorldSizeMismatch, cur.Generation, cur.WorldSize, worldSize)
+			}
+		default:
+			return Decision{}, fmt.Errorf("%w: unknown phase %q", ErrBadState, cur.Phase)
+		}
 	}
-	if err := cur.validate(); err != nil {
-		return Decision{}, err
+	g := v.joining()
+	if v.Signed != g {
+		return Decision{Action: ActionJoin, Generation: g}, nil
 	}
-	i := cur.index(me.ID)
-	switch cur.Phase {
-	case PhaseComplete:
-		if i >= 0 && cur.Members[i].Incarnation == me.Incarnation {
-			return Decision{Action: ActionDone}, nil
-		}
-		return write(openGeneration(cur.Generation+1, me, worldSize)), nil
-	case PhaseJoining:
-		if cur.WorldSize != worldSize {
-			return Decision{}, fmt.Errorf("%w: generation %d has %d, I want %d",
-				ErrWorldSizeMismatch, cur.Generation, cur.WorldSize, worldSize)
-		}
-		if i >= 0 && cur.Members[i] == me {
-			return Decision{Action: ActionWait}, nil
-		}
-		next := cur.clone()
-		if i >= 0 {
-			next.Members[i] = me
-		} else {
-			next.Members = append(next.Members, me)
-		}
+	js := v.Eligible()
+	if cur == nil && len(js) > 0 && js[0].WorldSize != worldSize {
+		return Decision{}, fmt.Errorf("%w: generation 1 has %d, I want %d",
+			ErrWorldSizeMismatch, js[0].WorldSize, worldSize)
+	}
+	if len(js) >= worldSize {
+		next := State{Generation: g, Phase: PhaseJoining, WorldSize: worldSize, Members: participants(js[:worldSize])}
 		next.completeIfFull()
-		return write(next), nil
+		return Decision{Action: ActionWrite, Next: next}, nil
 	}
-	return Decision{}, fmt.Errorf("%w: unknown phase %q", ErrBadState, cur.Phase)
+	return Decision{Action: ActionWait}, nil
+}
+
+// Folder reports whether participant me records, for observers (a
+// launcher watching a gang re-form), the members signed in so far to the
+// joining generation in the state document (Fold) while the gang is
+// incomplete: it is signed in and has the smallest ID among the eligible
+// records it listed.
+func (v View) Folder(me Participant) bool {
+	g := v.joining()
+	if g == 0 || v.Signed != g {
+		return false
+	}
+	js := v.Eligible()
+	for _, j := range js {
+		if j.ID < me.ID {
+			return false
+		}
+	}
+	return len(js) > 0
+}
+
+// Fold returns the state that records the members signed in so far, for
+// the Folder to compare-and-set, and false when there is nothing to record:
+// the document lists them already, or they complete the gang (Decide
+// writes that).
+func Fold(v View, me Participant) (State, bool) {
+	if !v.Folder(me) {
+		return State{}, false
+	}
+	js := v.Eligible()
+	world := js[0].WorldSize
+	if v.State != nil {
+		world = v.State.WorldSize
+	}
+	members := participants(js)
+	if len(members) >= world || (v.State != nil && slices.Equal(v.State.Members, members)) {
+		return State{}, false
+	}
+	return State{Generation: v.joining(), Phase: PhaseJoining, WorldSize: world, Members: members}, true
+}
+
+// joined says which generation the view leaves open and how many members
+// are known to have signed in to it (0, 0 for a complete one).
+func (v View) joined() (gen uint64, n int) {
+	gen = v.joining()
+	switch {
+	case gen == 0:
+		return 0, 0
+	case v.Listed == gen:
+		return gen, len(v.Eligible())
+	case v.State != nil:
+		return gen, len(v.State.Members)
+	}
+	return gen, 0
+}
+
+func participants(js []Joiner) []Participant {
+	out := make([]Participant, len(js))
+	for i, j := range js {
+		out[i] = j.Participant
+	}
+	return out
 }
 
 // Withdraw takes participant me out of a joining generation (a join that
@@ -144,8 +289,6 @@ func Withdraw(cur *State, me Participant) (next State, ok bool) {
 	next.Members = append(next.Members[:i], next.Members[i+1:]...)
 	return next, true
 }
-
-func write(s State) Decision { return Decision{Action: ActionWrite, Next: s} }
 
 func openGeneration(gen uint64, me Participant, worldSize int) State {
 	s := State{Generation: gen, Phase: PhaseJoining, WorldSize: worldSize, Members: []Participant{me}}

@@ -35,101 +35,135 @@ func membersOf(ps []rendezvous.Participant) []rendezvous.Member {
 	return out
 }
 
+// recs are join records of participants asking for world.
+func recs(world int, ps ...rendezvous.Participant) []rendezvous.Joiner {
+	out := make([]rendezvous.Joiner, len(ps))
+	for i, x := range ps {
+		out[i] = rendezvous.Joiner{Participant: x, WorldSize: world}
+	}
+	return out
+}
+
+// view is what a participant signed in to gen knows: the state and the
+// records it listed there.
+func view(st *rendezvous.State, gen uint64, js []rendezvous.Joiner) rendezvous.View {
+	return rendezvous.View{State: st, Signed: gen, Listed: gen, Joiners: js}
+}
+
 func TestDecide(t *testing.T) {
-	a1, b1, c1 := p("a", "1"), p("b", "1"), p("c", "1")
+	a1, b1, c1, x1 := p("a", "1"), p("b", "1"), p("c", "1"), p("x", "1")
 	a2 := p("a", "2")
 	cases := []struct {
-		name   string
-		cur    *rendezvous.State
-		me     rendezvous.Participant
-		world  int
-		action rendezvous.Action
-		next   *rendezvous.State // for write
-		err    error
+		name  string
+		view  rendezvous.View
+		me    rendezvous.Participant
+		world int
+		want  rendezvous.Decision
+		err   error
 	}{
-		{"no state: open generation 1", nil, a1, 3,
-			rendezvous.ActionWrite, joining(1, 3, a1), nil},
-		{"no state, world of one: complete at once", nil, a1, 1,
-			rendezvous.ActionWrite, complete(1, a1), nil},
-		{"joining without me: sign in", joining(4, 3, a1), b1, 3,
-			rendezvous.ActionWrite, joining(4, 3, a1, b1), nil},
-		{"last slot: complete with ranks", joining(4, 3, a1, c1), b1, 3,
-			rendezvous.ActionWrite, complete(4, a1, c1, b1), nil},
-		{"joining with me: wait", joining(4, 3, a1, b1), b1, 3,
-			rendezvous.ActionWait, nil, nil},
-		{"joining with my older incarnation: take the slot", joining(4, 3, a1, b1), a2, 3,
-			rendezvous.ActionWrite, joining(4, 3, a2, b1), nil},
-		{"complete with me: done", complete(4, a1, b1), b1, 2,
-			rendezvous.ActionDone, nil, nil},
-		{"complete without me: next generation", complete(4, a1, b1), c1, 2,
-			rendezvous.ActionWrite, joining(5, 2, c1), nil},
-		{"complete with my older incarnation (restart): next generation", complete(4, a1, b1), a2, 2,
-			rendezvous.ActionWrite, joining(5, 2, a2), nil},
-		{"complete, new world size: next generation at mine", complete(4, a1, b1), c1, 3,
-			rendezvous.ActionWrite, joining(5, 3, c1), nil},
-		{"joining with another world size", joining(4, 3, a1), b1, 2,
-			0, nil, rendezvous.ErrWorldSizeMismatch},
-		{"unknown phase", &rendezvous.State{Generation: 1, Phase: "weird", WorldSize: 2}, a1, 2,
-			0, nil, rendezvous.ErrBadState},
-		{"generation 0", &rendezvous.State{Generation: 0, Phase: rendezvous.PhaseJoining, WorldSize: 2}, a1, 2,
-			0, nil, rendezvous.ErrBadState},
-		{"too many members", joining(1, 1, a1, b1), c1, 1,
-			0, nil, rendezvous.ErrBadState},
-		{"member twice", joining(1, 3, a1, a2), c1, 3,
-			0, nil, rendezvous.ErrBadState},
-		{"complete without ranks", &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 1, Members: []rendezvous.Participant{a1}}, a1, 1,
-			0, nil, rendezvous.ErrBadState},
-		{"complete with a rank twice", &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 2, Members: []rendezvous.Participant{a1, b1}, Ranks: []string{"a", "a"}}, a1, 2,
-			0, nil, rendezvous.ErrBadState},
-		{"complete with an unknown rank", &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 2, Members: []rendezvous.Participant{a1, b1}, Ranks: []string{"a", "z"}}, a1, 2,
-			0, nil, rendezvous.ErrBadState},
+		{"no state: sign in to generation 1", rendezvous.View{}, a1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 1}, nil},
+		{"no state, signed in, gang incomplete: wait", view(nil, 1, recs(3, b1, a1)), a1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionWait}, nil},
+		{"no state, listing shows the gang: complete it", view(nil, 1, recs(3, c1, a1, b1)), a1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(1, c1, a1, b1)}, nil},
+		{"no state, world of one: complete at once", view(nil, 1, recs(1, a1)), a1, 1,
+			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(1, a1)}, nil},
+		{"no state, records of another world size first", view(nil, 1, append(recs(2, x1), recs(3, a1)...)), a1, 3,
+			rendezvous.Decision{}, rendezvous.ErrWorldSizeMismatch},
+		{"no state, a later record of another world size does not count", view(nil, 1, append(append(recs(3, a1), recs(2, x1)...), recs(3, b1, c1)...)), b1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(1, a1, b1, c1)}, nil},
+		{"joining, not signed in: sign in", rendezvous.View{State: joining(4, 3)}, b1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 4}, nil},
+		{"joining, signed in to an older generation: sign in", view(joining(4, 3), 3, recs(3, a1, b1, c1)), b1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 4}, nil},
+		{"joining, signed in, listing shows the gang: complete it", view(joining(4, 3, a1), 4, recs(3, a1, c1, b1)), b1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(4, a1, c1, b1)}, nil},
+		{"joining, signed in, gang incomplete: wait", view(joining(4, 3), 4, recs(3, a1, b1)), b1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionWait}, nil},
+		{"joining, signed in, listing of another generation: wait", rendezvous.View{State: joining(4, 3), Signed: 4, Listed: 3, Joiners: recs(3, a1, b1, c1)}, b1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionWait}, nil},
+		{"joining, one record too many: complete with the first", view(joining(4, 2), 4, recs(2, a1, c1, b1)), b1, 2,
+			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(4, a1, c1)}, nil},
+		{"complete with me: done", rendezvous.View{State: complete(4, a1, b1)}, b1, 2,
+			rendezvous.Decision{Action: rendezvous.ActionDone}, nil},
+		{"complete without me: open the next generation", rendezvous.View{State: complete(4, a1, b1)}, c1, 2,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 5, Open: true, Next: *joining(5, 2, c1)}, nil},
+		{"complete with my older incarnation (restart): next generation", view(complete(4, a1, b1), 4, recs(2, a1, b1)), a2, 2,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 5, Open: true, Next: *joining(5, 2, a2)}, nil},
+		{"complete, world of one: the next generation completes at once", rendezvous.View{State: complete(4, a1)}, c1, 1,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 5, Open: true, Next: *complete(5, c1)}, nil},
+		{"complete, new world size: next generation at mine", rendezvous.View{State: complete(4, a1, b1)}, c1, 3,
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 5, Open: true, Next: *joining(5, 3, c1)}, nil},
+		{"joining with another world size", rendezvous.View{State: joining(4, 3, a1)}, b1, 2,
+			rendezvous.Decision{}, rendezvous.ErrWorldSizeMismatch},
+		{"unknown phase", rendezvous.View{State: &rendezvous.State{Generation: 1, Phase: "weird", WorldSize: 2}}, a1, 2,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
+		{"generation 0", rendezvous.View{State: &rendezvous.State{Generation: 0, Phase: rendezvous.PhaseJoining, WorldSize: 2}}, a1, 2,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
+		{"too many members", rendezvous.View{State: joining(1, 1, a1, b1)}, c1, 1,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
+		{"member twice", rendezvous.View{State: joining(1, 3, a1, a2)}, c1, 3,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
+		{"complete without ranks", rendezvous.View{State: &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 1, Members: []rendezvous.Participant{a1}}}, a1, 1,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
+		{"complete with a rank twice", rendezvous.View{State: &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 2, Members: []rendezvous.Participant{a1, b1}, Ranks: []string{"a", "a"}}}, a1, 2,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
+		{"complete with an unknown rank", rendezvous.View{State: &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 2, Members: []rendezvous.Participant{a1, b1}, Ranks: []string{"a", "z"}}}, a1, 2,
+			rendezvous.Decision{}, rendezvous.ErrBadState},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := rendezvous.Decide(tc.cur, tc.me, tc.world)
+			d, err := rendezvous.Decide(tc.view, tc.me, tc.world)
 			if tc.err != nil {
 				must.ErrorIs(t, err, tc.err)
 				return
 			}
 			must.NoError(t, err)
-			must.Eq(t, tc.action, d.Action)
-			if tc.next != nil {
-				must.Eq(t, *tc.next, d.Next)
-			}
+			must.Eq(t, tc.want, d)
 		})
 	}
-	_, err := rendezvous.Decide(nil, a1, 0)
+	_, err := rendezvous.Decide(rendezvous.View{}, a1, 0)
 	must.Error(t, err)
 }
 
-// Decide never edits the state it is given.
-func TestDecideLeavesInputAlone(t *testing.T) {
-	cur := joining(4, 3, p("a", "1"), p("c", "1"))
-	before := *joining(4, 3, p("a", "1"), p("c", "1"))
-	_, err := rendezvous.Decide(cur, p("b", "1"), 3)
-	must.NoError(t, err)
-	must.Eq(t, before, *cur)
+func TestFold(t *testing.T) {
+	a1, b1, c1 := p("a", "1"), p("b", "1"), p("c", "1")
+	cases := []struct {
+		name string
+		view rendezvous.View
+		me   rendezvous.Participant
+		want *rendezvous.State // nil: nothing to fold
+	}{
+		{"smallest ID, no state: record generation 1", view(nil, 1, recs(4, b1, a1)), a1, joining(1, 4, b1, a1)},
+		{"smallest ID, joining: record the new member", view(joining(3, 4, a1), 3, recs(4, a1, c1)), a1, joining(3, 4, a1, c1)},
+		{"a record left: record without it", view(joining(3, 4, a1, b1), 3, recs(4, a1)), a1, joining(3, 4, a1)},
+		{"already recorded", view(joining(3, 4, a1, b1), 3, recs(4, a1, b1)), a1, nil},
+		{"not the smallest ID", view(nil, 1, recs(4, b1, a1)), b1, nil},
+		{"the gang is whole: Decide completes it", view(nil, 1, recs(2, b1, a1)), a1, nil},
+		{"not signed in", rendezvous.View{Listed: 1, Joiners: recs(4, a1)}, a1, nil},
+		{"complete generation", view(complete(3, a1, b1), 3, recs(2, a1, b1)), a1, nil},
+		{"nothing listed", rendezvous.View{Signed: 1}, a1, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			next, ok := rendezvous.Fold(tc.view, tc.me)
+			must.Eq(t, tc.want != nil, ok)
+			must.Eq(t, tc.want != nil, tc.view.Folder(tc.me) && ok)
+			if tc.want != nil {
+				must.Eq(t, *tc.want, next)
+			}
+		})
+	}
 }
 
-// Members signing in in any order, each racing from a stale copy, end in one
-// complete generation: a sequential model of the CAS loop.
-func TestDecideConverges(t *testing.T) {
-	ps := []rendezvous.Participant{p("d", "1"), p("b", "1"), p("a", "1"), p("c", "1")}
-	var cur *rendezvous.State
-	for _, me := range ps {
-		d, err := rendezvous.Decide(cur, me, len(ps))
-		must.NoError(t, err)
-		must.Eq(t, rendezvous.ActionWrite, d.Action)
-		next := d.Next
-		cur = &next
-	}
-	must.Eq(t, rendezvous.PhaseComplete, cur.Phase)
-	must.Eq(t, []string{"a", "b", "c", "d"}, cur.Ranks)
-	for _, me := range ps {
-		d, err := rendezvous.Decide(cur, me, len(ps))
-		must.NoError(t, err)
-		must.Eq(t, rendezvous.ActionDone, d.Action)
-	}
+// Decide never edits what it is given.
+func TestDecideLeavesInputAlone(t *testing.T) {
+	v := view(joining(4, 3, p("a", "1")), 4, recs(3, p("c", "1"), p("a", "1"), p("b", "1")))
+	before := view(joining(4, 3, p("a", "1")), 4, recs(3, p("c", "1"), p("a", "1"), p("b", "1")))
+	_, err := rendezvous.Decide(v, p("b", "1"), 3)
+	must.NoError(t, err)
+	must.Eq(t, before, v)
 }
 
 func TestWithdraw(t *testing.T) {
@@ -198,20 +232,28 @@ func TestCheckLoss(t *testing.T) {
 	}
 }
 
-// A seeded model of the join loop over a compare-and-set register: members
-// act in random order from possibly stale views; some restart midway (a new
-// incarnation with no view), and members of a generation that moves on join
-// again, as WatchLoss makes them. Whatever the interleaving, the run ends in
-// one complete generation holding every member's latest incarnation, with
-// every rank once and distinct hints honoured.
+// A seeded model of the join loop over a store: one index for every write,
+// a state register written by compare-and-set, join records per generation,
+// and sign-in transactions guarded by the state's version. Members act in
+// random order from possibly stale views; some restart midway (a new
+// incarnation with no view; the old one's records linger, as a lease that
+// has not expired yet); members of a generation that moves on join again,
+// as WatchLoss makes them; a waiting folder sometimes lists and folds.
+// Whatever the interleaving, the run ends in one complete generation holding
+// every member's latest incarnation, with every rank once and distinct hints
+// honoured.
 func TestDecideRandomInterleavings(t *testing.T) {
-	for seed := range uint64(300) {
+	type record struct {
+		j       rendezvous.Joiner
+		version uint64
+	}
+	for seed := range uint64(400) {
 		r := rand.New(rand.NewPCG(seed, 99))
 		world := 1 + r.IntN(6)
 		type member struct {
 			me      rendezvous.Participant
-			view    *rendezvous.State // what it last read
-			viewVer uint64
+			view    rendezvous.View
+			viewVer uint64 // version of view.State
 			done    bool
 		}
 		ms := make([]*member, world)
@@ -226,11 +268,51 @@ func TestDecideRandomInterleavings(t *testing.T) {
 				Incarnation: "1",
 			}}
 		}
-		var reg *rendezvous.State // the register
-		var ver uint64
+		var (
+			index   uint64
+			reg     *rendezvous.State // the state register
+			ver     uint64
+			records = map[uint64]map[string]record{} // generation -> member ID -> record
+		)
+		rejoin := func(m *member) {
+			m.me.Incarnation += "+"
+			m.view, m.viewVer, m.done = rendezvous.View{}, 0, false
+		}
+		setState := func(next rendezvous.State) {
+			if reg != nil && next.Generation != reg.Generation {
+				for _, o := range ms { // they see the generation move on
+					if o.done {
+						rejoin(o)
+					}
+				}
+			}
+			index++
+			reg, ver = &next, index
+		}
+		list := func(g uint64) []rendezvous.Joiner {
+			var rs []record
+			for _, rec := range records[g] {
+				rs = append(rs, rec)
+			}
+			slices.SortFunc(rs, func(a, b record) int { return int(a.version) - int(b.version) })
+			var out []rendezvous.Joiner
+			for _, rec := range rs {
+				out = append(out, rec.j)
+			}
+			return out
+		}
+		current := func() uint64 { // the generation a state leaves open
+			if reg == nil {
+				return 1
+			}
+			if reg.Phase == rendezvous.PhaseJoining {
+				return reg.Generation
+			}
+			return 0
+		}
 		restarts := r.IntN(3)
 		for step := 0; ; step++ {
-			if step > 10_000 {
+			if step > 20_000 {
 				for _, m := range ms {
 					t.Logf("%s inc %s done %v view %+v", m.me.ID, m.me.Incarnation, m.done, m.view)
 				}
@@ -247,16 +329,12 @@ func TestDecideRandomInterleavings(t *testing.T) {
 			}
 			m := active[r.IntN(len(active))]
 			if restarts > 0 && r.IntN(20) == 0 {
-				// Some member restarts and joins again as a new
-				// incarnation from scratch.
 				restarts--
-				victim := ms[r.IntN(world)]
-				victim.me.Incarnation += "'"
-				victim.view, victim.viewVer, victim.done = nil, 0, false
+				rejoin(ms[r.IntN(world)])
 				continue
 			}
 			if r.IntN(3) == 0 { // re-read
-				m.view, m.viewVer = reg, ver
+				m.view.State, m.viewVer = reg, ver
 			}
 			d, err := rendezvous.Decide(m.view, m.me, world)
 			if err != nil {
@@ -265,33 +343,49 @@ func TestDecideRandomInterleavings(t *testing.T) {
 			switch d.Action {
 			case rendezvous.ActionDone:
 				m.done = true
-				if m.view.Generation != reg.Generation {
-					// Its watch starts from the current state, sees the
-					// generation moved on and joins again.
-					m.me.Incarnation += "+"
-					m.done = false
+				if m.view.State.Generation != reg.Generation {
+					rejoin(m) // its watch sees the generation moved on
 				}
 			case rendezvous.ActionWait:
-				if m.viewVer == ver {
-					continue // it would block; someone else moves
+				if m.viewVer != ver {
+					m.view.State, m.viewVer = reg, ver
+					continue
 				}
-				m.view, m.viewVer = reg, ver
+				// It would block. A folder wakes now and then: it lists,
+				// and folds or, seeing the gang whole, decides again.
+				if !m.view.Folder(m.me) || r.IntN(4) != 0 {
+					continue
+				}
+				g := current()
+				if g == 0 {
+					continue
+				}
+				m.view.Listed, m.view.Joiners = g, list(g)
+				if next, ok := rendezvous.Fold(m.view, m.me); ok {
+					setState(next)
+					m.view.State, m.viewVer = reg, ver
+				}
 			case rendezvous.ActionWrite:
-				if m.viewVer == ver { // CAS succeeds
-					next := d.Next
-					if reg != nil && next.Generation != reg.Generation {
-						// The members done with the old generation see
-						// it move on (WatchLoss) and join again.
-						for _, o := range ms {
-							if o.done {
-								o.me.Incarnation += "+"
-								o.done = false
-							}
-						}
-					}
-					reg, ver = &next, ver+1
+				if m.viewVer == ver {
+					setState(d.Next)
 				}
-				m.view, m.viewVer = reg, ver // the CAS answers with the current value
+				m.view.State, m.viewVer = reg, ver // the CAS answers with the current value
+			case rendezvous.ActionJoin:
+				if m.viewVer != ver { // the guard fails and answers with the state
+					m.view.State, m.viewVer = reg, ver
+					continue
+				}
+				if d.Open {
+					setState(d.Next)
+				} else {
+					index++
+				}
+				if records[d.Generation] == nil {
+					records[d.Generation] = map[string]record{}
+				}
+				records[d.Generation][m.me.ID] = record{rendezvous.Joiner{Participant: m.me, WorldSize: world}, index}
+				m.view.Signed, m.view.Listed, m.view.Joiners = d.Generation, d.Generation, list(d.Generation)
+				m.view.State, m.viewVer = reg, ver
 			}
 		}
 		must.Eq(t, rendezvous.PhaseComplete, reg.Phase, must.Sprintf("seed %d", seed))

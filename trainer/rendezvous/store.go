@@ -65,9 +65,95 @@ type Store interface {
 	// PutEphemeral writes key bound to lease: the key is deleted when the
 	// lease expires or is revoked.
 	PutEphemeral(ctx context.Context, lease Lease, key string, data []byte) error
+	// Txn applies ops in order as one atomic step (one Consul /v1/txn):
+	// all of them, or none when a TxnCheck or TxnCAS finds its key at
+	// another version; then the result says which op and the key's current
+	// value, and err is nil. A TxnPutEphemeral takes the key over from
+	// another lease as PutEphemeral does. Ops name distinct keys; at most
+	// one TxnList, as the last op, which sees the writes before it.
+	Txn(ctx context.Context, ops []TxnOp) (TxnResult, error)
 	// Close releases the store's resources; leases granted through it are
 	// revoked where the store can tell (a closed connection).
 	Close() error
+}
+
+// TxnKind is what a TxnOp does.
+type TxnKind int
+
+// Kinds of TxnOp.
+const (
+	// TxnCheck requires the key to be at Version (0: absent).
+	TxnCheck TxnKind = iota + 1
+	// TxnCAS writes Data if the key is at Version (0: absent).
+	TxnCAS
+	// TxnPutEphemeral writes Data bound to Lease.
+	TxnPutEphemeral
+	// TxnList reads the keys under the prefix Key.
+	TxnList
+)
+
+func (k TxnKind) String() string {
+	switch k {
+	case TxnCheck:
+		return "check"
+	case TxnCAS:
+		return "cas"
+	case TxnPutEphemeral:
+		return "put_ephemeral"
+	case TxnList:
+		return "list"
+	}
+	return fmt.Sprintf("TxnKind(%d)", int(k))
+}
+
+// TxnOp is one operation of a Store.Txn.
+type TxnOp struct {
+	Kind    TxnKind
+	Key     string // the key; the prefix for TxnList
+	Data    []byte // TxnCAS, TxnPutEphemeral
+	Version uint64 // TxnCheck, TxnCAS
+	Lease   Lease  // TxnPutEphemeral
+}
+
+// TxnResult is the outcome of a Store.Txn.
+type TxnResult struct {
+	// OK is true when the ops were applied.
+	OK bool
+	// Version is the version the writes got (one index for the whole
+	// transaction, as Consul's raft index), when OK and there were writes.
+	Version uint64
+	// List is what the TxnList op read, in key order, when OK.
+	List []KeyValue
+	// Failed is the index of the op whose version did not match, and
+	// Current that key's value then (Version 0: absent), when not OK.
+	Failed  int
+	Current Value
+}
+
+// CheckTxn validates the shape of a transaction, as every Store requires it.
+func CheckTxn(ops []TxnOp) error {
+	seen := make(map[string]bool, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case TxnCheck, TxnCAS:
+		case TxnPutEphemeral:
+			if op.Lease == nil {
+				return fmt.Errorf("transaction op %d: put_ephemeral without a lease", i)
+			}
+		case TxnList:
+			if i != len(ops)-1 {
+				return fmt.Errorf("transaction op %d: a list must be the last op", i)
+			}
+			continue
+		default:
+			return fmt.Errorf("transaction op %d: unknown kind %v", i, op.Kind)
+		}
+		if seen[op.Key] {
+			return fmt.Errorf("transaction op %d: key %s named twice", i, op.Key)
+		}
+		seen[op.Key] = true
+	}
+	return nil
 }
 
 // Lease is a liveness token (a Consul TTL session). Keys bound to it vanish

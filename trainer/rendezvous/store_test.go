@@ -67,3 +67,38 @@ func TestKeepAlive(t *testing.T) {
 		})
 	}
 }
+
+// A transaction's put_ephemeral moves a key held by another lease to its
+// own, as PutEphemeral does: revoking the old lease leaves the key.
+func TestMemStoreTxnTakesOverEphemeralKey(t *testing.T) {
+	st := NewMemStore(nil)
+	defer st.Close()
+	ctx := context.Background()
+	old, err := st.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutEphemeral(ctx, old, "alive/m1", []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := st.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Txn(ctx, []TxnOp{{Kind: TxnPutEphemeral, Key: "alive/m1", Data: []byte("new"), Lease: cur}})
+	if err != nil || !r.OK {
+		t.Fatalf("txn: %+v, %v", r, err)
+	}
+	if err := old.Revoke(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := st.Get(ctx, "alive/m1"); string(v.Data) != "new" || v.Version != r.Version {
+		t.Fatalf("after revoking the old lease: %+v", v)
+	}
+	if err := cur.Revoke(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := st.Get(ctx, "alive/m1"); v.Version != 0 {
+		t.Fatalf("key outlived its new lease: %+v", v)
+	}
+}

@@ -15,6 +15,11 @@ func TestFrameRoundTrip(t *testing.T) {
 		{ID: 3, Op: opWait, Key: "k", Version: 4, WaitMs: 60000},
 		{ID: 4, Op: opGrant, TTLms: 10000},
 		{ID: 5, Op: opCancel, Target: 3},
+		{ID: 6, Op: opTxn, Ops: []wireTxnOp{
+			{Kind: TxnCheck, Key: "run/state", Version: 7},
+			{Kind: TxnPutEphemeral, Key: "run/gen/1/alive/a", Data: []byte(`{"id":"a"}`), Lease: "abc"},
+			{Kind: TxnList, Key: "run/gen/1/alive/"},
+		}},
 	}
 	var stream bytes.Buffer
 	for _, r := range reqs {
@@ -39,6 +44,20 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 }
 
+func TestResponseRoundTrip(t *testing.T) {
+	for _, want := range []response{
+		{ID: 1, Data: []byte("v"), Version: 9},
+		{ID: 2, Code: codeLeaseNotFound, Err: "lease not found"},
+		{ID: 3, OK: true, Version: 12, KVs: []KeyValue{{Key: "a", Data: []byte("x"), Version: 3}, {Key: "b", Version: 12}}, Index: 12},
+		{ID: 4, Lease: "abc", TTLms: 10000},
+		{ID: 5, Failed: 2, Data: []byte("{}"), Version: 7},
+	} {
+		if got := roundTrip(t, want, decodeResponse); !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %+v, want %+v", got, want)
+		}
+	}
+}
+
 func TestEncodeFrameRefusesOversize(t *testing.T) {
 	_, err := encodeFrame(request{ID: 1, Op: opCAS, Data: make([]byte, maxFrame)})
 	if !errors.Is(err, errFrame) {
@@ -55,6 +74,8 @@ func FuzzFrameDecode(f *testing.F) {
 		request{ID: 7, Op: opPutEphemeral, Key: "run/gen/1/alive/a", Data: []byte(`{"id":"a"}`), Lease: "abc"},
 		response{ID: 2, Version: 5, OK: true, KVs: []KeyValue{{Key: "a", Data: []byte("x"), Version: 3}}},
 		response{ID: 3, Code: codeLeaseNotFound, Err: "lease not found"},
+		request{ID: 8, Op: opTxn, Ops: []wireTxnOp{{Kind: TxnCAS, Key: "run/state", Data: []byte("{}")}, {Kind: TxnList, Key: "run/gen/1/alive/"}}},
+		response{ID: 4, Failed: 1, Version: 9, Data: []byte(`{"generation":2}`)},
 	} {
 		b, err := encodeFrame(v)
 		if err != nil {
@@ -107,7 +128,7 @@ func roundTrip[T any](t *testing.T, v T, decode func([]byte) (T, error)) T {
 	return out
 }
 
-// JSON cannot tell an empty byte slice from a missing one; compare without
+// A body does not tell an empty byte slice from a missing one; compare without
 // that difference.
 func normReq(r request) request {
 	if len(r.Data) == 0 {

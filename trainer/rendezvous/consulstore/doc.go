@@ -12,14 +12,20 @@
 //     "cas", index 0 = create only) because it reports the new ModifyIndex;
 //   - Wait and WaitPrefix are blocking queries (WaitIndex, bounded by
 //     Config.WaitTime per query) that compare the data, tolerate spurious
-//     wake-ups, pace unchanged returns (Config.RetryPause) and restart from
-//     a fresh read when the index goes backwards (NextIndex);
+//     wake-ups, pace returns whose index did not move (Config.RetryPause)
+//     and restart from a fresh read when the index goes backwards
+//     (NextIndex);
+//   - Txn is one /v1/txn: check-index (check-not-exists for version 0),
+//     cas, lock with the lease's session, get-tree; Consul answers a failed
+//     transaction with errors only, so a version mismatch costs a read;
 //   - a Lease is a TTL session created with no checks (not even the
 //     agent's serfHealth), behaviour delete, and a 1 ms lock delay (0 would
 //     mean Consul's 15 s); Consul invalidates it about 2×TTL after the last
 //     renewal, TTLs under session_ttl_min (10 s) are raised to it, and
 //     KeepAlive is the client's RenewPeriodic;
-//   - PutEphemeral acquires the key with the session.
+//   - PutEphemeral acquires the key with the session, and like a Txn's lock
+//     takes it over from another session still holding it (a previous
+//     incarnation of the member) by destroying that session.
 //
 // The address and ACL token come from CONSUL_HTTP_ADDR and
 // CONSUL_HTTP_TOKEN (capi.DefaultConfig). Package fakeconsul serves the

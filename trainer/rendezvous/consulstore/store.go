@@ -378,9 +378,13 @@ func (s *Store) Wait(ctx context.Context, key string, after uint64) (rendezvous.
 		if v.Version != after {
 			return v, nil
 		}
-		blocked := index > 0
+		// A query that blocked and came back without the index moving on
+		// is paced; one whose index moved on saw a real write (to another
+		// key: an absent key's index is the whole KV table's) and blocks
+		// again at once.
+		stalled := index > 0 && last <= index
 		index = NextIndex(index, last)
-		if blocked {
+		if stalled {
 			if err := p.wait(ctx); err != nil {
 				return rendezvous.Value{}, err
 			}
@@ -545,12 +549,28 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (rendezvous.Lease,
 // destroying that session, as the embedded store moves the key to the new
 // lease; that session's other keys go with it.
 func (s *Store) PutEphemeral(ctx context.Context, l rendezvous.Lease, key string, data []byte) error {
+	ml, err := s.ownLease(l, key)
+	if err != nil {
+		return err
+	}
+	return s.takingOver(ctx, key, func() (*refusal, error) { return s.acquire(ctx, ml.id, key, data) })
+}
+
+// ownLease returns l as a lease this store granted.
+func (s *Store) ownLease(l rendezvous.Lease, key string) (*lease, error) {
 	ml, ok := l.(*lease)
 	if !ok || ml.s != s {
-		return fmt.Errorf("put ephemeral %s: lease %s was not granted by this store", key, l.ID())
+		return nil, fmt.Errorf("put ephemeral %s: lease %s was not granted by this store", key, l.ID())
 	}
+	return ml, nil
+}
+
+// takingOver runs try, which locks key, until the lock is not refused: a
+// session that holds the key is destroyed, and a lock delay waited out,
+// between tries.
+func (s *Store) takingOver(ctx context.Context, key string, try func() (*refusal, error)) error {
 	for attempt := 0; ; attempt++ {
-		held, err := s.acquire(ctx, ml.id, key, data)
+		held, err := try()
 		if err != nil || held == nil {
 			return err
 		}
@@ -582,6 +602,11 @@ func (r *refusal) String() string {
 	return "session " + r.session
 }
 
+// isInvalidSession tells Consul's answer to a lock with an unknown session.
+func isInvalidSession(what string) bool {
+	return strings.Contains(strings.ToLower(what), "invalid session")
+}
+
 // acquire tries to take key for session id. It returns nil once the key is
 // ours, or why it is not.
 func (s *Store) acquire(ctx context.Context, id, key string, data []byte) (*refusal, error) {
@@ -592,15 +617,25 @@ func (s *Store) acquire(ctx context.Context, id, key string, data []byte) (*refu
 	defer cancel()
 	ok, _, err := s.kv.Acquire(&capi.KVPair{Key: s.full(key), Value: data, Session: id}, (&capi.WriteOptions{}).WithContext(cctx))
 	switch {
-	case err != nil && strings.Contains(strings.ToLower(err.Error()), "invalid session"):
+	case err != nil && isInvalidSession(err.Error()):
 		return nil, fmt.Errorf("put ephemeral %s: %w", key, rendezvous.ErrLeaseNotFound)
 	case err != nil:
 		return nil, s.fail(ctx, "acquire "+key, err)
 	case ok:
 		return nil, nil
 	}
-	// Refused: held by another session, under lock delay, or our session
-	// went away between the two calls.
+	return s.refused(ctx, id, key)
+}
+
+// refused says why a lock of key by session id was refused: held by
+// another session, under lock delay, or (ErrLeaseNotFound) our session
+// went away.
+func (s *Store) refused(ctx context.Context, id, key string) (*refusal, error) {
+	cctx, cancel, err := s.call(ctx, s.cfg.RequestTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
 	p, _, err := s.kv.Get(s.full(key), (&capi.QueryOptions{}).WithContext(cctx))
 	if err != nil {
 		return nil, s.fail(ctx, "get "+key, err)

@@ -124,27 +124,49 @@ func TestWaitPrefixSurvivesIndexReset(t *testing.T) {
 	must.Len(t, 2, <-woke)
 }
 
-func TestPutEphemeralTakesOverFromAnotherSession(t *testing.T) {
-	fake, cfg := wallFake(t)
-	old, cur := newStore(t, cfg), newStore(t, cfg)
-	defer old.Close()
-	defer cur.Close()
-	ctx := ctxFor(t, 10*time.Second)
-	l1, err := old.Grant(ctx, time.Minute)
-	must.NoError(t, err)
-	must.NoError(t, old.PutEphemeral(ctx, l1, "alive/m1", []byte("old")))
-	l2, err := cur.Grant(ctx, time.Minute)
-	must.NoError(t, err)
-	must.NoError(t, cur.PutEphemeral(ctx, l2, "alive/m1", []byte("new")))
-	v, err := cur.Get(ctx, "alive/m1")
-	must.NoError(t, err)
-	must.Eq(t, "new", string(v.Data))
-	_, live := fake.Session(l1.ID())
-	must.False(t, live, must.Sprint("the previous holder's session survived"))
-	must.ErrorIs(t, l1.Renew(ctx), rendezvous.ErrLeaseNotFound)
+// putWays are the two ways to write an ephemeral key: PutEphemeral, and a
+// transaction's put_ephemeral (a "lock" op), which must behave alike.
+var putWays = []struct {
+	name string
+	put  func(ctx context.Context, st *consulstore.Store, l rendezvous.Lease, key string, data []byte) error
+}{
+	{"put ephemeral", func(ctx context.Context, st *consulstore.Store, l rendezvous.Lease, key string, data []byte) error {
+		return st.PutEphemeral(ctx, l, key, data)
+	}},
+	{"transaction", func(ctx context.Context, st *consulstore.Store, l rendezvous.Lease, key string, data []byte) error {
+		r, err := st.Txn(ctx, []rendezvous.TxnOp{{Kind: rendezvous.TxnPutEphemeral, Key: key, Data: data, Lease: l}})
+		if err == nil && !r.OK {
+			err = fmt.Errorf("transaction not applied: %+v", r)
+		}
+		return err
+	}},
+}
 
-	// A lease from another store is refused rather than misused.
-	must.Error(t, old.PutEphemeral(ctx, l2, "alive/m2", nil))
+func TestPutEphemeralTakesOverFromAnotherSession(t *testing.T) {
+	for _, way := range putWays {
+		t.Run(way.name, func(t *testing.T) {
+			fake, cfg := wallFake(t)
+			old, cur := newStore(t, cfg), newStore(t, cfg)
+			defer old.Close()
+			defer cur.Close()
+			ctx := ctxFor(t, 10*time.Second)
+			l1, err := old.Grant(ctx, time.Minute)
+			must.NoError(t, err)
+			must.NoError(t, way.put(ctx, old, l1, "alive/m1", []byte("old")))
+			l2, err := cur.Grant(ctx, time.Minute)
+			must.NoError(t, err)
+			must.NoError(t, way.put(ctx, cur, l2, "alive/m1", []byte("new")))
+			v, err := cur.Get(ctx, "alive/m1")
+			must.NoError(t, err)
+			must.Eq(t, "new", string(v.Data))
+			_, live := fake.Session(l1.ID())
+			must.False(t, live, must.Sprint("the previous holder's session survived"))
+			must.ErrorIs(t, l1.Renew(ctx), rendezvous.ErrLeaseNotFound)
+
+			// A lease from another store is refused rather than misused.
+			must.Error(t, way.put(ctx, old, l2, "alive/m2", nil))
+		})
+	}
 }
 
 func TestCloseEndsPendingWaitsAndSessions(t *testing.T) {
@@ -203,31 +225,35 @@ func TestAgentUnreachable(t *testing.T) {
 // be taken for that long after it dies. Ours use 1ms, so a restarted
 // member takes its key back at once.
 func TestLockDelayOfDeadSessions(t *testing.T) {
-	_, cfg := wallFake(t)
-	st := newStore(t, cfg)
-	ctx := ctxFor(t, 10*time.Second)
-	sess := st.Client().Session()
-	foreign, _, err := sess.Create(&capi.SessionEntry{Behavior: capi.SessionBehaviorDelete}, nil)
-	must.NoError(t, err)
-	ok, _, err := st.Client().KV().Acquire(&capi.KVPair{Key: "p/alive/m1", Session: foreign}, nil)
-	must.NoError(t, err)
-	must.True(t, ok)
-	_, err = sess.Destroy(foreign, nil)
-	must.NoError(t, err)
+	for _, way := range putWays {
+		t.Run(way.name, func(t *testing.T) {
+			_, cfg := wallFake(t)
+			st := newStore(t, cfg)
+			ctx := ctxFor(t, 10*time.Second)
+			sess := st.Client().Session()
+			foreign, _, err := sess.Create(&capi.SessionEntry{Behavior: capi.SessionBehaviorDelete}, nil)
+			must.NoError(t, err)
+			ok, _, err := st.Client().KV().Acquire(&capi.KVPair{Key: "p/alive/m1", Session: foreign}, nil)
+			must.NoError(t, err)
+			must.True(t, ok)
+			_, err = sess.Destroy(foreign, nil)
+			must.NoError(t, err)
 
-	l, err := st.Grant(ctx, time.Minute)
-	must.NoError(t, err)
-	err = st.PutEphemeral(ctx, l, "alive/m1", []byte("me"))
-	must.ErrorIs(t, err, consulstore.ErrKeyHeld)
-	must.StrContains(t, err.Error(), "lock delay")
+			l, err := st.Grant(ctx, time.Minute)
+			must.NoError(t, err)
+			err = way.put(ctx, st, l, "alive/m1", []byte("me"))
+			must.ErrorIs(t, err, consulstore.ErrKeyHeld)
+			must.StrContains(t, err.Error(), "lock delay")
 
-	// Our own dead session's key is free again right away.
-	must.NoError(t, st.PutEphemeral(ctx, l, "alive/m2", []byte("me")))
-	must.NoError(t, l.Revoke(ctx))
-	l2, err := st.Grant(ctx, time.Minute)
-	must.NoError(t, err)
-	time.Sleep(5 * time.Millisecond)
-	must.NoError(t, st.PutEphemeral(ctx, l2, "alive/m2", []byte("me again")))
+			// Our own dead session's key is free again right away.
+			must.NoError(t, way.put(ctx, st, l, "alive/m2", []byte("me")))
+			must.NoError(t, l.Revoke(ctx))
+			l2, err := st.Grant(ctx, time.Minute)
+			must.NoError(t, err)
+			time.Sleep(5 * time.Millisecond)
+			must.NoError(t, way.put(ctx, st, l2, "alive/m2", []byte("me again")))
+		})
+	}
 }
 
 func TestWaitsRideOutAShortOutage(t *testing.T) {

@@ -158,6 +158,14 @@ func (h *handle) PutEphemeral(ctx context.Context, lease rendezvous.Lease, key s
 	return st.PutEphemeral(ctx, lease, key, data)
 }
 
+func (h *handle) Txn(ctx context.Context, ops []rendezvous.TxnOp) (rendezvous.TxnResult, error) {
+	st, err := h.open()
+	if err != nil {
+		return rendezvous.TxnResult{}, err
+	}
+	return st.Txn(ctx, ops)
+}
+
 func (h *handle) Close() error {
 	h.closed.Store(true)
 	return nil
@@ -411,6 +419,87 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		must.Positive(t, v.Version, must.Sprint("key expired although kept alive"))
 		stop()
 		must.NoError(t, <-done)
+	})
+
+	t.Run("transaction", func(t *testing.T) {
+		f := newFixture(t)
+		st, other := connect(t, f), connect(t, f)
+		ctx, ks := testCtx(t, 10*time.Second), keyspace(t)
+		lease, err := st.Grant(ctx, f.ttl())
+		must.NoError(t, err)
+		state, alive := ks+"/state", ks+"/alive/"
+
+		// Check absent, write an ephemeral key, list: the list sees it.
+		r, err := st.Txn(ctx, []rendezvous.TxnOp{
+			{Kind: rendezvous.TxnCheck, Key: state},
+			{Kind: rendezvous.TxnPutEphemeral, Key: alive + "a", Data: []byte("a"), Lease: lease},
+			{Kind: rendezvous.TxnList, Key: alive},
+		})
+		must.NoError(t, err)
+		must.True(t, r.OK)
+		must.Positive(t, r.Version)
+		must.Eq(t, []rendezvous.KeyValue{{Key: alive + "a", Data: []byte("a"), Version: r.Version}}, r.List)
+
+		// Create with a CAS and write another key: one version for both.
+		r, err = st.Txn(ctx, []rendezvous.TxnOp{
+			{Kind: rendezvous.TxnCAS, Key: state, Data: []byte("s1")},
+			{Kind: rendezvous.TxnPutEphemeral, Key: alive + "b", Data: []byte("b"), Lease: lease},
+		})
+		must.NoError(t, err)
+		must.True(t, r.OK)
+		s1, err := other.Get(ctx, state)
+		must.NoError(t, err)
+		must.Eq(t, rendezvous.Value{Data: []byte("s1"), Version: r.Version}, s1)
+		b, err := other.Get(ctx, alive+"b")
+		must.NoError(t, err)
+		must.Eq(t, r.Version, b.Version)
+
+		// A stale check or CAS fails the whole transaction, naming the op
+		// and the key's current value; nothing is written.
+		for _, guard := range []rendezvous.TxnOp{
+			{Kind: rendezvous.TxnCheck, Key: state},                                           // absent, but it exists
+			{Kind: rendezvous.TxnCheck, Key: state, Version: s1.Version + 1000},               // another version
+			{Kind: rendezvous.TxnCAS, Key: state, Data: []byte("x"), Version: s1.Version - 1}, // stale
+		} {
+			r, err = st.Txn(ctx, []rendezvous.TxnOp{
+				{Kind: rendezvous.TxnPutEphemeral, Key: alive + "c", Data: []byte("c"), Lease: lease},
+				guard,
+				{Kind: rendezvous.TxnList, Key: alive},
+			})
+			must.NoError(t, err)
+			must.False(t, r.OK, must.Sprintf("guard %+v passed", guard))
+			must.Eq(t, 1, r.Failed)
+			must.Eq(t, s1, r.Current)
+			c, err := other.Get(ctx, alive+"c")
+			must.NoError(t, err)
+			must.Eq(t, 0, c.Version, must.Sprint("a failed transaction wrote"))
+		}
+
+		// A check of the current version passes; the ephemeral keys of
+		// transactions vanish with their lease.
+		r, err = st.Txn(ctx, []rendezvous.TxnOp{
+			{Kind: rendezvous.TxnCheck, Key: state, Version: s1.Version},
+			{Kind: rendezvous.TxnList, Key: alive},
+		})
+		must.NoError(t, err)
+		must.True(t, r.OK)
+		must.Eq(t, []string{alive + "a", alive + "b"}, keys(r.List))
+		must.NoError(t, lease.Revoke(ctx))
+		kvs, _, err := other.List(ctx, alive)
+		must.NoError(t, err)
+		must.SliceEmpty(t, kvs)
+		_, err = st.Txn(ctx, []rendezvous.TxnOp{{Kind: rendezvous.TxnPutEphemeral, Key: alive + "a", Lease: lease}})
+		must.ErrorIs(t, err, rendezvous.ErrLeaseNotFound)
+
+		// Malformed transactions are refused.
+		for _, ops := range [][]rendezvous.TxnOp{
+			{{Kind: rendezvous.TxnList, Key: alive}, {Kind: rendezvous.TxnCheck, Key: state}},
+			{{Kind: rendezvous.TxnCheck, Key: state}, {Kind: rendezvous.TxnCAS, Key: state}},
+			{{Kind: rendezvous.TxnPutEphemeral, Key: alive + "a"}},
+		} {
+			_, err := st.Txn(ctx, ops)
+			must.Error(t, err)
+		}
 	})
 
 	t.Run("closed store refuses calls", func(t *testing.T) {

@@ -13,8 +13,11 @@
 //     go backwards, as Consul's tombstone reaping does;
 //   - PUT ?cas=0 creates only, ?cas=N needs ModifyIndex N, and the answer
 //     is "true" or "false"; a write of the value already there succeeds
-//     without a new ModifyIndex; /v1/txn with verb "cas" answers 409 with "index
-//     is stale" when it loses;
+//     without a new ModifyIndex;
+//   - /v1/txn with the KV verbs cas, lock, get, get-tree, check-index and
+//     check-not-exists: all or nothing, 409 with Consul's error texts ("index
+//     is stale", "lock is already held", "due to lock delay", ...), one
+//     index for the transaction's writes;
 //   - sessions: TTL between MinTTL (session_ttl_min, default 10s) and 24h,
 //     invalidated 2×TTL after the last renewal, LockDelay defaulting to 15s
 //     when absent, the serfHealth node check unless NodeChecks is given
@@ -456,11 +459,19 @@ func (s *Server) casLocked(key string, body []byte, want uint64) bool {
 // setLocked writes key. Like Consul's kvsSetTxn, a write that changes
 // nothing (same value and session) is skipped: the ModifyIndex stays.
 func (s *Server) setLocked(key string, body []byte, sess string) *entry {
+	return s.setAtLocked(key, body, sess, 0)
+}
+
+// setAtLocked is setLocked at index idx, already taken for a transaction
+// (0: take the next).
+func (s *Server) setAtLocked(key string, body []byte, sess string, idx uint64) *entry {
 	e := s.kv[key]
 	if e != nil && bytes.Equal(e.Value, body) && e.Session == sess {
 		return e
 	}
-	idx := s.bumpKV()
+	if idx == 0 {
+		idx = s.bumpKV()
+	}
 	if e == nil {
 		e = &entry{Key: key, CreateIndex: idx}
 		s.kv[key] = e
@@ -508,14 +519,15 @@ func (s *Server) deleteLocked(key string) {
 	s.tombs[key] = s.bumpKV()
 }
 
-// ---- transactions (KV cas and get only) ----
+// ---- transactions (KV verbs cas, lock, get, get-tree, check-index, check-not-exists) ----
 
 type txnOp struct {
 	KV *struct {
-		Verb  string
-		Key   string
-		Value []byte
-		Index uint64
+		Verb    string
+		Key     string
+		Value   []byte
+		Index   uint64
+		Session string
 	}
 }
 
@@ -524,6 +536,11 @@ type txnError struct {
 	What    string
 }
 
+// handleTxn follows Consul: lock delays are checked before anything else,
+// then every op is tried in order and all errors are collected; with any
+// error nothing is written and the answer is 409 with the errors. The
+// writes of a transaction share one index; write results come without
+// their values, read results with them.
 func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) {
 	var ops []txnOp
 	if err := json.NewDecoder(r.Body).Decode(&ops); err != nil {
@@ -532,28 +549,61 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Check every op first, so a failed transaction changes nothing.
 	var errs []txnError
 	for i, op := range ops {
 		if op.KV == nil {
 			writeText(w, http.StatusBadRequest, "fake: only KV operations")
 			return
 		}
-		switch op.KV.Verb {
+		if until, ok := s.delayed[op.KV.Key]; op.KV.Verb == "lock" && ok && s.clock.Now().Before(until) {
+			errs = append(errs, txnError{i, fmt.Sprintf("failed to lock key %q due to lock delay", op.KV.Key)})
+		}
+	}
+	if len(errs) > 0 {
+		writeJSON(w, http.StatusConflict, 0, map[string]any{"Results": nil, "Errors": errs})
+		return
+	}
+	// Check every op first, so a failed transaction changes nothing (the
+	// ops of one transaction name distinct keys, as the store's do).
+	writes := false
+	for i, op := range ops {
+		kv := op.KV
+		e := s.kv[kv.Key]
+		fail := func(format string, args ...any) { errs = append(errs, txnError{i, fmt.Sprintf(format, args...)}) }
+		switch kv.Verb {
 		case "cas":
-			var cur uint64
-			if e := s.kv[op.KV.Key]; e != nil {
-				cur = e.ModifyIndex
+			writes = true
+			if (e == nil && kv.Index != 0) || (e != nil && e.ModifyIndex != kv.Index) {
+				fail("failed to set key %q, index is stale", kv.Key)
 			}
-			if cur != op.KV.Index {
-				errs = append(errs, txnError{i, fmt.Sprintf("failed to set key %q, index is stale", op.KV.Key)})
+		case "lock":
+			writes = true
+			switch {
+			case kv.Session == "":
+				fail("missing session")
+			case s.sessions[kv.Session] == nil:
+				fail("invalid session %q", kv.Session)
+			case e != nil && e.Session != "" && e.Session != kv.Session:
+				fail("failed to lock key %q, lock is already held", kv.Key)
 			}
 		case "get":
-			if s.kv[op.KV.Key] == nil {
-				errs = append(errs, txnError{i, fmt.Sprintf("key %q doesn't exist", op.KV.Key)})
+			if e == nil {
+				fail("key %q doesn't exist", kv.Key)
 			}
+		case "check-index":
+			switch {
+			case e == nil:
+				fail("failed to check index, key %q doesn't exist", kv.Key)
+			case e.ModifyIndex != kv.Index:
+				fail("failed index check for key %q, current modify index %d != %d", kv.Key, e.ModifyIndex, kv.Index)
+			}
+		case "check-not-exists":
+			if e != nil {
+				fail("key %q exists", kv.Key)
+			}
+		case "get-tree":
 		default:
-			writeText(w, http.StatusBadRequest, "fake: unsupported verb "+op.KV.Verb)
+			writeText(w, http.StatusBadRequest, "fake: unsupported verb "+kv.Verb)
 			return
 		}
 	}
@@ -561,18 +611,41 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, 0, map[string]any{"Results": nil, "Errors": errs})
 		return
 	}
+	var idx uint64
+	if writes {
+		idx = s.bumpKV()
+	}
 	type result struct{ KV entry }
 	var results []result
+	blank := func(e *entry) result {
+		c := *e
+		c.Value = nil // Consul blanks the value of write and check results
+		return result{c}
+	}
 	for _, op := range ops {
-		e := s.kv[op.KV.Key]
-		if op.KV.Verb == "cas" {
-			e = s.setLocked(op.KV.Key, op.KV.Value, e.sessionOrEmpty())
-			c := *e
-			c.Value = nil // Consul blanks the value of write results
-			results = append(results, result{c})
-			continue
+		kv := op.KV
+		e := s.kv[kv.Key]
+		switch kv.Verb {
+		case "cas":
+			results = append(results, blank(s.setAtLocked(kv.Key, kv.Value, e.sessionOrEmpty(), idx)))
+		case "lock":
+			fresh := e == nil || e.Session != kv.Session
+			e = s.setAtLocked(kv.Key, kv.Value, kv.Session, idx)
+			if fresh {
+				e.LockIndex++
+			}
+			s.sessions[kv.Session].keys[kv.Key] = struct{}{}
+			results = append(results, blank(e))
+		case "get":
+			results = append(results, result{*e})
+		case "check-index":
+			results = append(results, blank(e))
+		case "get-tree":
+			out, _ := s.readLocked(kv.Key, true)
+			for _, e := range out {
+				results = append(results, result{e})
+			}
 		}
-		results = append(results, result{*e})
 	}
 	writeJSON(w, http.StatusOK, s.index, map[string]any{"Results": results, "Errors": nil})
 }
