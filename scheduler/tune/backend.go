@@ -34,8 +34,9 @@ type TrialSpec struct {
 	Reported func(ctx context.Context) error
 }
 
-// Backend places trials: local processes now, Nomad jobs later. The tuner
-// calls Run once per attempt of a trial, from its own goroutine.
+// Backend places trials: local processes (Processes), goroutines
+// (InProcess) or Nomad jobs (NomadJobs). The tuner calls Run once per
+// attempt of a trial, from its own goroutine.
 type Backend interface {
 	// Run starts the trial's workers, waits until they end and returns nil
 	// when the training function finished. Cancelling ctx stops the trial

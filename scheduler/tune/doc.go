@@ -20,11 +20,14 @@
 //     trial (about 0.2 s here, see BenchmarkB7Processes). InProcess runs
 //     single-worker Trainables as goroutines of the tuner's process, with
 //     the same storage, and opens the next trial's storage while the slots
-//     are busy (Preparer). A Nomad backend is not written yet; it would
-//     register one job per trial (the train spec compiled with the trial's
-//     run name and config), wait for its allocations to finish, and
-//     deregister the job when ctx is cancelled; the trial's results reach
-//     the tuner through the shared storage path as they do locally.
+//     are busy (Preparer). NomadJobs makes each trial a Nomad job of its
+//     own, "<experiment>-trial_0003": the train spec compiled with the
+//     trial's run name, storage directory and config (hcl.CompileTrial),
+//     admitted whole and registered by scheduler/nomad's Submit, followed
+//     with blocking queries; an early stop deregisters it, waits for its
+//     allocations to end and purges it. Its results reach the tuner through
+//     the trials' progress files, so on a cluster storage_path must be
+//     shared storage that the tuner's machine mounts at the same path.
 //   - Tuner.Fit is the loop: it starts trials up to max_concurrent_trials,
 //     reads each trial's progress.jsonl (trainer/storage) as it grows, asks
 //     the scheduler, stops trials through their backend, performs PBT
