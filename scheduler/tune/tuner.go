@@ -128,6 +128,10 @@ type experiment struct {
 	events  chan event
 	running int
 	started time.Time
+	// dirty is set when the state changed since it was last handed to the
+	// writer; the loop saves once per round, after starting trials, so
+	// that encoding the state is not on a trial hand-over's path.
+	dirty bool
 	// stopAll is set when the experiment is ending (ctx done, budget spent):
 	// no trial starts any more.
 	stopAll string
@@ -279,7 +283,13 @@ func (e *experiment) result(id string, rec storage.Record) Result {
 	return r
 }
 
+// changed marks the state as to be saved before the loop next waits.
+func (e *experiment) changed() { e.dirty = true }
+
+// save hands a snapshot of the state to the writer (which writes it in
+// the background) and returns the writer's first error so far.
 func (e *experiment) save() error {
+	e.dirty = false
 	if !e.started.IsZero() {
 		now := time.Now()
 		e.state.Elapsed += now.Sub(e.started)
@@ -335,6 +345,11 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		if e.running == 0 {
 			return ctx.Err() // nil unless interrupted before the last trial ended
 		}
+		if e.dirty {
+			if err := e.save(); err != nil {
+				return err
+			}
+		}
 		select {
 		case ev := <-e.events:
 			if err := e.handle(ev); err != nil {
@@ -378,26 +393,32 @@ func (e *experiment) stopEverything(reason string) {
 	}
 }
 
-// fill starts pending trials while there are free slots.
+// fill starts pending trials while there are free slots. When every slot
+// is busy, it lets a Preparer get the next trials ready, as many as there
+// are slots (several may free up at once: trials a rung stops are short).
 func (e *experiment) fill(ctx context.Context) error {
 	for e.stopAll == "" && ctx.Err() == nil {
-		var next *TrialState
+		var pending []*TrialState
 		for _, ts := range e.state.Trials {
 			if ts.Status == StatusPending {
-				next = ts
-				break
+				pending = append(pending, ts)
+				if len(pending) == e.cfg.MaxConcurrentTrials {
+					break
+				}
 			}
 		}
-		if next == nil {
+		if len(pending) == 0 {
 			return nil
 		}
 		if e.running >= e.cfg.MaxConcurrentTrials {
 			if p, ok := e.backend.(Preparer); ok {
-				p.Prepare(e.spec(next)) // get it ready while the slots are busy
+				for _, ts := range pending {
+					p.Prepare(e.spec(ts)) // get them ready while the slots are busy
+				}
 			}
 			return nil
 		}
-		if err := e.start(ctx, next); err != nil {
+		if err := e.start(ctx, pending[0]); err != nil {
 			return err
 		}
 	}
@@ -421,7 +442,8 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 		err := e.backend.Run(rctx, spec)
 		e.events <- event{trial: spec.ID, exit: true, err: err} // the loop drains until no trial runs
 	}()
-	return e.save()
+	e.changed()
+	return nil
 }
 
 // spec is the trial's placement request, without its config.
@@ -483,7 +505,8 @@ func (e *experiment) handle(ev event) error {
 			e.sched.OnTrialComplete(ts.ID)
 		}
 	}
-	return e.save()
+	e.changed()
+	return nil
 }
 
 func (e *experiment) trial(id string) *TrialState {
