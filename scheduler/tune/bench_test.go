@@ -164,6 +164,8 @@ func (tb *timedBackend) Release() {
 type breakdown struct {
 	inside, pending, tail float64
 	startup               time.Duration // mean from placement to the first report, less one epoch
+	ending                time.Duration // mean from the last report to Run's return
+	between               time.Duration // mean time between a trial's reports, less one epoch
 }
 
 func (tb *timedBackend) breakdown(begin, end time.Time, slots, epochs int, work time.Duration, expDir string) breakdown {
@@ -208,20 +210,29 @@ func (tb *timedBackend) breakdown(begin, end time.Time, slots, epochs int, work 
 		running += e.d
 	}
 	idle(end)
-	var startup time.Duration
-	n := 0
+	var startup, ending, between time.Duration
+	n, gaps := 0, 0
 	for _, sp := range spans {
 		recs, err := readProgress(filepath.Join(expDir, sp.trial, "progress.jsonl"))
 		if err != nil || len(recs) == 0 || recs[0].Time.Before(sp.start) {
 			continue // a restarted attempt, or no report
 		}
 		startup += recs[0].Time.Sub(sp.start) - work
+		ending += sp.end.Sub(recs[len(recs)-1].Time)
 		n++
+		for i := 1; i < len(recs); i++ {
+			between += recs[i].Time.Sub(recs[i-1].Time) - work
+			gaps++
+		}
 	}
 	b := breakdown{inside: float64(placed-time.Duration(epochs)*work) / float64(slots) / ideal,
 		pending: float64(pending) / float64(slots) / ideal, tail: float64(tail) / float64(slots) / ideal}
 	if n > 0 {
 		b.startup = startup / time.Duration(n)
+		b.ending = ending / time.Duration(n)
+	}
+	if gaps > 0 {
+		b.between = between / time.Duration(gaps)
 	}
 	return b
 }
@@ -233,6 +244,8 @@ func (d *breakdown) add(o breakdown) {
 	d.pending += o.pending
 	d.tail += o.tail
 	d.startup += o.startup
+	d.ending += o.ending
+	d.between += o.between
 }
 
 func (d breakdown) report(b *testing.B) {
@@ -241,4 +254,6 @@ func (d breakdown) report(b *testing.B) {
 	b.ReportMetric(d.pending/n, "idle-pending/ideal")
 	b.ReportMetric(d.tail/n, "tail/ideal")
 	b.ReportMetric(float64(d.startup)/n/1e6, "first-report-ms")
+	b.ReportMetric(float64(d.ending)/n/1e6, "last-report-to-end-ms")
+	b.ReportMetric(float64(d.between)/n/1e6, "report-gap-ms")
 }

@@ -69,7 +69,7 @@ var ErrLocked = errors.New("experiment is being run by another tuner")
 // runs the training function in Fit and exits.
 func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	if w, ok := t.backend.(interface{ workerFunc() trainer.TrainFunc }); ok && w.workerFunc() != nil && workerenv.IsWorker() {
-		os.Exit(trainer.RunWorker(ctx, w.workerFunc()))
+		os.Exit(RunWorker(ctx, w.workerFunc()))
 	}
 	cfg := t.cfg
 	cfg.defaults()
@@ -410,10 +410,12 @@ func (e *experiment) fill(ctx context.Context) error {
 		if len(pending) == 0 {
 			return nil
 		}
-		if e.running >= e.cfg.MaxConcurrentTrials {
+		if e.busy() >= e.cfg.MaxConcurrentTrials {
 			if p, ok := e.backend.(Preparer); ok {
 				for _, ts := range pending {
-					p.Prepare(e.spec(ts)) // get them ready while the slots are busy
+					if spec, err := e.spec(ts); err == nil {
+						p.Prepare(spec) // get them ready while the slots are busy
+					}
 				}
 			}
 			return nil
@@ -425,19 +427,32 @@ func (e *experiment) fill(ctx context.Context) error {
 	return nil
 }
 
+// busy is how many slots are taken: the running trials, less those told
+// to stop when the backend frees a slot on stop (SlotFreedOnStop).
+func (e *experiment) busy() int {
+	if f, ok := e.backend.(SlotFreedOnStop); !ok || !f.SlotFreedOnStop() {
+		return e.running
+	}
+	n := 0
+	for _, rt := range e.rt {
+		if rt.cancel != nil && !rt.stopping {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *experiment) start(ctx context.Context, ts *TrialState) error {
-	cfgJSON, err := json.Marshal(ts.Config)
+	spec, err := e.spec(ts)
 	if err != nil {
-		return fmt.Errorf("encode config of %s: %w", ts.ID, err)
+		return err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	rt := e.rt[ts.ID]
 	rt.cancel, rt.stopReason, rt.exploit, rt.stopping = cancel, "", nil, false
 	ts.Status = StatusRunning
 	e.running++
-	spec := e.spec(ts)
-	spec.Config = cfgJSON
-	e.log.Debug("starting trial", "trial", ts.ID, "config", string(cfgJSON))
+	e.log.Debug("starting trial", "trial", ts.ID, "config", string(spec.Config))
 	go func() {
 		err := e.backend.Run(rctx, spec)
 		e.events <- event{trial: spec.ID, exit: true, err: err} // the loop drains until no trial runs
@@ -446,10 +461,14 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	return nil
 }
 
-// spec is the trial's placement request, without its config.
-func (e *experiment) spec(ts *TrialState) TrialSpec {
+// spec is the trial's placement request.
+func (e *experiment) spec(ts *TrialState) (TrialSpec, error) {
+	cfgJSON, err := json.Marshal(ts.Config)
+	if err != nil {
+		return TrialSpec{}, fmt.Errorf("encode config of %s: %w", ts.ID, err)
+	}
 	id := ts.ID
-	return TrialSpec{ID: id, StoragePath: e.dir, Checkpoint: e.cfg.Checkpoint,
+	return TrialSpec{ID: id, StoragePath: e.dir, Config: cfgJSON, Checkpoint: e.cfg.Checkpoint,
 		Reported: func(c context.Context) error {
 			ack := make(chan struct{})
 			select {
@@ -462,7 +481,7 @@ func (e *experiment) spec(ts *TrialState) TrialSpec {
 			case <-c.Done():
 			}
 			return c.Err()
-		}}
+		}}, nil
 }
 
 // handle processes one event.
