@@ -55,6 +55,13 @@ type Preparer interface {
 	Release()
 }
 
+// InProcessReports is implemented by backends whose trials call
+// TrialSpec.Reported after each report: the tuner hears of their reports
+// from them and need not watch their progress files.
+type InProcessReports interface {
+	InProcessReports() bool
+}
+
 // SlotFreedOnStop is implemented by backends whose trials stop doing work
 // the moment they are told to stop, so that their slot may start the next
 // trial while the stopped one winds down (its processes exit, the launcher

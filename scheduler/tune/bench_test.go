@@ -91,7 +91,7 @@ func BenchmarkB7Processes(b *testing.B) {
 		slots = 2
 	)
 	b.Setenv("GORACE", "atexit_sleep_ms=0")
-	var ratio, perTrial float64
+	var ratio, perTrial, epochs float64
 	var parts breakdown
 	for i := 0; i < b.N; i++ {
 		p := NewProcesses(synthTrain, 1)
@@ -99,7 +99,7 @@ func BenchmarkB7Processes(b *testing.B) {
 		tb := &timedBackend{Backend: p}
 		tu := New(tb, lrSpace(27), Config{
 			Name: "b7p", StoragePath: b.TempDir(), NumSamples: 64, MaxConcurrentTrials: slots,
-			Metric: "loss", Mode: ModeMin, Seed: uint64(i + 1), PollInterval: 5 * time.Millisecond,
+			Metric: "loss", Mode: ModeMin, Seed: uint64(i + 1),
 			Scheduler: SchedulerConfig{Type: SchedulerASHA, MaxT: 27, GracePeriod: 1, ReductionFactor: 3},
 		})
 		start := time.Now()
@@ -113,9 +113,11 @@ func BenchmarkB7Processes(b *testing.B) {
 		ideal := time.Duration(g.TotalIterations()) * work / slots
 		ratio += makespan.Seconds() / ideal.Seconds()
 		perTrial += (makespan - ideal).Seconds() * slots / float64(len(g.Trials)) * 1000
+		epochs += float64(g.TotalIterations())
 	}
 	b.ReportMetric(ratio/float64(b.N), "makespan/ideal")
 	b.ReportMetric(perTrial/float64(b.N), "overhead-ms/trial")
+	b.ReportMetric(epochs/float64(b.N), "epochs")
 	parts.report(b)
 }
 
@@ -146,6 +148,17 @@ func (tb *timedBackend) Prepare(t TrialSpec) {
 	if p, ok := tb.Backend.(Preparer); ok {
 		p.Prepare(t)
 	}
+}
+
+// InProcessReports and SlotFreedOnStop pass through too.
+func (tb *timedBackend) InProcessReports() bool {
+	r, ok := tb.Backend.(InProcessReports)
+	return ok && r.InProcessReports()
+}
+
+func (tb *timedBackend) SlotFreedOnStop() bool {
+	f, ok := tb.Backend.(SlotFreedOnStop)
+	return ok && f.SlotFreedOnStop()
 }
 
 // Release passes through to a Preparer.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"syscall"
@@ -393,4 +394,26 @@ func TestProcessesPreStart(t *testing.T) {
 		must.ErrorIs(t, err, context.Canceled)
 		must.EqOp(t, 2, pidsGone(t, pids))
 	})
+}
+
+// A process trial's reports reach the scheduler as they land in its
+// progress file (inotify), not at the next poll: with polling an hour
+// apart, ASHA still stops the trial at max_t.
+func TestProcessesReportsWakeTheTuner(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("progress files are watched on Linux only")
+	}
+	asWorker(gatedTrain)
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	b := NewProcesses(gatedTrain, 1)
+	b.Args = []string{"-test.run=^TestProcessesReportsWakeTheTuner$"}
+	b.StopGrace = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := New(b, map[string]any{"lr": 0.01, "epochs": 100000}, Config{Name: "wake", StoragePath: t.TempDir(),
+		Metric: "loss", Mode: ModeMin, PollInterval: time.Hour,
+		Scheduler: SchedulerConfig{Type: SchedulerASHA, MaxT: 3, GracePeriod: 1}}).Fit(ctx)
+	must.NoError(t, err)
+	must.EqOp(t, StatusStopped, g.Trials[0].Status)
+	must.StrContains(t, g.Trials[0].Reason, "max_t")
 }

@@ -128,6 +128,9 @@ type experiment struct {
 	events  chan event
 	running int
 	started time.Time
+	// watch wakes the loop when a process trial's progress file changes
+	// (nil: polling only).
+	watch *dirWatcher
 	// dirty is set when the state changed since it was last handed to the
 	// writer; the loop saves once per round, after starting trials, so
 	// that encoding the state is not on a trial hand-over's path.
@@ -307,6 +310,10 @@ func (e *experiment) save() error {
 func (e *experiment) loop(ctx context.Context) (err error) {
 	e.interrupted = ctx.Err
 	e.started = time.Now()
+	if r, ok := e.backend.(InProcessReports); !ok || !r.InProcessReports() {
+		e.watch = newDirWatcher()
+		defer e.watch.close()
+	}
 	tick := time.NewTicker(e.cfg.PollInterval)
 	defer tick.Stop()
 	show := time.NewTicker(e.cfg.ProgressInterval)
@@ -356,11 +363,9 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 				return err
 			}
 		case <-tick.C:
-			for id, rt := range e.rt {
-				if rt.cancel != nil {
-					e.poll(id)
-				}
-			}
+			e.pollRunning()
+		case <-e.watch.changed():
+			e.pollRunning()
 		case <-show.C:
 			if e.cfg.Progress != nil {
 				WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
@@ -371,6 +376,15 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		case <-ctx.Done():
 			e.stopAll = "interrupted"
 			return ctx.Err()
+		}
+	}
+}
+
+// pollRunning reads the new reports of every running trial.
+func (e *experiment) pollRunning() {
+	for id, rt := range e.rt {
+		if rt.cancel != nil {
+			e.poll(id)
 		}
 	}
 }
@@ -452,6 +466,7 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	rt.cancel, rt.stopReason, rt.exploit, rt.stopping = cancel, "", nil, false
 	ts.Status = StatusRunning
 	e.running++
+	e.watch.add(filepath.Join(e.dir, ts.ID))
 	e.log.Debug("starting trial", "trial", ts.ID, "config", string(spec.Config))
 	go func() {
 		err := e.backend.Run(rctx, spec)
@@ -496,6 +511,7 @@ func (e *experiment) handle(ev event) error {
 	rt.cancel()
 	rt.cancel = nil
 	e.running--
+	e.watch.remove(filepath.Join(e.dir, ts.ID))
 	switch {
 	case ev.err == nil:
 		// The training function finished, even if a stop was on its way.
