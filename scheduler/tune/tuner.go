@@ -192,15 +192,15 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		}
 		e.state = st
 		e.log.Info("new experiment", "trials", len(st.Trials))
-		// Every trial's run directory is made now, with one flush of the
-		// experiment directory, rather than one flush per trial start.
+		// Every trial's run directory is made now, rather than one per
+		// trial start. They are flushed with the experiment directory by
+		// the first state write (writeAtomic flushes the directory after
+		// its rename), in the background: until that write is on disk there
+		// is no state to resume from, and a fresh start makes them again.
 		for _, ts := range st.Trials {
 			if err := os.MkdirAll(filepath.Join(e.dir, ts.ID), 0o755); err != nil {
 				return fmt.Errorf("make trial directory: %w", err)
 			}
-		}
-		if err := syncDir(e.dir); err != nil {
-			return err
 		}
 	} else {
 		e.state = st
