@@ -82,20 +82,30 @@ func synthTrain(ctx context.Context, s *trainer.Session) error {
 
 // BenchmarkB7Processes is B7 on the Processes backend: every trial is a
 // worker process of this test binary, so each pays a process start, a
-// rendezvous and a stop. It reports makespan/ideal and the start-up cost
-// per trial that the excess amounts to.
+// rendezvous and a stop; "prestart" starts the next trials' workers while
+// the slots are busy (the default), "cold" when their trial runs. It
+// reports makespan/ideal, the cost per trial that the excess amounts to,
+// the epochs run, and the breakdown (see breakdown).
 func BenchmarkB7Processes(b *testing.B) {
 	asWorker(synthTrain)
+	b.Setenv("GORACE", "atexit_sleep_ms=0")
+	b.Run("prestart", func(b *testing.B) { benchB7Processes(b, false) })
+	// cold starts every trial's workers when its trial runs: the same
+	// run without Processes' pre-start, for comparison.
+	b.Run("cold", func(b *testing.B) { benchB7Processes(b, true) })
+}
+
+func benchB7Processes(b *testing.B, cold bool) {
 	const (
 		work  = 25 * time.Millisecond
 		slots = 2
 	)
-	b.Setenv("GORACE", "atexit_sleep_ms=0")
 	var ratio, perTrial, epochs float64
 	var parts breakdown
 	for i := 0; i < b.N; i++ {
 		p := NewProcesses(synthTrain, 1)
 		p.Args = []string{"-test.run=^$", "-test.bench=^BenchmarkB7Processes$"}
+		p.NoPreStart = cold
 		tb := &timedBackend{Backend: p}
 		tu := New(tb, lrSpace(27), Config{
 			Name: "b7p", StoragePath: b.TempDir(), NumSamples: 64, MaxConcurrentTrials: slots,
