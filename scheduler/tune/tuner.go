@@ -229,7 +229,9 @@ func (e *experiment) replay() error {
 	}
 	var all []item
 	for _, ts := range e.state.Trials {
-		recs, _, err := e.rt[ts.ID].tail.read(e.progressPath(ts.ID))
+		tail := &e.rt[ts.ID].tail
+		recs, _, err := tail.read(e.progressPath(ts.ID))
+		tail.close()
 		if err != nil {
 			return err
 		}
@@ -508,6 +510,7 @@ func (e *experiment) handle(ev event) error {
 	}
 	ts := e.trial(ev.trial)
 	rt := e.rt[ev.trial]
+	rt.tail.close()
 	rt.cancel()
 	rt.cancel = nil
 	e.running--
@@ -596,42 +599,71 @@ func (e *experiment) poll(id string) {
 // progressTail follows a growing progress.jsonl. A trial that restarts
 // rolls its history back to its latest checkpoint (storage TruncateAfter
 // replaces the file with a shorter one); the tail notices the new file and
-// skips the records it had already read, which are the older ones.
+// skips the records it had already read, which are the older ones. The
+// file stays open between reads while its trial runs: a read is then a
+// stat of the path (has the file been replaced?) and, when it grew, one
+// positioned read.
 type progressTail struct {
 	offset int64     // bytes of the current file consumed
 	ino    uint64    // the current file's inode
 	last   time.Time // time of the newest record read
+	f      *os.File  // the current file, open while its trial runs
+}
+
+func inode(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // read returns the records written since the last read, and whether the
 // file was rewritten since.
 func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool, err error) {
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, false, err
+	size := fi.Size()
+	if ino := inode(fi); t.f == nil || ino == 0 || ino != t.ino {
+		t.close()
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if fi, err = f.Stat(); err != nil { // the file opened, which may be newer than the one stat saw
+			f.Close()
+			return nil, false, err
+		}
+		ino = inode(fi)
+		rewritten = t.ino != 0 && ino != t.ino
+		t.f, t.ino, size = f, ino, fi.Size()
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
+	if size < t.offset {
+		rewritten = true
 	}
-	rewritten = (t.ino != 0 && ino != t.ino) || fi.Size() < t.offset
 	if rewritten {
 		t.offset = 0
 	}
-	t.ino = ino
-	recs, n, err := readRecords(f, t.offset)
+	if size == t.offset {
+		return nil, rewritten, nil
+	}
+	data := make([]byte, size-t.offset)
+	n, err := t.f.ReadAt(data, t.offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	recs, used, err := parseRecords(data[:n])
 	if err != nil {
 		return nil, false, err
 	}
-	t.offset = n
+	t.offset += int64(used)
 	out := recs[:0]
 	for _, r := range recs {
 		if rewritten && !r.Time.After(t.last) {
@@ -643,6 +675,15 @@ func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool,
 		}
 	}
 	return out, rewritten, nil
+}
+
+// close closes the file until the next read (which reopens it and, from
+// the inode, tells whether it was replaced in the meantime).
+func (t *progressTail) close() {
+	if t.f != nil {
+		t.f.Close()
+		t.f = nil
+	}
 }
 
 // countOwn counts the records a trial reported itself (not PBT clones).
@@ -658,34 +699,26 @@ func countOwn(recs []storage.Record) int {
 
 // readProgress reads every complete record of a progress file.
 func readProgress(path string) ([]storage.Record, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	recs, _, err := readRecords(f, 0)
+	recs, _, err := parseRecords(data)
 	return recs, err
 }
 
-// readRecords reads the complete records of a progress file after offset
-// and returns them with the new offset.
-func readRecords(f *os.File, offset int64) ([]storage.Record, int64, error) {
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, offset, err
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return nil, offset, err
-	}
-	end := bytes.LastIndexByte(data, '\n') + 1 // a torn last line waits
+// parseRecords decodes the complete records in data (a torn last line
+// waits) and returns how many bytes they took.
+func parseRecords(data []byte) ([]storage.Record, int, error) {
+	end := bytes.LastIndexByte(data, '\n') + 1
 	recs, err := storage.ReadProgress(bytes.NewReader(data[:end]))
 	if err != nil {
-		return nil, offset, err
+		return nil, 0, err
 	}
-	return recs, offset + int64(end), nil
+	return recs, end, nil
 }
 
 // cloneInto copies the donor's latest checkpoint into the trial's storage
