@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/nomad/api"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 )
@@ -254,4 +256,37 @@ func findSearchSpace(v any) string {
 		}
 	}
 	return ""
+}
+
+// MetaExperiment is the job meta key naming the tune experiment a trial's
+// job belongs to (set by CompileTrial).
+const MetaExperiment = ReservedMetaPrefix + "experiment"
+
+// TrialJobID is the Nomad job ID of one trial of a tune experiment: the
+// experiment's name and the trial's run name ("qs-tune-trial_0003").
+func TrialJobID(experiment, trial string) string { return experiment + "-" + trial }
+
+// CompileTrial compiles one trial of the tune experiment s into its own
+// Nomad job: the train spec with the trial's run name, storage directory
+// and config. The trial's workers report into storageDir/trial, as a local
+// trial's do; the job's ID is TrialJobID(s.Name, trial); its restart and
+// reschedule policies are the spec's failure block, as for `nomad-train
+// run`, so each trial has the spec's failure budget of its own. The spec
+// is not changed.
+func CompileTrial(s *Spec, trial, storageDir string, config []byte) (*api.Job, hcl.Diagnostics) {
+	t := *s
+	t.Name, t.ConfigJSON, t.Tune = trial, config, nil
+	t.Run.StoragePath = storageDir
+	job, diags := Compile(&t)
+	id := TrialJobID(s.Name, trial)
+	job.ID, job.Name = &id, &id
+	job.Meta[MetaExperiment] = s.Name
+	// Service names are DNS labels: the trial's run name has an underscore.
+	svc := strings.ReplaceAll(id, "_", "-") + "-worker"
+	for _, g := range job.TaskGroups {
+		for _, sv := range g.Services {
+			sv.Name = svc
+		}
+	}
+	return job, diags
 }

@@ -114,3 +114,35 @@ func TestTuneBlockErrors(t *testing.T) {
 		})
 	}
 }
+
+// A trial compiles into a job of its own: the experiment's name and the
+// trial's in its ID, the trial's run name, storage directory and config in
+// the driver's config, the spec's failure block as its policies, and a
+// service name Nomad accepts. The spec itself is left as it was.
+func TestCompileTrial(t *testing.T) {
+	src := strings.Replace(tuneSpec, "  tune {", "  run {\n    storage_path = \"/mnt/shared/results\"\n    failure { max_failures = 2 }\n  }\n  tune {", 1)
+	spec, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	before := spec.SHA256()
+
+	job, diags := CompileTrial(spec, "trial_0003", "/mnt/shared/results/qs-tune", []byte(`{"lr":0.01}`))
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.EqOp(t, "qs-tune-trial_0003", *job.ID)
+	must.EqOp(t, "qs-tune-trial_0003", *job.Name)
+	must.EqOp(t, "trial_0003", job.Meta[MetaRun])
+	must.EqOp(t, "qs-tune", job.Meta[MetaExperiment])
+	must.EqOp(t, "/mnt/shared/results/qs-tune", job.Meta[MetaStoragePath])
+	g := job.TaskGroups[0]
+	must.EqOp(t, "qs-tune-trial-0003-worker", g.Services[0].Name)
+	must.EqOp(t, 2, *g.RestartPolicy.Attempts)
+	must.EqOp(t, 2, *g.ReschedulePolicy.Attempts)
+	cfg := g.Tasks[0].Config
+	must.EqOp(t, "trial_0003", cfg["run_name"].(string))
+	must.EqOp(t, "/mnt/shared/results/qs-tune", cfg["storage_path"].(string))
+	must.EqOp(t, `{"lr":0.01}`, cfg["train_config"].(string))
+	must.EqOp(t, 2, cfg["failure"].([]map[string]any)[0]["max_failures"].(int))
+
+	must.EqOp(t, before, spec.SHA256())
+	other, _ := CompileTrial(spec, "trial_0003", "/mnt/shared/results/qs-tune", []byte(`{"lr":0.02}`))
+	must.NotEq(t, job.Meta[MetaSpecSHA256], other.Meta[MetaSpecSHA256]) // a changed config is a changed job
+}

@@ -12,18 +12,20 @@ import (
 	"strings"
 
 	"github.com/nomad-train/nomad-train/builtins"
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 func init() {
-	register("tune", "Tune hyperparameters: run trials of a spec's search space (locally)", tuneCmd)
+	register("tune", "Tune hyperparameters: run trials of a spec's search space (locally unless a Nomad address is given)", tuneCmd)
 }
 
 // experiment is what a tune spec describes, whatever its form.
 type experiment struct {
-	builtin    string   // a builtin training function, or
-	command    []string // a worker command
+	spec       *trainhcl.Spec // the train.hcl spec (nil for a JSON spec)
+	builtin    string         // a builtin training function, or
+	command    []string       // a worker command
 	env        []string
 	numWorkers int
 	space      map[string]any
@@ -45,8 +47,8 @@ func loadJSONExperiment(path string) (*experiment, error) {
 }
 
 // loadHCLExperiment reads a train.hcl spec with a tune block.
-func loadHCLExperiment(path string, sf *specFlags, stderr io.Writer) (*experiment, bool) {
-	spec, _, _, ok := loadSpec(path, sf, false, stderr) // tuning runs locally
+func loadHCLExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer) (*experiment, bool) {
+	spec, _, _, ok := loadSpec(path, sf, forNomad, stderr)
 	if !ok {
 		return nil, false
 	}
@@ -70,7 +72,7 @@ func loadHCLExperiment(path string, sf *specFlags, stderr io.Writer) (*experimen
 			return nil, false
 		}
 	}
-	x := &experiment{builtin: spec.Entrypoint.Builtin, numWorkers: spec.Scaling.NumWorkers, space: space,
+	x := &experiment{spec: spec, builtin: spec.Entrypoint.Builtin, numWorkers: spec.Scaling.NumWorkers, space: space,
 		cfg: tune.Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 			NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
 			Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
@@ -89,19 +91,29 @@ func loadHCLExperiment(path string, sf *specFlags, stderr io.Writer) (*experimen
 func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("tune", "tune [flags] train.hcl | spec.json\n\n"+
 		"Runs the trials of a spec's tune block (or of a JSON experiment spec) on local\n"+
-		"worker processes, shows a live table,\n"+
-		"and writes results.csv and results.json into the experiment directory.\n"+
-		"Running it again after a crash or Ctrl-C resumes the unfinished trials.", stderr)
+		"worker processes, or with -address (or NOMAD_ADDR) each as its own Nomad job\n"+
+		"<name>-trial_NNNN; shows a live table, and writes results.csv and results.json\n"+
+		"into the experiment directory. On Nomad, storage_path must be shared storage\n"+
+		"mounted at the same path here and on the clients: the tuner reads the trials'\n"+
+		"reports there. Running it again after a crash or Ctrl-C resumes the unfinished\n"+
+		"trials (on Nomad, adopting trial jobs still running).", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
 	verbose := fs.Bool("v", false, "show the workers' output and errors, each line prefixed with its trial and rank")
 	var sf specFlags
 	sf.register(fs)
+	var cf clusterFlags // -address etc.: an address runs the trials on Nomad
+	cf.register(fs)
+	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, a trial waits until its whole gang fits instead of failing")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
 	}
 	var x *experiment
 	if strings.HasSuffix(path, ".json") {
+		if cf.address != "" {
+			fmt.Fprintln(stderr, "nomad-train tune: a JSON experiment spec runs locally; tune a train.hcl spec on Nomad")
+			return exitSpec
+		}
 		var err error
 		if x, err = loadJSONExperiment(path); err != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
@@ -109,40 +121,32 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		var ok bool
-		if x, ok = loadHCLExperiment(path, &sf, stderr); !ok {
+		if x, ok = loadHCLExperiment(path, &sf, cf.address != "", stderr); !ok {
 			return exitSpec
 		}
-	}
-	b := tune.NewProcesses(nil, x.numWorkers)
-	b.Env = x.env
-	if x.builtin != "" {
-		if _, ok := builtins.Lookup(x.builtin); !ok {
-			fmt.Fprintf(stderr, "nomad-train tune: unknown builtin %q (known: %v)\n", x.builtin, builtins.Names())
-			return exitSpec
-		}
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train tune: find own executable: %v\n", err)
-			return 1
-		}
-		b.Command, b.Args = exe, []string{builtins.WorkerArg}
-		b.Env = append(b.Env, workerenv.Builtin+"="+x.builtin)
-	} else {
-		b.Command, b.Args = x.command[0], x.command[1:]
-	}
-	// Stopped trials' workers complain about their cancelled context;
-	// failures are in the table and results.json, the rest only with -v.
-	b.Stdout, b.Stderr = io.Discard, io.Discard
-	if *verbose {
-		b.Stdout, b.Stderr = stdout, stderr
 	}
 	cfg := x.cfg
 	cfg.Progress, cfg.ProgressInterval = stdout, *interval
 	if cfg.StoragePath == "" {
 		cfg.StoragePath = "./results"
 	}
-	fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, filepath.Join(cfg.StoragePath, cfg.Name))
-	grid, err := tune.New(b, x.space, cfg).Fit(ctx)
+	var backend tune.Backend
+	if cf.address != "" {
+		c, err := cf.client()
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
+			return 1
+		}
+		backend = &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
+		fmt.Fprintf(stdout, "==> tune %q: trials as Nomad jobs (%s), storage %s\n", cfg.Name, cf.address, filepath.Join(cfg.StoragePath, cfg.Name))
+	} else {
+		var code int
+		if backend, code = localBackend(x, *verbose, stdout, stderr); code >= 0 {
+			return code
+		}
+		fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, filepath.Join(cfg.StoragePath, cfg.Name))
+	}
+	grid, err := tune.New(backend, x.space, cfg).Fit(ctx)
 	if grid != nil {
 		if werr := writeGrid(grid); werr != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
@@ -170,6 +174,35 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return exitOK
+}
+
+// localBackend places the trials as local worker processes; code is the
+// exit code when it cannot (else -1).
+func localBackend(x *experiment, verbose bool, stdout, stderr io.Writer) (_ tune.Backend, code int) {
+	b := tune.NewProcesses(nil, x.numWorkers)
+	b.Env = x.env
+	if x.builtin != "" {
+		if _, ok := builtins.Lookup(x.builtin); !ok {
+			fmt.Fprintf(stderr, "nomad-train tune: unknown builtin %q (known: %v)\n", x.builtin, builtins.Names())
+			return nil, exitSpec
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-train tune: find own executable: %v\n", err)
+			return nil, 1
+		}
+		b.Command, b.Args = exe, []string{builtins.WorkerArg}
+		b.Env = append(b.Env, workerenv.Builtin+"="+x.builtin)
+	} else {
+		b.Command, b.Args = x.command[0], x.command[1:]
+	}
+	// Stopped trials' workers complain about their cancelled context;
+	// failures are in the table and results.json, the rest only with -v.
+	b.Stdout, b.Stderr = io.Discard, io.Discard
+	if verbose {
+		b.Stdout, b.Stderr = stdout, stderr
+	}
+	return b, -1
 }
 
 // writeGrid writes results.csv and results.json into the experiment

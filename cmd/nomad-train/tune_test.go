@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 )
 
 // `nomad-train tune spec.json` tunes the quickstart builtin under ASHA on
@@ -30,8 +34,7 @@ func TestTuneQuickstartSpec(t *testing.T) {
   "tune": {"num_samples": 2, "max_concurrent_trials": 2, "metric": "loss", "mode": "min", "seed": 3,
            "scheduler": {"type": "asha", "max_t": 4, "grace_period": 1, "reduction_factor": 2}}
 }`), 0o644))
-	cmd := exec.Command(bin, "tune", spec)
-	cmd.Dir = dir
+	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
 	text := string(out)
@@ -53,8 +56,7 @@ func TestTuneQuickstartSpec(t *testing.T) {
 	// trials' progress files are untouched.
 	before, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
 	must.NoError(t, err)
-	cmd = exec.Command(bin, "tune", spec)
-	cmd.Dir = dir
+	cmd = localTune(bin, dir, spec)
 	out, err = cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
 	after, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
@@ -73,8 +75,7 @@ func TestTuneInterrupted(t *testing.T) {
   "config": {"lr": {"grid_search": [0.01, 0.02]}, "epochs": 100000, "samples": 200},
   "tune": {"max_concurrent_trials": 2, "metric": "loss", "mode": "min"}
 }`), 0o644))
-	cmd := exec.Command(bin, "tune", spec)
-	cmd.Dir = dir
+	cmd := localTune(bin, dir, spec)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	must.NoError(t, cmd.Start())
@@ -128,8 +129,7 @@ func TestTuneTrialError(t *testing.T) {
   "config": {"batch_size": {"grid_search": [3, 4]}, "epochs": 1, "samples": 64},
   "tune": {"max_concurrent_trials": 2}
 }`), 0o644))
-	cmd := exec.Command(bin, "tune", spec)
-	cmd.Dir = dir
+	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
 	must.StrContains(t, string(out), "trial_0000 failed: ")
@@ -166,8 +166,7 @@ train "qs-hcl" {
   }
 }
 `), 0o644))
-	cmd := exec.Command(bin, "tune", "-var", "samples=2", spec)
-	cmd.Dir = dir
+	cmd := localTune(bin, dir, "-var", "samples=2", spec)
 	out, err := cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
 	must.StrContains(t, string(out), "== qs-hcl: 4 trials")
@@ -177,7 +176,133 @@ train "qs-hcl" {
 	// A spec without a tune block is refused with a clear message.
 	plain, err := filepath.Abs("../../examples/quickstart/train.hcl")
 	must.NoError(t, err)
-	out, err = exec.Command(bin, "tune", plain).CombinedOutput()
+	out, err = localTune(bin, dir, plain).CombinedOutput()
 	must.Error(t, err)
 	must.StrContains(t, string(out), "has no tune block")
+}
+
+// localTune is `nomad-train tune args...` in dir, on this machine whatever
+// NOMAD_ADDR the test runs with.
+func localTune(bin, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, append([]string{"tune"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NOMAD_ADDR=")
+	return cmd
+}
+
+// `nomad-train tune -address ... train.hcl` runs each trial as its own
+// Nomad job, on a fake Nomad whose node runs the workers (this CLI's
+// quickstart builtin) on this machine: the trials' jobs are registered
+// under the experiment's name, ASHA stops the two with a tiny learning rate
+// through Nomad, and the results come from the shared storage.
+func TestTuneOnNomad(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	storage := filepath.Join(dir, "shared")
+	spec := filepath.Join(dir, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
+train "qt" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    lr      = grid_search([0.1, 0.05, 0.0001, 0.00005])
+    epochs  = 4
+    samples = 200
+  }
+  run { storage_path = %q }
+  tune {
+    num_samples           = 1
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    seed                  = 3
+    scheduler {
+      type             = "asha"
+      max_t            = 4
+      grace_period     = 1
+      reduction_factor = 2
+    }
+  }
+}
+`, storage)), 0o644))
+	srv := nomadtest.New(t)
+	node := nomadtest.NewNode(t, srv, nomadtest.LocalWorkers(bin, []string{"worker"}, nil))
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := dispatch(ctx, []string{"tune", "-address", node.URL, spec}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
+	must.StrContains(t, out.String(), `==> tune "qt": trials as Nomad jobs`)
+	must.StrContains(t, out.String(), "==> best trial trial_")
+	for i := range 4 {
+		id := fmt.Sprintf("qt-trial_%04d", i)
+		must.NotNil(t, srv.Job(id), must.Sprintf("no job %s", id))
+		if i >= 2 {
+			_, purged := srv.Stopped(id)
+			must.True(t, purged, must.Sprintf("ASHA's stop of %s did not reach Nomad\n%s", id, out.String()))
+		}
+	}
+	must.FileExists(t, filepath.Join(storage, "qt", "results.csv"))
+	must.FileExists(t, filepath.Join(storage, "qt", "trial_0000", "progress.jsonl"))
+}
+
+// TestE2ENomadTune tunes the quickstart on a real cluster: a Nomad agent
+// whose clients have nomad-driver-train, Consul for the rendezvous, and a
+// directory (NOMAD_TRAIN_E2E_STORAGE) that the clients and this machine
+// mount at the same path.
+func TestE2ENomadTune(t *testing.T) {
+	shared := os.Getenv("NOMAD_TRAIN_E2E_STORAGE")
+	if os.Getenv("NOMAD_ADDR") == "" || os.Getenv("CONSUL_HTTP_ADDR") == "" || shared == "" {
+		t.Skip("set NOMAD_ADDR, CONSUL_HTTP_ADDR and NOMAD_TRAIN_E2E_STORAGE (a cluster with nomad-driver-train " +
+			"installed, and a directory its clients and this machine share) to tune on Nomad")
+	}
+	bin := buildCLI(t)
+	name := "e2e-tune-" + time.Now().UTC().Format("150405")
+	spec := filepath.Join(t.TempDir(), "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
+train %q {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    lr      = grid_search([0.1, 0.0001, 0.00005])
+    epochs  = 4
+    samples = 200
+  }
+  scaling { num_workers = 2 }
+  run { storage_path = %q }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    scheduler {
+      type             = "asha"
+      max_t            = 4
+      grace_period     = 1
+      reduction_factor = 2
+    }
+  }
+}
+`, name, shared)), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "tune", "-wait-for-capacity", spec).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "trials as Nomad jobs")
+	must.StrContains(t, string(out), "==> best trial trial_0000")
+	f, err := os.Open(filepath.Join(shared, name, "results.csv"))
+	must.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	must.NoError(t, err)
+	list, err := exec.CommandContext(ctx, bin, "list").CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(list)))
+	stopped := 0
+	for _, row := range rows[1:] {
+		id := name + "-" + row[0]
+		if row[1] == "STOPPED" {
+			stopped++
+			must.StrNotContains(t, string(list), id, must.Sprint("ASHA's stop purges the trial's job"))
+		} else {
+			_ = exec.CommandContext(ctx, bin, "stop", "-purge", id).Run()
+		}
+	}
+	must.Positive(t, stopped, must.Sprint(string(out)))
 }

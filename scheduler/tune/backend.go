@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,8 +35,9 @@ type TrialSpec struct {
 	Reported func(ctx context.Context) error
 }
 
-// Backend places trials: local processes now, Nomad jobs later. The tuner
-// calls Run once per attempt of a trial, from its own goroutine.
+// Backend places trials: local processes (Processes), goroutines
+// (InProcess) or Nomad jobs (NomadJobs). The tuner calls Run once per
+// attempt of a trial, from its own goroutine.
 type Backend interface {
 	// Run starts the trial's workers, waits until they end and returns nil
 	// when the training function finished. Cancelling ctx stops the trial
@@ -53,9 +55,37 @@ type Preparer interface {
 	Release()
 }
 
+// InProcessReports is implemented by backends whose trials call
+// TrialSpec.Reported after each report: the tuner hears of their reports
+// from them and need not watch their progress files.
+type InProcessReports interface {
+	InProcessReports() bool
+}
+
+// SlotFreedOnStop is implemented by backends whose trials stop doing work
+// the moment they are told to stop, so that their slot may start the next
+// trial while the stopped one winds down (its processes exit, the launcher
+// reaps them). A backend whose stopped trials hold resources someone else
+// admits against (a Nomad job's allocations, until they end) must not.
+type SlotFreedOnStop interface {
+	SlotFreedOnStop() bool
+}
+
+// SlotFreedOnStop is true: a stopped trial's workers get SIGTERM and
+// train no further (their committed checkpoints are safe); a restart of
+// the same trial still waits until they are gone.
+func (p *Processes) SlotFreedOnStop() bool { return true }
+
 // Processes is the local backend: each trial is a gang of worker processes
 // started by scheduler/local, like a `nomad-train run`. Every trial pays for
 // process start-up and rendezvous.
+//
+// It is a Preparer when its workers are copies of this program (Command
+// unset, the helper-process idiom): while every slot is busy it starts the
+// next trials' worker processes, which wait in RunWorker until their trial
+// runs, so a freed slot does not wait for a process to start (as Ray's
+// reuse_actors saves actor start-up). Workers of any other command start
+// when their trial runs.
 type Processes struct {
 	// Command and Args start one worker process. They default to this
 	// program and its arguments (the helper-process idiom: Tuner.Fit runs
@@ -71,6 +101,8 @@ type Processes struct {
 	// safe whenever it dies, so a short grace bounds the epochs a trial
 	// runs after the scheduler stopped it.
 	StopGrace time.Duration
+	// NoPreStart turns off starting the next trials' workers early.
+	NoPreStart bool
 	// Stdout and Stderr receive the workers' output, each line prefixed
 	// with "[trial_0003] [rank N] " (default: discarded).
 	Stdout, Stderr io.Writer
@@ -79,6 +111,9 @@ type Processes struct {
 
 	fn  trainer.TrainFunc
 	out sync.Mutex // serializes the trials' writes to Stdout and Stderr
+
+	mu       sync.Mutex           // guards prepared
+	prepared map[string]*prestart // trial -> its workers, started and held
 }
 
 // NewProcesses returns the local process backend that runs fn in copies of
@@ -90,8 +125,8 @@ func NewProcesses(fn trainer.TrainFunc, numWorkers int) *Processes {
 // workerFunc is the training function a worker copy of this program runs.
 func (p *Processes) workerFunc() trainer.TrainFunc { return p.fn }
 
-// Run launches the trial's gang and waits for it.
-func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
+// options are the launcher's options for the trial.
+func (p *Processes) options(t TrialSpec) (local.Options, error) {
 	o := local.Options{
 		Command: p.Command, Args: p.Args, Env: p.Env,
 		NumWorkers: max(p.NumWorkers, 1), RunName: t.ID, StoragePath: t.StoragePath,
@@ -102,7 +137,7 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 	if o.Command == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fmt.Errorf("find own executable: %w", err)
+			return o, fmt.Errorf("find own executable: %w", err)
 		}
 		o.Command = exe
 	}
@@ -122,7 +157,30 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 	if p.Stderr != nil {
 		o.Stderr = &linePrefixer{mu: &p.out, w: p.Stderr, prefix: "[" + t.ID + "] "}
 	}
+	return o, nil
+}
+
+// Run launches the trial's gang (or lets its pre-started one begin) and
+// waits for it.
+func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
+	if pre := p.take(t); pre != nil {
+		pre.gate.open()
+		stop := context.AfterFunc(ctx, pre.cancel)
+		r := <-pre.done
+		stop()
+		pre.gate.close()
+		return trialOutcome(t, r.out, r.err)
+	}
+	o, err := p.options(t)
+	if err != nil {
+		return err
+	}
 	out, err := local.Launch(ctx, o)
+	return trialOutcome(t, out, err)
+}
+
+// trialOutcome is Run's error for a launch's outcome.
+func trialOutcome(t TrialSpec, out *local.Outcome, err error) error {
 	if err != nil {
 		return fmt.Errorf("launch trial %s: %w", t.ID, err)
 	}
@@ -134,6 +192,93 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 		msgs = append(msgs, fmt.Sprintf("rank %d: %s", r.Rank, r.Message()))
 	}
 	return fmt.Errorf("%w: %s", trainer.ErrRunFailed, strings.Join(msgs, "; "))
+}
+
+// prestart is a trial's gang started ahead of its run and held at a gate.
+type prestart struct {
+	spec   TrialSpec
+	gate   *startGate
+	cancel context.CancelFunc // stops the gang
+	done   chan launched      // the launch's result, once
+}
+
+type launched struct {
+	out *local.Outcome
+	err error
+}
+
+// Prepare starts the trial's workers, held until Run, when they are copies
+// of this program.
+func (p *Processes) Prepare(t TrialSpec) {
+	if p.NoPreStart || p.fn == nil || p.Command != "" {
+		return
+	}
+	p.mu.Lock()
+	if pre, ok := p.prepared[t.ID]; ok {
+		if pre.matches(t) {
+			p.mu.Unlock()
+			return
+		}
+		delete(p.prepared, t.ID)
+		defer pre.discard()
+	}
+	defer p.mu.Unlock()
+	o, err := p.options(t)
+	if err != nil {
+		return // Run reports it
+	}
+	g, err := newStartGate()
+	if err != nil {
+		return // Run starts the trial the ordinary way
+	}
+	o.Env = append(append([]string(nil), o.Env...), StartGateEnv+"="+g.addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	pre := &prestart{spec: t, gate: g, cancel: cancel, done: make(chan launched, 1)}
+	go func() {
+		out, err := local.Launch(ctx, o)
+		pre.done <- launched{out, err}
+	}()
+	if p.prepared == nil {
+		p.prepared = map[string]*prestart{}
+	}
+	p.prepared[t.ID] = pre
+}
+
+// Release stops every pre-started gang that did not run.
+func (p *Processes) Release() {
+	p.mu.Lock()
+	pres := p.prepared
+	p.prepared = nil
+	p.mu.Unlock()
+	for _, pre := range pres {
+		pre.discard()
+	}
+}
+
+// take returns the trial's pre-started gang when it was started for this
+// very attempt (same config and checkpoint policy), else nil.
+func (p *Processes) take(t TrialSpec) *prestart {
+	p.mu.Lock()
+	pre := p.prepared[t.ID]
+	delete(p.prepared, t.ID)
+	p.mu.Unlock()
+	if pre != nil && !pre.matches(t) {
+		pre.discard()
+		return nil
+	}
+	return pre
+}
+
+func (pre *prestart) matches(t TrialSpec) bool {
+	return bytes.Equal(pre.spec.Config, t.Config) && pre.spec.Checkpoint == t.Checkpoint &&
+		pre.spec.StoragePath == t.StoragePath
+}
+
+// discard stops the held gang and waits for it.
+func (pre *prestart) discard() {
+	pre.cancel()
+	<-pre.done
+	pre.gate.close()
 }
 
 // linePrefixer prefixes every write (local.Launch writes whole lines); the

@@ -16,23 +16,33 @@
 //   - Backends place trials behind one method, Backend.Run: run the trial
 //     until it ends, stop it when ctx is cancelled. Processes runs each
 //     trial as a gang of local worker processes (scheduler/local), exactly
-//     like `nomad-train run`, and pays a process start and a rendezvous per
-//     trial (about 0.2 s here, see BenchmarkB7Processes). InProcess runs
+//     like `nomad-train run`. When the workers are copies of this program,
+//     it starts the next trials' workers while the slots are busy and holds
+//     them at a loopback gate (RunWorker) until their trial runs, and it
+//     frees a slot as soon as its trial is told to stop; what is left per
+//     trial is the rendezvous and storage set-up after the gate opens and
+//     the workers' per-report cost (see BenchmarkB7Processes). InProcess runs
 //     single-worker Trainables as goroutines of the tuner's process, with
 //     the same storage, and opens the next trial's storage while the slots
-//     are busy (Preparer). A Nomad backend is not written yet; it would
-//     register one job per trial (the train spec compiled with the trial's
-//     run name and config), wait for its allocations to finish, and
-//     deregister the job when ctx is cancelled; the trial's results reach
-//     the tuner through the shared storage path as they do locally.
+//     are busy (Preparer). NomadJobs makes each trial a Nomad job of its
+//     own, "<experiment>-trial_0003": the train spec compiled with the
+//     trial's run name, storage directory and config (hcl.CompileTrial),
+//     admitted whole and registered by scheduler/nomad's Submit, followed
+//     with blocking queries; an early stop deregisters it, waits for its
+//     allocations to end and purges it. Its results reach the tuner through
+//     the trials' progress files, so on a cluster storage_path must be
+//     shared storage that the tuner's machine mounts at the same path.
 //   - Tuner.Fit is the loop: it starts trials up to max_concurrent_trials,
-//     reads each trial's progress.jsonl (trainer/storage) as it grows, asks
-//     the scheduler, stops trials through their backend, performs PBT
-//     exploits (the donor's latest checkpoint is copied into the recipient's
-//     storage as a committed checkpoint and the recipient restarts with the
-//     mutated config), restarts failed trials within their failure budget,
-//     and persists the experiment state (experiment_state.json) atomically
-//     after every change. A Fit on an experiment directory that holds a
+//     reads each trial's progress.jsonl (trainer/storage) as it grows
+//     (woken by inotify on Linux; polled too, for storage that other
+//     machines write), asks the scheduler, stops trials through their
+//     backend, performs PBT exploits (the donor's latest checkpoint is
+//     copied into the recipient's storage as a committed checkpoint and the
+//     recipient restarts with the mutated config), restarts failed trials
+//     within their failure budget, and persists the experiment state
+//     (experiment_state.json) atomically after every change, through a
+//     background writer, once per round of the loop after the round's
+//     trials have started. A Fit on an experiment directory that holds a
 //     state resumes it: finished trials are kept, unfinished ones restart
 //     from their checkpoints, and the scheduler is rebuilt by replaying the
 //     recorded results.

@@ -51,6 +51,10 @@ func (b *InProcess) open(spec TrialSpec) (*storage.Run, error) {
 	return st, nil
 }
 
+// InProcessReports is true: every report reaches the tuner through
+// TrialSpec.Reported.
+func (b *InProcess) InProcessReports() bool { return true }
+
 // Prepare opens the trial's storage in the background.
 func (b *InProcess) Prepare(spec TrialSpec) {
 	b.mu.Lock()

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ import (
 // (the helper-process idiom): each process test re-executes itself.
 func asWorker(fn trainer.TrainFunc) {
 	if workerenv.IsWorker() {
-		os.Exit(trainer.RunWorker(context.Background(), fn))
+		os.Exit(RunWorker(context.Background(), fn))
 	}
 }
 
@@ -299,4 +301,119 @@ func TestPBTOnProcesses(t *testing.T) {
 	must.Positive(t, exploited, must.Sprint(out.String()))
 	must.Positive(t, len(st.Trials[3].Exploits))
 	must.NotEq(t, 10, st.Trials[3].Config["lr"]) // explored away from its own lr
+}
+
+// gatedTrain records its pid (pidDirEnv) and whether it was started ahead
+// of its trial, then trains like synthTrain.
+const pidDirEnv = "TUNE_TEST_PID_DIR"
+
+func gatedTrain(ctx context.Context, s *trainer.Session) error {
+	var cfg synthConfig
+	if err := s.DecodeConfig(&cfg); err != nil {
+		return err
+	}
+	gated := 0
+	if os.Getenv(StartGateEnv) != "" {
+		gated = 1
+	}
+	for epoch := range int64(cfg.Epochs) {
+		if err := doWork(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+		if err := s.Report(ctx, trainer.Metrics{"loss": synthLoss(cfg.LR, epoch), "gated": gated}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writePid leaves this worker's pid in the test's pid directory.
+func writePid() {
+	if dir := os.Getenv(pidDirEnv); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())), nil, 0o644)
+	}
+}
+
+// pidsGone fails the test for every recorded worker still alive.
+func pidsGone(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	must.NoError(t, err)
+	for _, e := range ents {
+		pid, _ := strconv.Atoi(e.Name())
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("worker %d is still running", pid)
+		}
+	}
+	return len(ents)
+}
+
+// While the one slot is busy, the next trial's worker is started ahead and
+// held at its gate; it trains once its trial runs. Workers started ahead of
+// trials that never run are stopped when Fit ends.
+func TestProcessesPreStart(t *testing.T) {
+	writePid()
+	asWorker(gatedTrain)
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	newBackend := func(pids string) *Processes {
+		b := NewProcesses(gatedTrain, 1)
+		b.Args = []string{"-test.run=^TestProcessesPreStart$"}
+		b.Env = []string{pidDirEnv + "=" + pids}
+		b.StopGrace = 100 * time.Millisecond
+		return b
+	}
+
+	t.Run("held workers train when their trial runs", func(t *testing.T) {
+		pids := t.TempDir()
+		g, err := New(newBackend(pids), map[string]any{"lr": GridSearch(0.1, 0.01, 0.001), "epochs": 3},
+			Config{Name: "pre", StoragePath: t.TempDir(), PollInterval: 5 * time.Millisecond}).Fit(context.Background())
+		must.NoError(t, err)
+		for i, tr := range g.Trials {
+			must.EqOp(t, StatusTerminated, tr.Status, must.Sprint(tr.Reason))
+			must.EqOp(t, float64(min(i, 1)), tr.Metrics["gated"].(float64), must.Sprintf("trial %s", tr.ID))
+		}
+		must.EqOp(t, 3, pidsGone(t, pids))
+	})
+	t.Run("held workers of trials that never run are stopped", func(t *testing.T) {
+		pids := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		root := t.TempDir()
+		go func() { // interrupt once trial_0000 trains and trial_0001's worker waits
+			for ctx.Err() == nil {
+				b, _ := os.ReadFile(filepath.Join(root, "pre", "trial_0000", "progress.jsonl"))
+				ents, _ := os.ReadDir(pids)
+				if len(b) > 0 && len(ents) >= 2 {
+					cancel()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		_, err := New(newBackend(pids), map[string]any{"lr": GridSearch(0.1, 0.01, 0.001), "epochs": 100000},
+			Config{Name: "pre", StoragePath: root, PollInterval: 5 * time.Millisecond}).Fit(ctx)
+		must.ErrorIs(t, err, context.Canceled)
+		must.EqOp(t, 2, pidsGone(t, pids))
+	})
+}
+
+// A process trial's reports reach the scheduler as they land in its
+// progress file (inotify), not at the next poll: with polling an hour
+// apart, ASHA still stops the trial at max_t.
+func TestProcessesReportsWakeTheTuner(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("progress files are watched on Linux only")
+	}
+	asWorker(gatedTrain)
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	b := NewProcesses(gatedTrain, 1)
+	b.Args = []string{"-test.run=^TestProcessesReportsWakeTheTuner$"}
+	b.StopGrace = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := New(b, map[string]any{"lr": 0.01, "epochs": 100000}, Config{Name: "wake", StoragePath: t.TempDir(),
+		Metric: "loss", Mode: ModeMin, PollInterval: time.Hour,
+		Scheduler: SchedulerConfig{Type: SchedulerASHA, MaxT: 3, GracePeriod: 1}}).Fit(ctx)
+	must.NoError(t, err)
+	must.EqOp(t, StatusStopped, g.Trials[0].Status)
+	must.StrContains(t, g.Trials[0].Reason, "max_t")
 }

@@ -69,7 +69,7 @@ var ErrLocked = errors.New("experiment is being run by another tuner")
 // runs the training function in Fit and exits.
 func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	if w, ok := t.backend.(interface{ workerFunc() trainer.TrainFunc }); ok && w.workerFunc() != nil && workerenv.IsWorker() {
-		os.Exit(trainer.RunWorker(ctx, w.workerFunc()))
+		os.Exit(RunWorker(ctx, w.workerFunc()))
 	}
 	cfg := t.cfg
 	cfg.defaults()
@@ -128,6 +128,13 @@ type experiment struct {
 	events  chan event
 	running int
 	started time.Time
+	// watch wakes the loop when a process trial's progress file changes
+	// (nil: polling only).
+	watch *dirWatcher
+	// dirty is set when the state changed since it was last handed to the
+	// writer; the loop saves once per round, after starting trials, so
+	// that encoding the state is not on a trial hand-over's path.
+	dirty bool
 	// stopAll is set when the experiment is ending (ctx done, budget spent):
 	// no trial starts any more.
 	stopAll string
@@ -185,15 +192,15 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		}
 		e.state = st
 		e.log.Info("new experiment", "trials", len(st.Trials))
-		// Every trial's run directory is made now, with one flush of the
-		// experiment directory, rather than one flush per trial start.
+		// Every trial's run directory is made now, rather than one per
+		// trial start. They are flushed with the experiment directory by
+		// the first state write (writeAtomic flushes the directory after
+		// its rename), in the background: until that write is on disk there
+		// is no state to resume from, and a fresh start makes them again.
 		for _, ts := range st.Trials {
 			if err := os.MkdirAll(filepath.Join(e.dir, ts.ID), 0o755); err != nil {
 				return fmt.Errorf("make trial directory: %w", err)
 			}
-		}
-		if err := syncDir(e.dir); err != nil {
-			return err
 		}
 	} else {
 		e.state = st
@@ -222,7 +229,9 @@ func (e *experiment) replay() error {
 	}
 	var all []item
 	for _, ts := range e.state.Trials {
-		recs, _, err := e.rt[ts.ID].tail.read(e.progressPath(ts.ID))
+		tail := &e.rt[ts.ID].tail
+		recs, _, err := tail.read(e.progressPath(ts.ID))
+		tail.close()
 		if err != nil {
 			return err
 		}
@@ -279,7 +288,13 @@ func (e *experiment) result(id string, rec storage.Record) Result {
 	return r
 }
 
+// changed marks the state as to be saved before the loop next waits.
+func (e *experiment) changed() { e.dirty = true }
+
+// save hands a snapshot of the state to the writer (which writes it in
+// the background) and returns the writer's first error so far.
 func (e *experiment) save() error {
+	e.dirty = false
 	if !e.started.IsZero() {
 		now := time.Now()
 		e.state.Elapsed += now.Sub(e.started)
@@ -297,6 +312,10 @@ func (e *experiment) save() error {
 func (e *experiment) loop(ctx context.Context) (err error) {
 	e.interrupted = ctx.Err
 	e.started = time.Now()
+	if r, ok := e.backend.(InProcessReports); !ok || !r.InProcessReports() {
+		e.watch = newDirWatcher()
+		defer e.watch.close()
+	}
 	tick := time.NewTicker(e.cfg.PollInterval)
 	defer tick.Stop()
 	show := time.NewTicker(e.cfg.ProgressInterval)
@@ -335,17 +354,20 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		if e.running == 0 {
 			return ctx.Err() // nil unless interrupted before the last trial ended
 		}
+		if e.dirty {
+			if err := e.save(); err != nil {
+				return err
+			}
+		}
 		select {
 		case ev := <-e.events:
 			if err := e.handle(ev); err != nil {
 				return err
 			}
 		case <-tick.C:
-			for id, rt := range e.rt {
-				if rt.cancel != nil {
-					e.poll(id)
-				}
-			}
+			e.pollRunning()
+		case <-e.watch.changed():
+			e.pollRunning()
 		case <-show.C:
 			if e.cfg.Progress != nil {
 				WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
@@ -356,6 +378,15 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		case <-ctx.Done():
 			e.stopAll = "interrupted"
 			return ctx.Err()
+		}
+	}
+}
+
+// pollRunning reads the new reports of every running trial.
+func (e *experiment) pollRunning() {
+	for id, rt := range e.rt {
+		if rt.cancel != nil {
+			e.poll(id)
 		}
 	}
 }
@@ -378,56 +409,83 @@ func (e *experiment) stopEverything(reason string) {
 	}
 }
 
-// fill starts pending trials while there are free slots.
+// fill starts pending trials while there are free slots. When every slot
+// is busy, it lets a Preparer get the next trials ready, as many as there
+// are slots (several may free up at once: trials a rung stops are short).
 func (e *experiment) fill(ctx context.Context) error {
 	for e.stopAll == "" && ctx.Err() == nil {
-		var next *TrialState
+		var pending []*TrialState
 		for _, ts := range e.state.Trials {
 			if ts.Status == StatusPending {
-				next = ts
-				break
+				pending = append(pending, ts)
+				if len(pending) == e.cfg.MaxConcurrentTrials {
+					break
+				}
 			}
 		}
-		if next == nil {
+		if len(pending) == 0 {
 			return nil
 		}
-		if e.running >= e.cfg.MaxConcurrentTrials {
+		if e.busy() >= e.cfg.MaxConcurrentTrials {
 			if p, ok := e.backend.(Preparer); ok {
-				p.Prepare(e.spec(next)) // get it ready while the slots are busy
+				for _, ts := range pending {
+					if spec, err := e.spec(ts); err == nil {
+						p.Prepare(spec) // get them ready while the slots are busy
+					}
+				}
 			}
 			return nil
 		}
-		if err := e.start(ctx, next); err != nil {
+		if err := e.start(ctx, pending[0]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// busy is how many slots are taken: the running trials, less those told
+// to stop when the backend frees a slot on stop (SlotFreedOnStop).
+func (e *experiment) busy() int {
+	if f, ok := e.backend.(SlotFreedOnStop); !ok || !f.SlotFreedOnStop() {
+		return e.running
+	}
+	n := 0
+	for _, rt := range e.rt {
+		if rt.cancel != nil && !rt.stopping {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *experiment) start(ctx context.Context, ts *TrialState) error {
-	cfgJSON, err := json.Marshal(ts.Config)
+	spec, err := e.spec(ts)
 	if err != nil {
-		return fmt.Errorf("encode config of %s: %w", ts.ID, err)
+		return err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	rt := e.rt[ts.ID]
 	rt.cancel, rt.stopReason, rt.exploit, rt.stopping = cancel, "", nil, false
 	ts.Status = StatusRunning
 	e.running++
-	spec := e.spec(ts)
-	spec.Config = cfgJSON
-	e.log.Debug("starting trial", "trial", ts.ID, "config", string(cfgJSON))
+	e.watch.add(filepath.Join(e.dir, ts.ID))
+	e.log.Debug("starting trial", "trial", ts.ID, "config", string(spec.Config))
 	go func() {
 		err := e.backend.Run(rctx, spec)
 		e.events <- event{trial: spec.ID, exit: true, err: err} // the loop drains until no trial runs
 	}()
-	return e.save()
+	e.changed()
+	return nil
 }
 
-// spec is the trial's placement request, without its config.
-func (e *experiment) spec(ts *TrialState) TrialSpec {
+// spec is the trial's placement request.
+func (e *experiment) spec(ts *TrialState) (TrialSpec, error) {
+	cfgJSON, err := json.Marshal(ts.Config)
+	if err != nil {
+		return TrialSpec{}, fmt.Errorf("encode config of %s: %w", ts.ID, err)
+	}
 	id := ts.ID
-	return TrialSpec{ID: id, StoragePath: e.dir, Checkpoint: e.cfg.Checkpoint,
+	return TrialSpec{ID: id, StoragePath: e.dir, Config: cfgJSON, Checkpoint: e.cfg.Checkpoint,
 		Reported: func(c context.Context) error {
 			ack := make(chan struct{})
 			select {
@@ -440,7 +498,7 @@ func (e *experiment) spec(ts *TrialState) TrialSpec {
 			case <-c.Done():
 			}
 			return c.Err()
-		}}
+		}}, nil
 }
 
 // handle processes one event.
@@ -452,9 +510,11 @@ func (e *experiment) handle(ev event) error {
 	}
 	ts := e.trial(ev.trial)
 	rt := e.rt[ev.trial]
+	rt.tail.close()
 	rt.cancel()
 	rt.cancel = nil
 	e.running--
+	e.watch.remove(filepath.Join(e.dir, ts.ID))
 	switch {
 	case ev.err == nil:
 		// The training function finished, even if a stop was on its way.
@@ -483,7 +543,8 @@ func (e *experiment) handle(ev event) error {
 			e.sched.OnTrialComplete(ts.ID)
 		}
 	}
-	return e.save()
+	e.changed()
+	return nil
 }
 
 func (e *experiment) trial(id string) *TrialState {
@@ -538,42 +599,71 @@ func (e *experiment) poll(id string) {
 // progressTail follows a growing progress.jsonl. A trial that restarts
 // rolls its history back to its latest checkpoint (storage TruncateAfter
 // replaces the file with a shorter one); the tail notices the new file and
-// skips the records it had already read, which are the older ones.
+// skips the records it had already read, which are the older ones. The
+// file stays open between reads while its trial runs: a read is then a
+// stat of the path (has the file been replaced?) and, when it grew, one
+// positioned read.
 type progressTail struct {
 	offset int64     // bytes of the current file consumed
 	ino    uint64    // the current file's inode
 	last   time.Time // time of the newest record read
+	f      *os.File  // the current file, open while its trial runs
+}
+
+func inode(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // read returns the records written since the last read, and whether the
 // file was rewritten since.
 func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool, err error) {
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, false, err
+	size := fi.Size()
+	if ino := inode(fi); t.f == nil || ino == 0 || ino != t.ino {
+		t.close()
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if fi, err = f.Stat(); err != nil { // the file opened, which may be newer than the one stat saw
+			f.Close()
+			return nil, false, err
+		}
+		ino = inode(fi)
+		rewritten = t.ino != 0 && ino != t.ino
+		t.f, t.ino, size = f, ino, fi.Size()
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
+	if size < t.offset {
+		rewritten = true
 	}
-	rewritten = (t.ino != 0 && ino != t.ino) || fi.Size() < t.offset
 	if rewritten {
 		t.offset = 0
 	}
-	t.ino = ino
-	recs, n, err := readRecords(f, t.offset)
+	if size == t.offset {
+		return nil, rewritten, nil
+	}
+	data := make([]byte, size-t.offset)
+	n, err := t.f.ReadAt(data, t.offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	recs, used, err := parseRecords(data[:n])
 	if err != nil {
 		return nil, false, err
 	}
-	t.offset = n
+	t.offset += int64(used)
 	out := recs[:0]
 	for _, r := range recs {
 		if rewritten && !r.Time.After(t.last) {
@@ -585,6 +675,15 @@ func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool,
 		}
 	}
 	return out, rewritten, nil
+}
+
+// close closes the file until the next read (which reopens it and, from
+// the inode, tells whether it was replaced in the meantime).
+func (t *progressTail) close() {
+	if t.f != nil {
+		t.f.Close()
+		t.f = nil
+	}
 }
 
 // countOwn counts the records a trial reported itself (not PBT clones).
@@ -600,34 +699,26 @@ func countOwn(recs []storage.Record) int {
 
 // readProgress reads every complete record of a progress file.
 func readProgress(path string) ([]storage.Record, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	recs, _, err := readRecords(f, 0)
+	recs, _, err := parseRecords(data)
 	return recs, err
 }
 
-// readRecords reads the complete records of a progress file after offset
-// and returns them with the new offset.
-func readRecords(f *os.File, offset int64) ([]storage.Record, int64, error) {
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, offset, err
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return nil, offset, err
-	}
-	end := bytes.LastIndexByte(data, '\n') + 1 // a torn last line waits
+// parseRecords decodes the complete records in data (a torn last line
+// waits) and returns how many bytes they took.
+func parseRecords(data []byte) ([]storage.Record, int, error) {
+	end := bytes.LastIndexByte(data, '\n') + 1
 	recs, err := storage.ReadProgress(bytes.NewReader(data[:end]))
 	if err != nil {
-		return nil, offset, err
+		return nil, 0, err
 	}
-	return recs, offset + int64(end), nil
+	return recs, end, nil
 }
 
 // cloneInto copies the donor's latest checkpoint into the trial's storage

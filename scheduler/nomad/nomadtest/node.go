@@ -1,0 +1,178 @@
+package nomadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// RunFunc runs a registered job's workers on this machine and returns when
+// they have all ended: nil when they succeeded. ctx is cancelled when the
+// job is deregistered.
+type RunFunc func(ctx context.Context, job *api.Job) error
+
+// Node is a client node in front of a fake Server: it serves the same API
+// at its own URL, and when a job is registered through it, it runs the
+// job with run and scripts the job's allocations from what happens: every
+// worker running from registration on, then every one complete, or failed
+// when run returns an error. Deregistering the job cancels run (as Nomad
+// sends SIGTERM); its allocations then end complete with desired status
+// stop.
+//
+//	srv := nomadtest.New(t)
+//	node := nomadtest.NewNode(t, srv, nomadtest.LocalWorkers(exe, []string{"worker"}, nil))
+//	c, _ := nomad.NewClient(nomad.Config{Address: node.URL})
+type Node struct {
+	// URL is the node's address: use it instead of the server's.
+	URL string
+	srv *Server
+	run RunFunc
+	wg  sync.WaitGroup
+
+	mu     sync.Mutex
+	gen    uint64                        // guarded by mu: allocation generations
+	cancel map[string]context.CancelFunc // guarded by mu: running jobs
+}
+
+// NewNode starts a node in front of srv; it stops every job it runs when
+// the test ends.
+func NewNode(t testing.TB, srv *Server, run RunFunc) *Node {
+	n := &Node{srv: srv, run: run, cancel: map[string]context.CancelFunc{}}
+	target, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatalf("nomadtest: %v", err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ErrorLog = log.New(io.Discard, "", 0) // blocking queries their client gave up on
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case (r.Method == http.MethodPut || r.Method == http.MethodPost) && r.URL.Path == "/v1/jobs":
+			body, err := io.ReadAll(r.Body)
+			var req api.JobRegisterRequest
+			if err == nil {
+				err = json.Unmarshal(body, &req)
+			}
+			if err != nil || req.Job == nil || req.Job.ID == nil {
+				http.Error(w, "bad job", http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			n.start(req.Job) // its allocations exist before Register answers
+			proxy.ServeHTTP(w, r)
+		case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/job/"):
+			proxy.ServeHTTP(w, r)
+			n.mu.Lock()
+			if cancel := n.cancel[strings.TrimPrefix(r.URL.Path, "/v1/job/")]; cancel != nil {
+				cancel()
+			}
+			n.mu.Unlock()
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	n.URL = front.URL
+	t.Cleanup(func() {
+		n.mu.Lock()
+		for _, c := range n.cancel {
+			c()
+		}
+		n.mu.Unlock()
+		n.wg.Wait()
+		front.Close()
+	})
+	return n
+}
+
+// WorkerCount is the size of a job's worker group ("worker").
+func WorkerCount(job *api.Job) int {
+	for _, g := range job.TaskGroups {
+		if g.Name != nil && *g.Name == "worker" && g.Count != nil {
+			return *g.Count
+		}
+	}
+	return 1
+}
+
+// Allocations returns a step in which each of n workers of job has one
+// allocation of generation gen (its create index) in the given states.
+func Allocations(job string, n int, gen uint64, client, desired string) Step {
+	var as []*api.AllocationListStub
+	for r := range n {
+		as = append(as, &api.AllocationListStub{ID: fmt.Sprintf("%s-%d-%d", job, gen, r), JobID: job,
+			Name: fmt.Sprintf("%s.worker[%d]", job, r), TaskGroup: "worker",
+			ClientStatus: client, DesiredStatus: desired, CreateIndex: gen, ModifyIndex: gen})
+	}
+	return Step{Allocations: as, Evaluations: []*api.Evaluation{}}
+}
+
+func (n *Node) start(job *api.Job) {
+	id, count := *job.ID, WorkerCount(job)
+	n.mu.Lock()
+	n.gen++
+	gen := n.gen
+	if old := n.cancel[id]; old != nil {
+		old()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel[id] = cancel
+	n.mu.Unlock()
+	n.srv.Script(id, []Step{Allocations(id, count, gen, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)})
+	n.wg.Go(func() {
+		err := n.run(ctx, job)
+		client, desired := api.AllocClientStatusComplete, api.AllocDesiredStatusRun
+		switch {
+		case ctx.Err() != nil:
+			desired = api.AllocDesiredStatusStop
+		case err != nil:
+			client = api.AllocClientStatusFailed
+		}
+		n.mu.Lock()
+		if n.gen == gen {
+			delete(n.cancel, id)
+		}
+		n.mu.Unlock()
+		cancel()
+		n.srv.Script(id, []Step{Allocations(id, count, gen, client, desired)})
+	})
+}
+
+// LocalWorkers is a RunFunc that runs a job's workers as the train driver
+// would, as local processes (scheduler/local): command and args start one
+// worker, env adds to its environment; the task config gives the run
+// name, world size, storage path, config and builtin.
+func LocalWorkers(command string, args, env []string) RunFunc {
+	return func(ctx context.Context, job *api.Job) error {
+		cfg := job.TaskGroups[0].Tasks[0].Config
+		str := func(k string) string { s, _ := cfg[k].(string); return s }
+		e := env
+		if b := str("builtin"); b != "" {
+			e = append(append([]string(nil), env...), workerenv.Builtin+"="+b)
+		}
+		out, err := local.Launch(ctx, local.Options{Command: command, Args: args, Env: e,
+			NumWorkers: WorkerCount(job), RunName: str("run_name"), StoragePath: str("storage_path"),
+			Config: []byte(str("train_config")), StopGrace: 100 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		if out.Failed() {
+			return fmt.Errorf("workers failed: %v", out.Failures())
+		}
+		return nil
+	}
+}

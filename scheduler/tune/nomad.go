@@ -1,0 +1,204 @@
+package tune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// NomadJobs is the cluster backend: each trial is a Nomad job of its own,
+// the train spec compiled with the trial's run name, storage directory and
+// config (hcl.CompileTrial, job ID "<experiment>-<trial>"), admitted whole
+// and registered by scheduler/nomad's Submit (gang admission, the run's
+// secret Variable) and followed by its Follow. A trial the tuner stops
+// (early stopping, a PBT exploit, the time budget) is stopped through
+// Nomad: its job is deregistered, its workers get SIGTERM and their kill
+// timeout to checkpoint, and once every allocation has ended the job and
+// its secret are purged. The job's restart and reschedule policies are the
+// spec's failure block, so every trial has the spec's failure budget; the
+// tuner's max_failures restarts a trial whose job failed, as a new job.
+//
+// The tuner reads each trial's reports from StoragePath/<trial>/
+// progress.jsonl, so the spec's storage_path must be shared storage (NFS,
+// say) that the Nomad clients and the machine running the tuner mount at
+// the same path.
+type NomadJobs struct {
+	// API reaches Nomad (a *nomad.Client).
+	API nomad.API
+	// Spec is the train spec; its Name is the experiment's name and its
+	// config is replaced by each trial's.
+	Spec *trainhcl.Spec
+	// Namespace is the jobs' namespace when the spec names none.
+	Namespace string
+	// WaitForCapacity makes a trial wait until its whole gang fits (as
+	// `nomad-train run -wait-for-capacity`); otherwise a trial that does
+	// not fit fails, and counts against the tuner's failure budget.
+	WaitForCapacity bool
+	// StopTimeout bounds how long a stopped trial's allocations get to end
+	// before the job is purged anyway (default: the workers' kill timeout
+	// plus 15s).
+	StopTimeout time.Duration
+	// OnStatus, when set, is called when a trial's job changes status.
+	OnStatus func(trial string, st nomad.Status)
+	// Logger receives the backend's log lines.
+	Logger hclog.Logger
+	// PlanInterval is the first delay between plans while waiting for
+	// capacity (scheduler/nomad's default when zero).
+	PlanInterval time.Duration
+}
+
+// Run submits the trial's job (or, after the tuner restarted, adopts the
+// one still running with the same spec), follows it until it ends, and
+// stops and purges it when ctx is cancelled.
+func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
+	log := b.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	log = log.Named("nomad").With("trial", t.ID)
+	job, diags := trainhcl.CompileTrial(b.Spec, t.ID, t.StoragePath, t.Config)
+	if diags.HasErrors() {
+		return fmt.Errorf("compile trial %s: %w", t.ID, diags)
+	}
+	if job.Namespace == nil && b.Namespace != "" {
+		job.Namespace = &b.Namespace
+	}
+	jobID, ns := *job.ID, ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	adopt, err := b.previous(ctx, job, log)
+	if err != nil {
+		return b.ended(ctx, t.ID, jobID, ns, err)
+	}
+	if !adopt {
+		// A restart is a deliberate new attempt: a trial marked failed for
+		// good may try again.
+		if err := storage.ClearFailed(t.StoragePath, t.ID); err != nil {
+			log.Debug("cannot clear the trial's failed mark", "error", err)
+		}
+		if _, err := nomad.Submit(ctx, b.API, job, nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity,
+			Logger: log, PlanInterval: b.PlanInterval}); err != nil {
+			return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("submit trial %s: %w", t.ID, err))
+		}
+	}
+	var onStatus func(nomad.Status)
+	if b.OnStatus != nil {
+		onStatus = func(st nomad.Status) { b.OnStatus(t.ID, st) }
+	}
+	_, err = nomad.Follow(ctx, b.API, nomad.FollowOptions{JobID: jobID, Namespace: ns,
+		Count: b.Spec.Scaling.NumWorkers, WaitForCapacity: b.WaitForCapacity, OnStatus: onStatus, Logger: log})
+	if err != nil {
+		err = fmt.Errorf("trial %s: %w", t.ID, err)
+	}
+	return b.ended(ctx, t.ID, jobID, ns, err)
+}
+
+// ended stops the trial's job when the tuner stopped the trial (ctx
+// cancelled), and returns what Run returns.
+func (b *NomadJobs) ended(ctx context.Context, trial, jobID, ns string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if serr := b.stop(jobID, ns); serr != nil {
+		return fmt.Errorf("%w: %w; stopping its job: %w", errStopped, ctx.Err(), serr)
+	}
+	return fmt.Errorf("%w: %w", errStopped, ctx.Err())
+}
+
+// previous looks for a job of the trial left by an earlier attempt or an
+// earlier tuner: one still live with the same spec is adopted (a tuner
+// restarted after a crash goes on following it); any other is stopped and
+// purged first, since Nomad would not run a finished batch job again.
+func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger) (adopt bool, err error) {
+	old, err := b.API.JobInfo(ctx, *job.ID)
+	if errors.Is(err, nomad.ErrNoSuchRun) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up job %q: %w", *job.ID, err)
+	}
+	allocs, _, err := b.API.Allocations(ctx, *job.ID, 0)
+	if err != nil {
+		return false, fmt.Errorf("list allocations of job %q: %w", *job.ID, err)
+	}
+	live := false
+	for _, a := range allocs {
+		live = live || a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
+	}
+	if live && (old.Stop == nil || !*old.Stop) && old.Meta[trainhcl.MetaSpecSHA256] == job.Meta[trainhcl.MetaSpecSHA256] {
+		log.Info("adopting the trial's running job")
+		return true, nil
+	}
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	log.Debug("purging the trial's earlier job")
+	return false, b.stop(*job.ID, ns)
+}
+
+// stop deregisters the job, waits (up to StopTimeout) until every
+// allocation has ended, so that the trial's workers no longer write to its
+// storage, then purges the job and its secret.
+func (b *NomadJobs) stop(jobID, ns string) error {
+	timeout := b.StopTimeout
+	if timeout <= 0 {
+		timeout = trainhcl.KillTimeout + 15*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := b.API.JobInfo(ctx, jobID); errors.Is(err, nomad.ErrNoSuchRun) {
+		return nil // never registered (stopped while it waited for capacity)
+	}
+	if err := nomad.Stop(ctx, b.API, jobID, ns, false); err != nil {
+		return err
+	}
+	waitErr := waitAllocsEnded(ctx, b.API, jobID)
+	// Purge even when the wait timed out: the job must not linger.
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer pcancel()
+	if err := nomad.Stop(pctx, b.API, jobID, ns, true); err != nil {
+		return errors.Join(waitErr, err)
+	}
+	return waitErr
+}
+
+// waitAllocsEnded blocks (with blocking queries) until no allocation of
+// the job is pending or running.
+func waitAllocsEnded(ctx context.Context, c nomad.API, jobID string) error {
+	var idx uint64
+	for {
+		allocs, n, err := c.Allocations(ctx, jobID, idx)
+		if err != nil {
+			return fmt.Errorf("wait for the allocations of %q to end: %w", jobID, err)
+		}
+		live := 0
+		for _, a := range allocs {
+			if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning {
+				live++
+			}
+		}
+		if live == 0 {
+			return nil
+		}
+		if n <= idx { // no blocking index: do not spin
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("wait for the allocations of %q to end: %d still live: %w", jobID, live, ctx.Err())
+		}
+		idx = n
+	}
+}

@@ -1,0 +1,200 @@
+package tune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/trainer"
+)
+
+// fakeCluster is the fake Nomad API with a node in front of it that runs
+// registered jobs' workers on this machine (nomadtest.Node).
+type fakeCluster struct {
+	srv  *nomadtest.Server
+	node *nomadtest.Node
+}
+
+// count returns how many requests were "METHOD path".
+func (f *fakeCluster) count(req string) int {
+	n := 0
+	for _, r := range f.srv.Requests() {
+		if r == req {
+			n++
+		}
+	}
+	return n
+}
+
+const nomadTuneSpec = `
+train "nt" {
+  entrypoint { command = "worker" }
+  config = {
+    lr     = loguniform(1e-4, 1)
+    epochs = 8
+  }
+  scaling { num_workers = 1 }
+  run {
+    storage_path = %q
+    failure { max_failures = 1 }
+  }
+  tune {
+    num_samples           = 6
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    seed                  = 5
+    scheduler {
+      type             = "asha"
+      max_t            = 9
+      grace_period     = 1
+      reduction_factor = 3
+    }
+  }
+}
+`
+
+// onFakeNomad sets up a test of the Nomad backend: in a worker copy of the
+// test binary it runs fn and exits; otherwise it returns a fake cluster
+// whose node runs fn, a client of it, and nomadTuneSpec (storage in a
+// temporary directory) with its search space.
+func onFakeNomad(t *testing.T, fn trainer.TrainFunc) (*fakeCluster, *nomad.Client, *trainhcl.Spec, map[string]any) {
+	asWorker(fn)
+	t.Setenv("GORACE", "atexit_sleep_ms=0") // workers under -race exit at once
+	srv := nomadtest.New(t)
+	fc := &fakeCluster{srv: srv, node: nomadtest.NewNode(t, srv,
+		nomadtest.LocalWorkers(os.Args[0], []string{"-test.run=^" + t.Name() + "$"}, nil))}
+	c, err := nomad.NewClient(nomad.Config{Address: fc.node.URL})
+	must.NoError(t, err)
+	spec, diags := trainhcl.Parse(fmt.Appendf(nil, nomadTuneSpec, t.TempDir()), "train.hcl", trainhcl.ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	space, err := ParseSpace(spec.ConfigJSON)
+	must.NoError(t, err)
+	return fc, c, spec, space
+}
+
+// A tune on Nomad: every trial is its own job, registered after a plan
+// with its secret, its workers (run by the fake node) report into the
+// trial's storage directory, ASHA stops the poor trials through Nomad
+// (deregister, then purge once their allocations ended, secret deleted),
+// and the trials that finish (8 epochs, under max_t) leave their jobs
+// complete.
+func TestNomadJobsASHA(t *testing.T) {
+	fc, c, spec, space := onFakeNomad(t, synthTrain)
+
+	var mu sync.Mutex
+	phases := map[string][]nomad.Phase{}
+	b := &NomadJobs{API: c, Spec: spec, StopTimeout: 10 * time.Second,
+		OnStatus: func(trial string, st nomad.Status) {
+			mu.Lock()
+			phases[trial] = append(phases[trial], st.Phase)
+			mu.Unlock()
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := New(b, space, Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
+		NumSamples: 6, MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin, Seed: 5,
+		PollInterval: 10 * time.Millisecond,
+		Scheduler:    SchedulerConfig{Type: SchedulerASHA, MaxT: 9, GracePeriod: 1, ReductionFactor: 3}}).Fit(ctx)
+	must.NoError(t, err)
+
+	early, finished := 0, 0
+	for _, tr := range g.Trials {
+		id := trainhcl.TrialJobID("nt", tr.ID)
+		job := fc.srv.Job(id)
+		must.NotNil(t, job, must.Sprintf("trial %s has no job", tr.ID))
+		cfg := job.TaskGroups[0].Tasks[0].Config
+		must.EqOp(t, tr.ID, cfg["run_name"].(string))
+		must.EqOp(t, g.Path, cfg["storage_path"].(string))
+		must.EqOp(t, 1, fc.count("PUT /v1/job/"+id+"/plan"), must.Sprint("gang admission before registering"))
+		isStopped, purged := fc.srv.Stopped(id)
+		t.Logf("%s %s iterations=%d stopped=%v purged=%v phases=%v", tr.ID, tr.Status, tr.Iterations, isStopped, purged, phases[tr.ID])
+		switch tr.Status {
+		case StatusStopped:
+			early++
+			must.StrContains(t, tr.Reason, "rung") // it may run on a little until its stop lands
+			must.True(t, isStopped && purged, must.Sprintf("ASHA's stop of %s did not purge its job", tr.ID))
+			must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("stop, then purge"))
+			must.Nil(t, fc.srv.Variable(nomad.SecretPath(id)))
+		case StatusTerminated:
+			finished++
+			must.EqOp(t, 8, tr.Iterations)
+			must.False(t, isStopped)
+			must.NotNil(t, fc.srv.Variable(nomad.SecretPath(id)))
+			mu.Lock()
+			must.SliceContains(t, phases[tr.ID], nomad.PhaseComplete)
+			mu.Unlock()
+		default:
+			t.Fatalf("trial %s ended %s: %s", tr.ID, tr.Status, tr.Reason)
+		}
+	}
+	must.Positive(t, early)
+	must.Positive(t, finished)
+	must.Less(t, 6*8, g.TotalIterations())
+	must.EqOp(t, 6, fc.count("PUT /v1/jobs"), must.Sprint("one job per trial"))
+	must.True(t, slices.Contains(fc.srv.Requests(), "PUT /v1/var/nomad/jobs/nt-trial_0000"))
+}
+
+// failTrain is a training function that always fails.
+func failTrain(ctx context.Context, s *trainer.Session) error { return errors.New("diverged") }
+
+// A trial whose job fails is restarted within the tuner's failure budget
+// as a new job (the failed one purged first, since Nomad would not run a
+// finished batch job again), and ends ERROR when the budget is spent.
+func TestNomadJobsFailedTrial(t *testing.T) {
+	fc, c, spec, _ := onFakeNomad(t, failTrain)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := New(&NomadJobs{API: c, Spec: spec}, map[string]any{"lr": 0.1, "epochs": 3},
+		Config{Name: spec.Name, StoragePath: spec.Run.StoragePath, MaxFailures: 1}).Fit(ctx)
+	must.NoError(t, err)
+	must.EqOp(t, StatusError, g.Trials[0].Status)
+	must.StrContains(t, g.Trials[0].Reason, "run failed")
+	id := trainhcl.TrialJobID("nt", "trial_0000")
+	must.EqOp(t, 2, fc.count("PUT /v1/jobs"))
+	must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("the failed job is stopped and purged before the retry"))
+	stopped, purged := fc.srv.Stopped(id)
+	must.False(t, stopped || purged, must.Sprint("the retry's job is registered anew"))
+}
+
+// A tuner restarted while a trial's job still runs on the cluster adopts
+// that job (same spec, so the same trial and config) instead of
+// registering it again, and follows it to its end.
+func TestNomadJobsAdoptsRunningJob(t *testing.T) {
+	fc, c, spec, _ := onFakeNomad(t, failTrain)
+	expDir := spec.Run.StoragePath + "/nt"
+	job, diags := trainhcl.CompileTrial(spec, "trial_0000", expDir, []byte(`{"epochs":3,"lr":0.1}`))
+	must.False(t, diags.HasErrors())
+	id := *job.ID
+	fc.srv.AddJob(job)
+	fc.srv.Script(id, []nomadtest.Step{
+		nomadtest.Allocations(id, 1, 1, api.AllocClientStatusRunning, api.AllocDesiredStatusRun),
+		nomadtest.Allocations(id, 1, 1, api.AllocClientStatusComplete, api.AllocDesiredStatusRun)})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := (&NomadJobs{API: c, Spec: spec}).Run(ctx, TrialSpec{ID: "trial_0000", StoragePath: expDir,
+		Config: []byte(`{"epochs":3,"lr":0.1}`)})
+	must.NoError(t, err)
+	must.EqOp(t, 0, fc.count("PUT /v1/jobs"))
+	must.EqOp(t, 0, fc.count("DELETE /v1/job/"+id))
+
+	// A job of the same trial with another config is not adopted: it is
+	// purged and the trial's job registered anew.
+	err = (&NomadJobs{API: c, Spec: spec, StopTimeout: 5 * time.Second}).Run(ctx, TrialSpec{ID: "trial_0000",
+		StoragePath: expDir, Config: []byte(`{"epochs":3,"lr":0.2}`)})
+	must.Error(t, err) // the worker fails
+	must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id))
+	must.EqOp(t, 1, fc.count("PUT /v1/jobs"))
+}
