@@ -126,12 +126,12 @@ func TestNomadJobsASHA(t *testing.T) {
 			must.StrContains(t, tr.Reason, "rung") // it may run on a little until its stop lands
 			must.True(t, isStopped && purged, must.Sprintf("ASHA's stop of %s did not purge its job", tr.ID))
 			must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("stop, then purge"))
-			must.Nil(t, fc.srv.Variable(nomad.SecretPath(id)))
+			must.Nil(t, fc.srv.Variable(trainhcl.SecretVariablePath(id)))
 		case StatusTerminated:
 			finished++
 			must.EqOp(t, 8, tr.Iterations)
 			must.False(t, isStopped)
-			must.NotNil(t, fc.srv.Variable(nomad.SecretPath(id)))
+			must.NotNil(t, fc.srv.Variable(trainhcl.SecretVariablePath(id)))
 			mu.Lock()
 			must.SliceContains(t, phases[tr.ID], nomad.PhaseComplete)
 			mu.Unlock()
