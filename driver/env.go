@@ -9,6 +9,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/trainer/external"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -87,7 +88,7 @@ func workerEnv(in envInput) []string {
 	case BackendEmbedded:
 		env[workerenv.Rendezvous] = c.Rendezvous.Address
 	default:
-		env[workerenv.Rendezvous] = "consul://"
+		env[workerenv.Rendezvous] = storeuri.NomadJobURI(in.Task.GetNamespace(), in.Task.GetJobId())
 		if _, ok := env[envConsulAddr]; !ok && in.Plugin.ConsulAddress != "" {
 			env[envConsulAddr] = in.Plugin.ConsulAddress
 		}

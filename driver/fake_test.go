@@ -92,7 +92,7 @@ func fakeTaskConfig(t *testing.T, allocDir string, cfg map[string]any) *drivers.
 	must.NoError(t, os.MkdirAll(filepath.Join(allocDir, "w", "secrets"), 0o755))
 	must.NoError(t, os.WriteFile(filepath.Join(allocDir, "w", "secrets", secretFileName), []byte("s3cret"), 0o600))
 	return &drivers.TaskConfig{
-		Id: "a1/w/0001", Name: "w", AllocId: "a1", AllocDir: allocDir,
+		Id: "a1/w/0001", Name: "w", AllocId: "a1", AllocDir: allocDir, JobId: "job-a", Namespace: "ml",
 		MsgpackDriverConfig: mustEncodeTaskConfig(t, cfg),
 		Env:                 map[string]string{"NOMAD_ALLOC_INDEX": "1", "NOMAD_ADDR_coll": "10.0.0.5:31000"},
 		DeviceEnv:           map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb"},
@@ -162,7 +162,7 @@ func TestStartTaskEnvironment(t *testing.T) {
 			name: "command that is not a Go trainer runs under the builtin external",
 			cfg:  map[string]any{"command": "/bin/echo", "args": []any{"a", "b"}, "run_name": "r", "world_size": 2, "storage_path": "/s"},
 			want: map[string]string{
-				workerenv.Rendezvous: "consul://", "CONSUL_HTTP_ADDR": "consul.local:8500", workerenv.Addr: "127.0.0.1:0",
+				workerenv.Rendezvous: "consul:///nomad-train/ml/job-a/", "CONSUL_HTTP_ADDR": "consul.local:8500", workerenv.Addr: "127.0.0.1:0",
 				workerenv.Checkpoint: `{}`, workerenv.MaxFailures: "0", workerenv.RendezvousTimeout: "5m0s",
 				workerenv.Builtin: external.BuiltinName, external.CommandEnv: `["/bin/echo","a","b"]`,
 			},
@@ -171,7 +171,7 @@ func TestStartTaskEnvironment(t *testing.T) {
 		{
 			name: "launcher direct runs the command itself",
 			cfg:  map[string]any{"command": "/bin/echo", "args": []any{"a", "b"}, "launcher": "direct", "run_name": "r", "world_size": 2, "storage_path": "/s"},
-			want: map[string]string{workerenv.Rendezvous: "consul://", workerenv.Worker: "1"},
+			want: map[string]string{workerenv.Rendezvous: "consul:///nomad-train/ml/job-a/", workerenv.Worker: "1"},
 			gone: []string{workerenv.Builtin, external.CommandEnv},
 			cmd:  "/bin/echo", args: []string{"a", "b"},
 		},

@@ -203,7 +203,8 @@ func (w *worker) markFailed(err error, code int) {
 }
 
 // publishProgress puts rank 0's latest report at "<run>/progress" in the
-// rendezvous store (on Consul "nomad-train/<run>/progress"), where
+// rendezvous store (on Nomad, under the job's Consul prefix:
+// "nomad-train/<namespace>/<job>/<run>/progress"), where
 // `nomad-train run` and `status` read it without reaching any worker. Best
 // effort: the report is already committed to storage.
 func (w *worker) publishProgress(rec storage.Record) {

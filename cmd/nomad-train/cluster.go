@@ -95,7 +95,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 
 	var wg sync.WaitGroup
 	pctx, stopProgress := context.WithCancel(ctx)
-	if src := progressSource(spec.Name, spec.Run.StoragePath); src != nil {
+	if src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath); src != nil {
 		wg.Go(func() { followProgress(pctx, src, out) })
 	}
 	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
@@ -105,7 +105,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	})
 	stopProgress()
 	wg.Wait()
-	if src := progressSource(spec.Name, spec.Run.StoragePath); src != nil {
+	if src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath); src != nil {
 		if rec, perr := src.Latest(context.WithoutCancel(ctx)); perr == nil {
 			fmt.Fprintln(out, "==> last report")
 			fmt.Fprintf(out, "    %s\n", formatRecord(rec))
@@ -185,7 +185,7 @@ func (p *statusPrinter) print(st nomad.Status) {
 // progressSource picks where to read the run's progress from: the shared
 // storage when this machine mounts it, else Consul KV when
 // CONSUL_HTTP_ADDR is set, else nowhere.
-func progressSource(run, storagePath string) nomad.ProgressSource {
+func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSource {
 	if f := (nomad.FileProgress{StoragePath: storagePath, Run: run}); f.Available() {
 		return f
 	}
@@ -196,7 +196,7 @@ func progressSource(run, storagePath string) nomad.ProgressSource {
 	if err != nil {
 		return nil
 	}
-	return nomad.ConsulProgress{KV: c.KV(), Run: run}
+	return nomad.ConsulProgress{KV: c.KV(), Namespace: namespace, Job: jobID, Run: run}
 }
 
 // followProgress prints each new report until ctx ends.
@@ -336,7 +336,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, f := range st.Failures {
 		fmt.Fprintf(stdout, "failure: %s\n", f)
 	}
-	if src := progressSource(run, r.job.Meta[trainhcl.MetaStoragePath]); src != nil {
+	if src := progressSource(deref(r.job.Namespace), *r.job.ID, r.job.Meta[trainhcl.MetaRun], r.job.Meta[trainhcl.MetaStoragePath]); src != nil {
 		if rec, err := src.Latest(ctx); err == nil {
 			fmt.Fprintf(stdout, "last report: %s\n", formatRecord(rec))
 		}
@@ -448,4 +448,12 @@ func short(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

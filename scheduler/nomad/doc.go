@@ -37,7 +37,10 @@
 // Rank 0 publishes its latest report so the CLI can show progress without
 // reaching workers. The CLI reads progress.jsonl under the run's storage
 // path when it mounts that storage (FileProgress), else the Consul KV key
-// ProgressKey(run) = "nomad-train/<run>/progress" (ConsulProgress). That
+// ProgressKey(namespace, job, run) = "nomad-train/<namespace>/<job>/<run>/progress"
+// (ConsulProgress): the train driver gives each job's workers the rendezvous
+// prefix "nomad-train/<namespace>/<job>/", so jobs sharing a run name (the
+// trials of two tune experiments) never meet. That
 // key's value is one record in exactly the progress.jsonl line format (see
 // trainer/storage.Record), overwritten (a plain KV put) by rank 0 after each
 // report it appends to progress.jsonl.

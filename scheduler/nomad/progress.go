@@ -13,6 +13,7 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -21,13 +22,17 @@ import (
 //
 //  1. the run's progress.jsonl under its storage path, when the machine
 //     running the CLI mounts the same storage;
-//  2. the Consul KV key ProgressKey(run), whose value is ONE progress
+//  2. the Consul KV key ProgressKey(namespace, job, run), whose value is ONE progress
 //     record in exactly the progress.jsonl line format (storage.Record on
 //     the wire: {"step":..,"time":..,"metrics":{..},"generation":..,
 //     "attempt":..}), overwritten by rank 0 after each Report.
 
-// ProgressKey is the Consul KV key rank 0 writes its latest report to.
-func ProgressKey(run string) string { return "nomad-train/" + run + "/progress" }
+// ProgressKey is the Consul KV key rank 0 of job's run writes its latest
+// report to: the run's "<run>/progress" under the job's rendezvous prefix
+// (storeuri.NomadJobPrefix), which the train driver gives the workers.
+func ProgressKey(namespace, jobID, run string) string {
+	return storeuri.NomadJobPrefix(namespace, jobID) + run + "/progress"
+}
 
 // ErrNoProgress means no source holds a report for the run yet.
 var ErrNoProgress = errors.New("no progress reported yet")
@@ -97,13 +102,15 @@ type KV interface {
 
 // ConsulProgress reads the report rank 0 publishes in Consul KV.
 type ConsulProgress struct {
-	KV  KV
-	Run string
+	KV KV
+	// Namespace and Job name the Nomad job ("" namespace: "default").
+	Namespace, Job string
+	Run            string
 }
 
 // Latest implements ProgressSource.
 func (c ConsulProgress) Latest(ctx context.Context) (storage.Record, error) {
-	pair, _, err := c.KV.Get(ProgressKey(c.Run), (&consul.QueryOptions{}).WithContext(ctx))
+	pair, _, err := c.KV.Get(ProgressKey(c.Namespace, c.Job, c.Run), (&consul.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return storage.Record{}, fmt.Errorf("reading progress from consul: %w", err)
 	}

@@ -81,10 +81,10 @@ func TestConsulProgress(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := fakeConsulKV(t, ProgressKey("mnist"), tc.value)
+			addr := fakeConsulKV(t, ProgressKey("", "mnist", "mnist"), tc.value)
 			c, err := consul.NewClient(&consul.Config{Address: addr})
 			must.NoError(t, err)
-			rec, err := ConsulProgress{KV: c.KV(), Run: "mnist"}.Latest(context.Background())
+			rec, err := ConsulProgress{KV: c.KV(), Job: "mnist", Run: "mnist"}.Latest(context.Background())
 			switch {
 			case tc.err != nil:
 				must.ErrorIs(t, err, tc.err)
@@ -99,7 +99,11 @@ func TestConsulProgress(t *testing.T) {
 }
 
 func TestProgressKey(t *testing.T) {
-	must.Eq(t, "nomad-train/mnist/progress", ProgressKey("mnist"))
+	must.Eq(t, "nomad-train/default/mnist/mnist/progress", ProgressKey("", "mnist", "mnist"))
+	must.Eq(t, "nomad-train/ml/mnist/mnist/progress", ProgressKey("ml", "mnist", "mnist"))
+	// Trials of two experiments share run names, not jobs.
+	must.NotEq(t, ProgressKey("", "a-trial_0001", "trial_0001"), ProgressKey("", "b-trial_0001", "trial_0001"))
+	must.Eq(t, "nomad-train/default/odd%2Fjob/r/progress", ProgressKey("default", "odd/job", "r"))
 }
 
 func FuzzDecodeProgress(f *testing.F) {

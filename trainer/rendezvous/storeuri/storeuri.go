@@ -35,13 +35,32 @@ func ConsulConfig(uri string) (consulstore.Config, error) {
 		return consulstore.Config{}, fmt.Errorf("%q: want consul://[host:port][/key/prefix/] (the token comes from CONSUL_HTTP_TOKEN)", uri)
 	}
 	cfg := consulstore.Config{Address: u.Host}
-	if p := strings.TrimLeft(u.Path, "/"); p != "" {
+	// The escaped path, so a prefix from NomadJobURI reads back unchanged.
+	if p := strings.TrimLeft(u.EscapedPath(), "/"); p != "" {
 		if !strings.HasSuffix(p, "/") {
 			p += "/"
 		}
 		cfg.Prefix = p
 	}
 	return cfg, nil
+}
+
+// NomadJobPrefix is the Consul key prefix of the workers of one Nomad job:
+// "nomad-train/<namespace>/<job>/" (an empty namespace is "default"; both
+// parts path-escaped). Keying by job rather than by run name keeps two jobs
+// apart that share a run name: the trials of two experiments, or one run
+// submitted in two namespaces.
+func NomadJobPrefix(namespace, jobID string) string {
+	if namespace == "" {
+		namespace = "default"
+	}
+	return consulstore.DefaultPrefix + url.PathEscape(namespace) + "/" + url.PathEscape(jobID) + "/"
+}
+
+// NomadJobURI is the consul:// URI whose store uses NomadJobPrefix, on the
+// agent that CONSUL_HTTP_ADDR names.
+func NomadJobURI(namespace, jobID string) string {
+	return SchemeConsul + ":///" + NomadJobPrefix(namespace, jobID)
 }
 
 // Open connects to the rendezvous store uri names:

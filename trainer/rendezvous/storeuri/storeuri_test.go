@@ -42,6 +42,9 @@ func TestConsulConfig(t *testing.T) {
 		{uri: "consul://h:1?token=x", bad: true},
 		{uri: "embedded://h:1", bad: true},
 		{uri: "consul://h:1/%zz", bad: true},
+		{uri: storeuri.NomadJobURI("", "qs"), prefix: "nomad-train/default/qs/"},
+		{uri: storeuri.NomadJobURI("ml", "exp-trial_0001"), prefix: "nomad-train/ml/exp-trial_0001/"},
+		{uri: storeuri.NomadJobURI("ml", "a/b c"), prefix: storeuri.NomadJobPrefix("ml", "a/b c")},
 	} {
 		t.Run(tc.uri, func(t *testing.T) {
 			cfg, err := storeuri.ConsulConfig(tc.uri)
