@@ -6,21 +6,25 @@ import (
 	"math/rand/v2"
 )
 
+// noParams is the parameter half of Layer for layers without parameters.
+type noParams struct{}
+
+// NumParams implements Layer: the layer has no parameters.
+func (noParams) NumParams() int { return 0 }
+
+// Bind implements Layer; there is nothing to bind.
+func (noParams) Bind(_, _ []float32, _ Backend) {}
+
+// Init implements Layer; there is nothing to initialise.
+func (noParams) Init(*rand.Rand) {}
+
 // activation holds what the element-wise layers share: no parameters, an
 // output buffer and an input-gradient buffer.
 type activation struct {
+	noParams
 	out Matrix
 	dx  Matrix
 }
-
-// NumParams implements Layer: element-wise layers have no parameters.
-func (*activation) NumParams() int { return 0 }
-
-// Bind implements Layer; there is nothing to bind.
-func (*activation) Bind(_, _ []float32, _ Backend) {}
-
-// Init implements Layer; there is nothing to initialise.
-func (*activation) Init(*rand.Rand) {}
 
 // forward applies f element-wise into the output buffer.
 func (a *activation) forward(x *Matrix, f func(float32) float32) *Matrix {
