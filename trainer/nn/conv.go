@@ -165,23 +165,27 @@ func (c *Conv2D) patches(imgs, cols []float32, os Shape, scatter bool) {
 						}
 						continue
 					}
-					for kx := 0; kx < k; kx++ {
-						ix := ox*s + kx - pad
-						seg := row[kx*ch : (kx+1)*ch]
-						switch {
-						case ix < 0 || ix >= in.W:
-							if !scatter {
-								clear(seg)
-							}
-						case scatter:
-							px := img[(iy*in.W+ix)*ch : (iy*in.W+ix+1)*ch]
-							for j, v := range seg {
-								px[j] += v
-							}
-						default:
-							copy(seg, img[(iy*in.W+ix)*ch:])
+					// The filter row's pixels inside the image, kx in [lo, hi),
+					// are contiguous in both the image and the patch row.
+					ix0 := ox*s - pad
+					lo, hi := max(0, -ix0), min(k, in.W-ix0)
+					if lo >= hi {
+						if !scatter {
+							clear(row)
 						}
+						continue
 					}
+					seg := row[lo*ch : hi*ch]
+					px := img[(iy*in.W+ix0+lo)*ch : (iy*in.W+ix0+hi)*ch]
+					if scatter {
+						for j, v := range seg {
+							px[j] += v
+						}
+						continue
+					}
+					clear(row[:lo*ch])
+					copy(seg, px)
+					clear(row[hi*ch:])
 				}
 			}
 		}
