@@ -138,7 +138,7 @@ func TestMNISTCNNTwoWorkers(t *testing.T) {
 	must.InDelta(t, acc, got, 1e-9)
 }
 
-// The full "mnist-cnn" builtin (4 workers, all 60000 images, 2 epochs):
+// The full "mnist-cnn" builtin (4 workers, all 60000 images, 3 epochs):
 // minutes on 2 cores, so it runs only with NOMAD_TRAIN_MNIST_CNN_FULL=1
 // (and a -timeout that leaves it time).
 func TestMNISTCNNFull(t *testing.T) {
