@@ -2,7 +2,7 @@
 // data-parallel workers: multinomial logistic regression ("logreg"), a
 // one-hidden-layer ReLU network ("mlp") and a small convolutional network
 // ("cnn"). It is the built-in entrypoints "mnist-logreg", "mnist-mlp" and
-// "mnist-cnn" (train.hcl and cnn.hcl here).
+// "mnist-cnn" (train.hcl here; its comment says how to pick the CNN).
 //
 // The training set is streamed from its IDX files with data.StreamSplit, so
 // each worker reads only its part of every epoch; the test set is split
