@@ -25,6 +25,7 @@ const WorkerArg = "worker"
 var table = map[string]trainer.TrainFunc{
 	"quickstart":         quickstart.Train,
 	"mnist-mlp":          mnist.TrainMLP,
+	"mnist-cnn":          mnist.TrainCNN,
 	"mnist-logreg":       mnist.TrainLogReg,
 	external.BuiltinName: external.Train,
 }

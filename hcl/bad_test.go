@@ -53,7 +53,7 @@ func TestBadSpecs(t *testing.T) {
 			"duplicate_block.hcl:6:3-6:10: error: Duplicate scaling block; Only one scaling block is allowed here; the first was defined at duplicate_block.hcl:3,3-10.",
 		}},
 		{"empty_entrypoint.hcl", []string{
-			"empty_entrypoint.hcl:2:3-2:13: error: Missing entrypoint; The entrypoint block needs builtin (one of \"external\", \"mnist-logreg\", \"mnist-mlp\" or \"quickstart\") or command.",
+			"empty_entrypoint.hcl:2:3-2:13: error: Missing entrypoint; The entrypoint block needs builtin (one of \"external\", \"mnist-cnn\", \"mnist-logreg\", \"mnist-mlp\" or \"quickstart\") or command.",
 		}},
 		{"gpu_without_use_gpu.hcl", []string{
 			"gpu_without_use_gpu.hcl:6:7-6:10: error: GPU requested without use_gpu; resources_per_worker sets gpu, but scaling.use_gpu is not true. Set use_gpu = true in the scaling block.",
@@ -102,7 +102,7 @@ func TestBadSpecs(t *testing.T) {
 			"unknown_block.hcl:3:3-3:11: error: Unsupported block type; Blocks of type \"scalling\" are not expected here. Did you mean \"scaling\"?",
 		}},
 		{"unknown_builtin.hcl", []string{
-			"unknown_builtin.hcl:3:15-3:27: error: Unknown builtin; There is no builtin \"quickstrat\"; known builtins are \"external\", \"mnist-logreg\", \"mnist-mlp\" or \"quickstart\". Did you mean \"quickstart\"?",
+			"unknown_builtin.hcl:3:15-3:27: error: Unknown builtin; There is no builtin \"quickstrat\"; known builtins are \"external\", \"mnist-cnn\", \"mnist-logreg\", \"mnist-mlp\" or \"quickstart\". Did you mean \"quickstart\"?",
 		}},
 		{"unknown_function.hcl", []string{
 			"unknown_function.hcl:3:15-3:19: error: Call to unknown function; There is no function named \"file\". Did you mean \"title\"?",

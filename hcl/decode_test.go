@@ -295,7 +295,7 @@ func TestBuiltinsOption(t *testing.T) {
 }`
 	_, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
 	must.Eq(t, []string{
-		`train.hcl:2:26-2:33: error: Unknown builtin; There is no builtin "mnist"; known builtins are "external", "mnist-logreg", "mnist-mlp" or "quickstart".`,
+		`train.hcl:2:26-2:33: error: Unknown builtin; There is no builtin "mnist"; known builtins are "external", "mnist-cnn", "mnist-logreg", "mnist-mlp" or "quickstart".`,
 	}, diagLines(diags))
 	s := mustParse(t, src, ParseOptions{Builtins: []string{"mnist", "quickstart"}})
 	must.Eq(t, "mnist", s.Entrypoint.Builtin)

@@ -20,7 +20,7 @@ const (
 // It mirrors the builtins package's registry (a test in cmd/nomad-train
 // keeps the two equal), so the language does not depend on the runtime.
 func KnownBuiltins() []string {
-	return []string{"external", "mnist-logreg", "mnist-mlp", BuiltinQuickstart}
+	return []string{"external", "mnist-cnn", "mnist-logreg", "mnist-mlp", BuiltinQuickstart}
 }
 
 // Rendezvous backends.

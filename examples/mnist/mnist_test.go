@@ -15,6 +15,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/examples/mnist"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/nn"
 )
 
 // Four worker processes train the MLP on MNIST, streaming their shards of
@@ -26,32 +27,44 @@ func TestMNISTMLPFourWorkers(t *testing.T) {
 	cfg.TrainSamples, cfg.Epochs, cfg.TestSamples = raceTrainSamples, raceEpochs, raceTestSamples
 	cfg.CacheDir = cacheDir(t) + "/" + cfg.Dataset
 	dir := t.TempDir()
-	res, out := fitMNIST(t, dir, cfg)
+	res, out := fitMNIST(t, dir, mnist.TrainMLP, 4, cfg)
 	acc := res.Metrics["test_accuracy"].(float64)
 	t.Logf("4 workers, %d epochs: test accuracy %.4f\n%s", cfg.Epochs, acc, out)
 	must.Greater(t, wantAccuracy, acc)
 	must.StrContains(t, out, fmt.Sprintf("[rank 0] epoch %d: loss", cfg.Epochs-1))
 
 	cfg.Epochs++
-	res, out = fitMNIST(t, dir, cfg)
+	res, out = fitMNIST(t, dir, mnist.TrainMLP, 4, cfg)
 	must.StrContains(t, out, fmt.Sprintf("[rank 0] resuming after epoch %d", cfg.Epochs-2))
 	must.StrNotContains(t, out, "epoch 0: loss")
 	must.Greater(t, wantAccuracy, res.Metrics["test_accuracy"].(float64))
 }
 
-func fitMNIST(t *testing.T, storagePath string, cfg mnist.Config) (*trainer.Result, string) {
+// fitMNIST runs fn on workers worker processes (this test binary) with cfg.
+func fitMNIST(t *testing.T, storagePath string, fn trainer.TrainFunc, workers int, cfg mnist.Config) (*trainer.Result, string) {
 	t.Helper()
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	tr := trainer.New(mnist.TrainMLP, trainer.Scaling{NumWorkers: 4},
+	tr := trainer.New(fn, trainer.Scaling{NumWorkers: workers},
 		trainer.Run{Name: "mnist", StoragePath: storagePath, Checkpoint: trainer.CheckpointConfig{NumToKeep: 1}}, cfg)
 	tr.Args = []string{"-test.run=^" + t.Name() + "$"}
 	var out bytes.Buffer
 	tr.Stdout, tr.Stderr = &out, &out
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), fitTimeout(t))
 	defer cancel()
 	res, err := tr.Fit(ctx)
 	must.NoError(t, err, must.Sprint(out.String()))
 	return res, out.String()
+}
+
+// fitTimeout bounds a run: 8 minutes, or until shortly before the test
+// binary's deadline when that is later (the full CNN run asks for more with
+// -timeout).
+func fitTimeout(t *testing.T) time.Duration {
+	d := 8 * time.Minute
+	if end, ok := t.Deadline(); ok {
+		d = max(d, time.Until(end)-30*time.Second)
+	}
+	return d
 }
 
 // Our IDX reader returns the same images and labels as GoMNIST's own.
@@ -92,8 +105,52 @@ func TestFashionMLPFourWorkers(t *testing.T) {
 	cfg.DataDir = os.Getenv("NOMAD_TRAIN_FASHION_DIR") // else mnist.FashionDir
 	setsOf(t, cfg)
 	cfg.CacheDir = cacheDir(t) + "/" + cfg.Dataset
-	res, out := fitMNIST(t, t.TempDir(), cfg)
+	res, out := fitMNIST(t, t.TempDir(), mnist.TrainMLP, 4, cfg)
 	acc := res.Metrics["test_accuracy"].(float64)
 	t.Logf("Fashion-MNIST, 4 workers, %d epochs: test accuracy %.4f\n%s", cfg.Epochs, acc, out)
 	must.Greater(t, 0.85, acc)
+}
+
+// Two worker processes train the "mnist-cnn" builtin's model for one epoch
+// on part of the training set (cnnTrainSamples) and pass cnnAccuracy on the
+// first cnnTestSamples test images; rank 0's checkpoint restores into a
+// fresh model that scores the same.
+func TestMNISTCNNTwoWorkers(t *testing.T) {
+	sets(t)
+	cfg := mnist.CNNConfig()
+	cfg.TrainSamples, cfg.Epochs, cfg.TestSamples = cnnTrainSamples, 1, cnnTestSamples
+	cfg.CacheDir = cacheDir(t) + "/" + cfg.Dataset
+	start := time.Now()
+	res, out := fitMNIST(t, t.TempDir(), mnist.TrainCNN, 2, cfg)
+	acc := res.Metrics["test_accuracy"].(float64)
+	t.Logf("CNN, 2 workers, %d images, 1 epoch: test accuracy %.4f in %v\n%s", cfg.TrainSamples, acc, time.Since(start).Round(time.Second), out)
+	must.Greater(t, cnnAccuracy, acc)
+	must.StrContains(t, out, "[rank 0] epoch 0: loss")
+
+	m, err := mnist.NewModel(cfg)
+	must.NoError(t, err)
+	must.StrContains(t, m.Signature(), "Conv2D(28x28x1,8,k5,s1,p2)")
+	var meta map[string]any
+	must.NoError(t, nn.LoadDir(res.Checkpoint.Path(), m, nil, &meta))
+	must.Eq(t, 0.0, meta["epoch"])
+	_, test := sets(t)
+	got := accuracy(t, m, mnist.Limit{Source: test, N: cnnTestSamples})
+	must.InDelta(t, acc, got, 1e-9)
+}
+
+// The full "mnist-cnn" builtin (4 workers, all 60000 images, 3 epochs):
+// minutes on 2 cores, so it runs only with NOMAD_TRAIN_MNIST_CNN_FULL=1
+// (and a -timeout that leaves it time).
+func TestMNISTCNNFull(t *testing.T) {
+	if os.Getenv("NOMAD_TRAIN_MNIST_CNN_FULL") == "" {
+		t.Skip("set NOMAD_TRAIN_MNIST_CNN_FULL=1 to train the full CNN builtin")
+	}
+	sets(t)
+	cfg := mnist.CNNConfig()
+	cfg.CacheDir = cacheDir(t) + "/" + cfg.Dataset
+	start := time.Now()
+	res, out := fitMNIST(t, t.TempDir(), mnist.TrainCNN, 4, cfg)
+	acc := res.Metrics["test_accuracy"].(float64)
+	t.Logf("CNN builtin, 4 workers, %d epochs, backend %q: test accuracy %.4f in %v\n%s", cfg.Epochs, os.Getenv(nn.BackendEnv), acc, time.Since(start).Round(time.Second), out)
+	must.Greater(t, 0.985, acc)
 }

@@ -10,3 +10,11 @@ const (
 	raceTestSamples  = 0
 	wantAccuracy     = 0.97
 )
+
+// The CNN test trains on 18000 of the 60000 training images (96.8 % on the
+// first 2000 test images when measured).
+const (
+	cnnTrainSamples = 18000
+	cnnTestSamples  = 2000
+	cnnAccuracy     = 0.94
+)

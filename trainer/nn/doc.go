@@ -23,6 +23,19 @@
 //	// data parallel: all-reduce model.Grads() and divide by the world size here
 //	opt.Step()
 //
+// Besides Linear and the element-wise activations there are image layers
+// for small CNNs: Conv2D (im2col and one Backend product per batch),
+// MaxPool2D and Flatten, on images stored one per row, height-major with a
+// pixel's channels together (see Shape):
+//
+//	c1 := nn.NewConv2D(nn.Shape{H: 28, W: 28, C: 1}, 8, 5, 2)
+//	p1 := nn.NewMaxPool2D(c1.OutShape(), 2)
+//	cnn := nn.NewSequential(rng, c1, nn.NewReLU(), p1, nn.NewFlatten(p1.OutShape()),
+//		nn.NewLinear(p1.OutShape().Size(), 10))
+//
+// The optimizers' updates run as one fused loop over the flat buffers,
+// vectorised in C where cgo is available on amd64.
+//
 // SaveState and LoadState write and read a model's parameters with its
 // optimizer's state in a small checksummed binary format.
 package nn

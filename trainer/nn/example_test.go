@@ -46,3 +46,20 @@ func Example() {
 	// restored at step 300 accuracy: 1
 	// load nn state: nn state does not match model: saved from "Linear(2,16)|Tanh|Linear(16,2)", loading into "Linear(2,8)|Tanh|Linear(8,2)"
 }
+
+// A small CNN for 28×28 grey images: the image layers say their output
+// shapes, so each layer is built from the one before it.
+func ExampleConv2D() {
+	c1 := nn.NewConv2D(nn.Shape{H: 28, W: 28, C: 1}, 8, 5, 2)
+	p1 := nn.NewMaxPool2D(c1.OutShape(), 2)
+	c2 := nn.NewConv2D(p1.OutShape(), 16, 5, 2)
+	p2 := nn.NewMaxPool2D(c2.OutShape(), 2)
+	model := nn.NewSequential(rand.New(rand.NewPCG(1, 2)), c1, nn.NewReLU(), p1, c2, nn.NewReLU(), p2,
+		nn.NewFlatten(p2.OutShape()), nn.NewLinear(p2.OutShape().Size(), 10))
+	logits := model.Forward(nn.NewMatrix(4, 28*28)) // a batch of 4 blank images
+	fmt.Println(p2.OutShape(), model.NumParams(), logits.Rows, logits.Cols)
+	fmt.Println(model.Signature())
+	// Output:
+	// 7x7x16 11274 4 10
+	// Conv2D(28x28x1,8,k5,s1,p2)|ReLU|MaxPool2D(28x28x8,2)|Conv2D(14x14x8,16,k5,s1,p2)|ReLU|MaxPool2D(14x14x16,2)|Flatten(7x7x16)|Linear(784,10)
+}

@@ -93,9 +93,7 @@ func (l *Linear) Forward(x *Matrix) *Matrix {
 	}
 	l.x = x
 	l.out.Resize(x.Rows, l.Out)
-	for i := 0; i < x.Rows; i++ {
-		copy(l.out.Data[i*l.Out:(i+1)*l.Out], l.b)
-	}
+	fillRows(l.out.Data, l.b)
 	if x.Rows > 0 {
 		l.be.Sgemm(false, true, x.Rows, l.Out, l.In, 1, x.Data, l.In, l.w, l.In, 1, l.out.Data, l.Out)
 	}
@@ -126,12 +124,7 @@ func (l *Linear) BackwardParams(dout *Matrix) {
 	}
 	// dW += doutᵀ·x, db += column sums of dout.
 	l.be.Sgemm(true, false, l.Out, l.In, x.Rows, 1, dout.Data, l.Out, x.Data, l.In, 1, l.dw, l.In)
-	for i := 0; i < dout.Rows; i++ {
-		row := dout.Data[i*l.Out : (i+1)*l.Out]
-		for j, v := range row {
-			l.db[j] += v
-		}
-	}
+	addColumnSums(l.db, dout.Data)
 }
 
 // Signature implements Layer.

@@ -16,6 +16,12 @@ static void *nt_open(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOC
 static void *nt_sym(void *h, const char *name) { return dlsym(h, name); }
 static const char *nt_err(void) { const char *e = dlerror(); return e ? e : "unknown error"; }
 
+typedef void (*set_threads_fn)(int);
+typedef int (*get_threads_fn)(void);
+
+static void nt_set_threads(void *fn, int n) { ((set_threads_fn)fn)(n); }
+static int nt_get_threads(void *fn) { return ((get_threads_fn)fn)(); }
+
 static void nt_sgemm(void *fn, int ta, int tb, int m, int n, int k,
 	float alpha, const float *a, int lda, const float *b, int ldb,
 	float beta, float *c, int ldc) {
@@ -37,19 +43,25 @@ var openBLASLibs = []string{"libopenblas.so.0", "libopenblas.so"}
 // OpenBLAS is a Backend that calls cblas_sgemm of the system's OpenBLAS,
 // loaded at run time with dlopen, so binaries build without its headers
 // and pick it with NOMAD_TRAIN_BLAS=openblas where it is installed.
-// OpenBLAS runs its own threads (OPENBLAS_NUM_THREADS bounds them).
+// OpenBLAS runs its own threads: OPENBLAS_NUM_THREADS bounds them, and
+// NOMAD_TRAIN_BLAS=openblas:N sets their number for the process.
 type OpenBLAS struct {
 	sgemm unsafe.Pointer // the C function, valid for the process's life
+	// getThreads is openblas_get_num_threads, nil where the library lacks it.
+	getThreads unsafe.Pointer
 }
 
 var openBLAS struct {
-	once sync.Once
-	fn   unsafe.Pointer
-	err  error
+	once                   sync.Once
+	fn                     unsafe.Pointer
+	setThreads, getThreads unsafe.Pointer // nil where the library lacks them
+	err                    error
 }
 
-// openOpenBLAS loads the library once per process.
-func openOpenBLAS() (Backend, error) {
+// openOpenBLAS loads the library once per process. threads > 0 sets the
+// number of OpenBLAS threads for the whole process (the library has one
+// pool); 0 leaves it as the library chose.
+func openOpenBLAS(threads int) (Backend, error) {
 	openBLAS.once.Do(func() {
 		var errs []string
 		for _, lib := range openBLASLibs {
@@ -60,14 +72,14 @@ func openOpenBLAS() (Backend, error) {
 				errs = append(errs, C.GoString(C.nt_err()))
 				continue
 			}
-			sym := C.CString("cblas_sgemm")
-			fn := C.nt_sym(h, sym)
-			C.free(unsafe.Pointer(sym))
+			fn := symbol(h, "cblas_sgemm")
 			if fn == nil {
 				errs = append(errs, lib+": no cblas_sgemm")
 				continue
 			}
 			openBLAS.fn = fn
+			openBLAS.setThreads = symbol(h, "openblas_set_num_threads")
+			openBLAS.getThreads = symbol(h, "openblas_get_num_threads")
 			return
 		}
 		openBLAS.err = fmt.Errorf("%w: openblas: cannot load the library (install Debian's libopenblas0 or libopenblas-dev): %v", ErrBackendUnavailable, errs)
@@ -75,7 +87,29 @@ func openOpenBLAS() (Backend, error) {
 	if openBLAS.err != nil {
 		return nil, openBLAS.err
 	}
-	return OpenBLAS{sgemm: openBLAS.fn}, nil
+	if threads > 0 {
+		if openBLAS.setThreads == nil {
+			return nil, fmt.Errorf("%w: openblas:%d: this OpenBLAS has no openblas_set_num_threads; set OPENBLAS_NUM_THREADS instead", ErrBackendUnavailable, threads)
+		}
+		C.nt_set_threads(openBLAS.setThreads, C.int(threads))
+	}
+	return OpenBLAS{sgemm: openBLAS.fn, getThreads: openBLAS.getThreads}, nil
+}
+
+// sym2 looks name up in the library h, nil when it is missing.
+func symbol(h unsafe.Pointer, name string) unsafe.Pointer {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return C.nt_sym(h, cs)
+}
+
+// Threads is the number of threads OpenBLAS uses for one product, 0 when
+// the library does not say.
+func (o OpenBLAS) Threads() int {
+	if o.getThreads == nil {
+		return 0
+	}
+	return int(C.nt_get_threads(o.getThreads))
 }
 
 // Sgemm implements Backend.
@@ -122,4 +156,9 @@ func cbool(b bool) C.int {
 }
 
 // String describes the backend for benchmarks and logs.
-func (OpenBLAS) String() string { return "openblas" }
+func (o OpenBLAS) String() string {
+	if n := o.Threads(); n > 0 {
+		return fmt.Sprintf("openblas(%d)", n)
+	}
+	return "openblas"
+}

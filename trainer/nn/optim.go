@@ -66,26 +66,11 @@ func NewSGD(params, grads []float32, cfg SGDConfig) *SGD {
 
 // Step implements Optimizer.
 func (s *SGD) Step() {
-	lr, mu, wd := s.cfg.LR, s.cfg.Momentum, s.cfg.WeightDecay
-	p, g := s.params, s.grads[:len(s.params)]
-	switch {
-	case s.vel == nil:
-		for i := range p {
-			p[i] -= lr * (g[i] + wd*p[i])
-		}
-	case s.cfg.Nesterov:
-		v := s.vel[:len(p)]
-		for i := range p {
-			gi := g[i] + wd*p[i]
-			v[i] = mu*v[i] + gi
-			p[i] -= lr * (gi + mu*v[i])
-		}
-	default:
-		v := s.vel[:len(p)]
-		for i := range p {
-			v[i] = mu*v[i] + g[i] + wd*p[i]
-			p[i] -= lr * v[i]
-		}
+	c := s.cfg
+	if s.vel == nil {
+		sgdUpdate(s.params, s.grads, c.LR, c.WeightDecay)
+	} else {
+		sgdMomentumUpdate(s.params, s.grads, s.vel, c.LR, c.Momentum, c.WeightDecay, c.Nesterov)
 	}
 	s.steps++
 }
@@ -149,20 +134,19 @@ func NewAdam(params, grads []float32, cfg AdamConfig) *Adam {
 // Step implements Optimizer.
 func (a *Adam) Step() {
 	a.steps++
+	n := len(a.params)
+	adamUpdate(a.params, a.grads, a.state[:n], a.state[n:2*n], a.coef())
+}
+
+// coef folds the current step's bias corrections into the update's scalars.
+func (a *Adam) coef() adamCoef {
 	c := a.cfg
 	t := float64(a.steps)
 	bc1 := 1 - math.Pow(float64(c.Beta1), t)
 	bc2 := 1 - math.Pow(float64(c.Beta2), t)
-	stepSize := float32(float64(c.LR) / bc1)
-	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
-	n := len(a.params)
-	p, g, m, v := a.params, a.grads[:n], a.state[:n], a.state[n:2*n]
-	for i := range p {
-		gi := g[i] + c.WeightDecay*p[i]
-		m[i] = c.Beta1*m[i] + (1-c.Beta1)*gi
-		v[i] = c.Beta2*v[i] + (1-c.Beta2)*gi*gi
-		denom := float32(math.Sqrt(float64(v[i])))*invSqrtBC2 + c.Eps
-		p[i] -= stepSize * m[i] / denom
+	return adamCoef{
+		b1: c.Beta1, ob1: 1 - c.Beta1, b2: c.Beta2, ob2: 1 - c.Beta2, wd: c.WeightDecay,
+		step: float32(float64(c.LR) / bc1), invSqrtBC2: float32(1 / math.Sqrt(bc2)), eps: c.Eps,
 	}
 }
 

@@ -9,7 +9,8 @@ import (
 
 // BackendEnv is the environment variable that picks a worker's matmul
 // backend without code changes: "gonum" (the default), "parallel" or
-// "parallel:N" (N goroutines), or "openblas".
+// "parallel:N" (N goroutines), "openblas", or "openblas:N" (N OpenBLAS
+// threads; the setting is the process's, OpenBLAS having one pool).
 const BackendEnv = "NOMAD_TRAIN_BLAS"
 
 // ErrBackendUnavailable is wrapped when the backend asked for cannot be
@@ -27,24 +28,36 @@ func NewBackend(name string) (Backend, func(), error) {
 	case "", "gonum":
 		return Gonum{}, noop, nil
 	case "parallel":
-		n := 2
-		if arg != "" {
-			v, err := strconv.Atoi(arg)
-			if err != nil || v < 1 {
-				return nil, noop, fmt.Errorf("matmul backend %q: want parallel:N with N ≥ 1", name)
-			}
-			n = v
+		n, err := threadsArg(name, kind, arg, 2)
+		if err != nil {
+			return nil, noop, err
 		}
 		p := NewParallel(n)
 		return p, p.Close, nil
 	case "openblas":
-		be, err := openOpenBLAS()
+		n, err := threadsArg(name, kind, arg, 0)
+		if err != nil {
+			return nil, noop, err
+		}
+		be, err := openOpenBLAS(n)
 		if err != nil {
 			return nil, noop, err
 		}
 		return be, noop, nil
 	}
-	return nil, noop, fmt.Errorf("matmul backend %q: unknown (want gonum, parallel[:N] or openblas)", name)
+	return nil, noop, fmt.Errorf("matmul backend %q: unknown (want gonum, parallel[:N] or openblas[:N])", name)
+}
+
+// threadsArg parses the N of "kind:N", def when there is none.
+func threadsArg(name, kind, arg string, def int) (int, error) {
+	if arg == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(arg)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("matmul backend %q: want %s:N with N ≥ 1", name, kind)
+	}
+	return v, nil
 }
 
 // BackendFromEnv is NewBackend of the BackendEnv variable read through

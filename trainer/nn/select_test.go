@@ -79,6 +79,8 @@ func TestBackendFromEnv(t *testing.T) {
 		{"gonum", "nn.Gonum", false},
 		{"Parallel:4", "parallel(4)", false},
 		{"parallel:0", "", true},
+		{"openblas:0", "", true},
+		{"openblas:x", "", true},
 		{"mkl", "", true},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
@@ -98,6 +100,31 @@ func TestBackendFromEnv(t *testing.T) {
 			}
 			must.Eq(t, tc.want, got)
 		})
+	}
+}
+
+// openblas:N sets the number of OpenBLAS threads (for the process).
+func TestOpenBLASThreads(t *testing.T) {
+	be, _, err := NewBackend("openblas")
+	if errors.Is(err, ErrBackendUnavailable) {
+		t.Skipf("no openblas: %v", err)
+	}
+	must.NoError(t, err)
+	ob, ok := be.(interface{ Threads() int })
+	must.True(t, ok)
+	orig := ob.Threads()
+	if orig == 0 {
+		t.Skip("this OpenBLAS does not report its threads")
+	}
+	t.Cleanup(func() {
+		_, _, err := NewBackend(fmt.Sprintf("openblas:%d", orig))
+		must.NoError(t, err)
+	})
+	for _, n := range []int{1, 3} {
+		be, _, err := NewBackend(fmt.Sprintf("OpenBLAS:%d", n))
+		must.NoError(t, err)
+		must.Eq(t, fmt.Sprintf("openblas(%d)", n), be.(fmt.Stringer).String())
+		must.Eq(t, n, ob.Threads())
 	}
 }
 
