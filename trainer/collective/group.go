@@ -48,7 +48,10 @@ const (
 const DefaultTimeout = 30 * time.Second
 
 // DefaultChunkBytes is the pipelining unit when Config.ChunkBytes is zero.
-const DefaultChunkBytes = 256 << 10
+// 1 MiB rather than 256 KiB: on an idle 2-core machine it raised the
+// shared-memory busbw from 1.7–2.0 to 2.8–3.6 GB/s (fewer control messages
+// and goroutine hand-offs per byte) and left the TCP path no slower.
+const DefaultChunkBytes = 1 << 20
 
 // window is how many chunks may be in flight per direction at once.
 const window = 4
