@@ -137,6 +137,8 @@ var userEnvKnobs = map[string]bool{
 	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
 	// how same-host ranks move collective data: auto (shared memory) or tcp
 	"NOMAD_TRAIN_COLLECTIVE_TRANSPORT": true,
+	// which progress records are fsynced: records (all) or checkpoints
+	"NOMAD_TRAIN_FSYNC": true,
 }
 
 // ReservedMetaPrefix and ReservedEnvPrefix start the meta keys and

@@ -18,9 +18,11 @@ import (
 func TestPublishProgress(t *testing.T) {
 	st := rendezvous.NewMemStore(nil)
 	w := &worker{env: workerenv.Env{RunName: "r"}, store: st, log: hclog.NewNullLogger()}
+	w.pub = newPublisher(w.putProgress)
 	for step := int64(1); step <= 3; step++ {
 		w.publishProgress(storage.Record{Step: step, Metrics: map[string]any{"loss": 1.0 / float64(step)}, Checkpoint: "checkpoint_000001"})
 	}
+	w.pub.close() // what the worker does before it closes the store
 	v, err := st.Get(context.Background(), "r/progress")
 	must.NoError(t, err)
 	recs, err := storage.ReadProgress(bytes.NewReader(v.Data))

@@ -159,6 +159,9 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 	}
 	defer hb.Close(context.Background())
 	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb}
+	pub := newPublisher(w.putProgress)
+	defer pub.close()
+	w.pub = pub
 	for {
 		err := w.generation(ctx)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
@@ -191,6 +194,7 @@ type worker struct {
 	secret []byte
 	stop   stopRequest // the first SIGTERM/SIGINT (see watchStop)
 	hb     heartbeat
+	pub    *publisher // rank 0's progress, off the training loop's path
 }
 
 // markFailed records that the run failed for good (see storage.FailedFile):
@@ -202,12 +206,17 @@ func (w *worker) markFailed(err error, code int) {
 	}
 }
 
-// publishProgress puts rank 0's latest report at "<run>/progress" in the
-// rendezvous store (on Nomad, under the job's Consul prefix:
-// "nomad-train/<namespace>/<job>/<run>/progress"), where
-// `nomad-train run` and `status` read it without reaching any worker. Best
-// effort: the report is already committed to storage.
-func (w *worker) publishProgress(rec storage.Record) {
+// publishProgress hands rank 0's latest report to the publisher, which
+// puts it in the rendezvous store in the background (putProgress): the
+// report is already committed to storage, and the store's round trips
+// should not lengthen the training step.
+func (w *worker) publishProgress(rec storage.Record) { w.pub.offer(rec) }
+
+// putProgress puts a report at "<run>/progress" in the rendezvous store (on
+// Nomad, under the job's Consul prefix:
+// "nomad-train/<namespace>/<job>/<run>/progress"), where `nomad-train run`
+// and `status` read it without reaching any worker. Best effort.
+func (w *worker) putProgress(rec storage.Record) {
 	line, err := storage.EncodeRecord(rec)
 	if err != nil {
 		return
@@ -225,6 +234,67 @@ func (w *worker) publishProgress(rec storage.Record) {
 			return
 		}
 	}
+}
+
+// publisher runs put on the latest offered record, one at a time, on its
+// own goroutine: a record offered while an older one is still being put
+// replaces any record waiting, so a slow store delays the display and
+// never the caller. close puts what is waiting, then returns.
+type publisher struct {
+	put  func(storage.Record)
+	mu   sync.Mutex
+	next *storage.Record
+	wake chan struct{}
+	quit chan struct{}
+	done chan struct{}
+}
+
+func newPublisher(put func(storage.Record)) *publisher {
+	p := &publisher{put: put, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go p.loop()
+	return p
+}
+
+// offer queues rec in place of any record not yet put; it never blocks.
+func (p *publisher) offer(rec storage.Record) {
+	p.mu.Lock()
+	p.next = &rec
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *publisher) take() *storage.Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.next
+	p.next = nil
+	return r
+}
+
+func (p *publisher) loop() {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.wake:
+		case <-p.quit:
+			if r := p.take(); r != nil {
+				p.put(*r)
+			}
+			return
+		}
+		if r := p.take(); r != nil {
+			p.put(*r)
+		}
+	}
+}
+
+// close puts the record still waiting, if any, and stops the goroutine.
+func (p *publisher) close() {
+	close(p.quit)
+	<-p.done
 }
 
 // heartbeat is told of progress (a Consul TTL check on clusters).
@@ -444,7 +514,11 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 }
 
 func (s *Session) openStorage(env workerenv.Env) resumePoint {
-	st, err := storage.Open(env.StoragePath, env.RunName, storagePolicy(env.Checkpoint))
+	policy := storagePolicy(env.Checkpoint)
+	if env.FsyncCheckpointsOnly {
+		policy.Fsync = storage.FsyncCheckpointRecords
+	}
+	st, err := storage.Open(env.StoragePath, env.RunName, policy)
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}

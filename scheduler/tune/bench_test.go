@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // BenchmarkB7 tunes 64 synthetic trials with a fixed work of 25ms per
@@ -106,6 +107,9 @@ func benchB7Processes(b *testing.B, cold bool) {
 		p := NewProcesses(synthTrain, 1)
 		p.Args = []string{"-test.run=^$", "-test.bench=^BenchmarkB7Processes$"}
 		p.NoPreStart = cold
+		// The same durability as the in-process B7: metric records are
+		// written at once and flushed with the next checkpoint record.
+		p.Env = []string{workerenv.Fsync + "=checkpoints"}
 		tb := &timedBackend{Backend: p}
 		tu := New(tb, lrSpace(27), Config{
 			Name: "b7p", StoragePath: b.TempDir(), NumSamples: 64, MaxConcurrentTrials: slots,

@@ -32,3 +32,13 @@ func TestLoadCollectiveTransport(t *testing.T) {
 		must.ErrorContains(t, err, CollectiveTransport)
 	})
 }
+
+func TestLoadFsync(t *testing.T) {
+	for value, want := range map[string]bool{"": false, "records": false, "checkpoints": true} {
+		e, err := Load(env(map[string]string{RunName: "r", StoragePath: "s", Fsync: value}))
+		must.NoError(t, err)
+		must.Eq(t, want, e.FsyncCheckpointsOnly)
+	}
+	_, err := Load(env(map[string]string{RunName: "r", StoragePath: "s", Fsync: "never"}))
+	must.ErrorContains(t, err, Fsync)
+}
