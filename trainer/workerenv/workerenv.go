@@ -127,10 +127,10 @@ type Env struct {
 	CollectiveTransport collective.Transport
 	// FsyncCheckpointsOnly is Fsync=checkpoints.
 	FsyncCheckpointsOnly bool
-	StopGrace           time.Duration
-	LeaseTTL            time.Duration
-	StallFloor          time.Duration
-	StallFactor         float64
+	StopGrace            time.Duration
+	LeaseTTL             time.Duration
+	StallFloor           time.Duration
+	StallFactor          float64
 }
 
 // IsWorker reports whether this process was launched as a worker.
