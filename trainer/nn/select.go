@@ -3,6 +3,7 @@ package nn
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -68,4 +69,25 @@ func BackendFromEnv(getenv func(string) string) (Backend, func(), error) {
 		return nil, release, fmt.Errorf("%s: %w", BackendEnv, err)
 	}
 	return be, release, nil
+}
+
+// WorkerBackendFromEnv is BackendFromEnv for one of localWorkers worker
+// processes that share this machine's cores (Session.LocalWorldSize): a
+// threaded backend named without a count ("parallel", "openblas") gets an
+// equal share of the CPUs, runtime.NumCPU()/localWorkers and at least 1,
+// instead of one thread per CPU in every worker, which oversubscribes the
+// cores (torchrun likewise gives each of several local workers
+// OMP_NUM_THREADS=1). An explicit ":N" is kept.
+func WorkerBackendFromEnv(getenv func(string) string, localWorkers int) (Backend, func(), error) {
+	name := getenv(BackendEnv)
+	kind, arg, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), ":")
+	if localWorkers > 1 && arg == "" && (kind == "parallel" || kind == "openblas") {
+		name = kind + ":" + strconv.Itoa(max(1, runtime.NumCPU()/localWorkers))
+	}
+	return BackendFromEnv(func(k string) string {
+		if k == BackendEnv {
+			return name
+		}
+		return getenv(k)
+	})
 }

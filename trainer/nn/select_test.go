@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -145,4 +146,31 @@ func TestSaveLoadDir(t *testing.T) {
 	must.Eq(t, m.Params(), m2.Params())
 	must.Eq(t, opt.State(), opt2.State())
 	must.Error(t, LoadDir(t.TempDir(), m2, opt2, &meta))
+}
+
+// Workers sharing a machine split its CPUs between their threaded
+// backends unless the count is explicit.
+func TestWorkerBackendFromEnv(t *testing.T) {
+	share := max(1, runtime.NumCPU()/4)
+	for _, tc := range []struct {
+		env   string
+		local int
+		want  string
+	}{
+		{"", 4, "nn.Gonum"},
+		{"parallel", 1, "parallel(2)"},
+		{"parallel", 4, fmt.Sprintf("parallel(%d)", share)},
+		{"parallel:3", 4, "parallel(3)"},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.env, tc.local), func(t *testing.T) {
+			be, release, err := WorkerBackendFromEnv(func(string) string { return tc.env }, tc.local)
+			must.NoError(t, err)
+			defer release()
+			got := fmt.Sprintf("%T", be)
+			if s, ok := be.(fmt.Stringer); ok {
+				got = s.String()
+			}
+			must.Eq(t, tc.want, got)
+		})
+	}
 }
