@@ -22,7 +22,7 @@ type API interface {
 	Deregister(ctx context.Context, jobID string, purge bool) error
 	// JobInfo reads a job; an unknown job is ErrNoSuchRun.
 	JobInfo(ctx context.Context, jobID string) (*api.Job, error)
-	// Jobs lists the jobs whose ID starts with prefix.
+	// Jobs lists the jobs whose ID starts with prefix, with their meta.
 	Jobs(ctx context.Context, prefix string) ([]*api.JobListStub, error)
 	// Allocations lists every allocation of jobID, old ones included.
 	Allocations(ctx context.Context, jobID string, waitIndex uint64) ([]*api.AllocationListStub, uint64, error)
@@ -126,7 +126,8 @@ func (c *Client) JobInfo(ctx context.Context, jobID string) (*api.Job, error) {
 func (c *Client) Jobs(ctx context.Context, prefix string) ([]*api.JobListStub, error) {
 	q := qo(ctx, 0)
 	q.Prefix = prefix
-	js, _, err := c.c.Jobs().List(q)
+	// Job stubs carry meta (how runs are recognised) only when asked.
+	js, _, err := c.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q)
 	return js, err
 }
 

@@ -208,6 +208,9 @@ func reply(w http.ResponseWriter, index uint64, v any) {
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
+	// Like a real agent, the stubs carry the jobs' meta only when asked
+	// with meta=true.
+	withMeta := r.URL.Query().Get("meta") == "true"
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []*api.JobListStub{}
@@ -219,7 +222,11 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.stopped[id]; ok {
 			status = "dead"
 		}
-		out = append(out, &api.JobListStub{ID: id, Name: id, Type: "batch", Status: status, Meta: j.Meta})
+		stub := &api.JobListStub{ID: id, Name: id, Type: "batch", Status: status}
+		if withMeta {
+			stub.Meta = j.Meta
+		}
+		out = append(out, stub)
 	}
 	reply(w, 1, out)
 }
