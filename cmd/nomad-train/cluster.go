@@ -71,6 +71,15 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	// Submitting is a deliberate new attempt: a run that failed for good
 	// may try again. Best effort: this machine may not mount the storage.
 	_ = storage.ClearFailed(spec.Run.StoragePath, spec.Name)
+	if spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
+		// And it starts with the whole failure budget: the last gang's
+		// generation, left in Consul, would otherwise count against it.
+		if kv := consulKV(); kv != nil {
+			if err := nomad.ClearRendezvous(ctx, c, kv, cf.namespace, *job.ID); err != nil {
+				fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+			}
+		}
+	}
 	out := &syncWriter{w: stdout}
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %d workers, storage %s\n",
 		spec.Name, cf.address, spec.Scaling.NumWorkers, spec.Run.StoragePath)
@@ -189,6 +198,16 @@ func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSou
 	if f := (nomad.FileProgress{StoragePath: storagePath, Run: run}); f.Available() {
 		return f
 	}
+	kv := consulKV()
+	if kv == nil {
+		return nil
+	}
+	return nomad.ConsulProgress{KV: kv, Namespace: namespace, Job: jobID, Run: run}
+}
+
+// consulKV is the KV endpoint of the Consul agent CONSUL_HTTP_ADDR names,
+// or nil when it is not set.
+func consulKV() *consul.KV {
 	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
 		return nil
 	}
@@ -196,7 +215,7 @@ func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSou
 	if err != nil {
 		return nil
 	}
-	return nomad.ConsulProgress{KV: c.KV(), Namespace: namespace, Job: jobID, Run: run}
+	return c.KV()
 }
 
 // followProgress prints each new report until ctx ends.

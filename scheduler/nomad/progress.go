@@ -100,6 +100,33 @@ type KV interface {
 	Get(key string, q *consul.QueryOptions) (*consul.KVPair, *consul.QueryMeta, error)
 }
 
+// KVTree deletes a Consul KV prefix (consul/api's *KV).
+type KVTree interface {
+	DeleteTree(prefix string, w *consul.WriteOptions) (*consul.WriteMeta, error)
+}
+
+// ClearRendezvous removes what the workers of job left in Consul under its
+// rendezvous prefix (storeuri.NomadJobPrefix): the last gang's state,
+// whose generation counts against the failure budget, and the published
+// progress. Submitting the job again is a new run with the whole budget;
+// the checkpoints it resumes from live in storage, not here. It refuses
+// while the job still runs (its workers use those keys).
+func ClearRendezvous(ctx context.Context, c API, kv KVTree, namespace, jobID string) error {
+	job, err := c.JobInfo(ctx, jobID)
+	switch {
+	case errors.Is(err, ErrNoSuchRun):
+	case err != nil:
+		return fmt.Errorf("clearing rendezvous of job %s: %w", jobID, err)
+	case job.Status == nil || *job.Status != "dead":
+		return fmt.Errorf("clearing rendezvous of job %s: the job is %s", jobID, deref(job.Status, "in an unknown state"))
+	}
+	prefix := storeuri.NomadJobPrefix(namespace, jobID)
+	if _, err := kv.DeleteTree(prefix, (&consul.WriteOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("clearing rendezvous %s: %w", prefix, err)
+	}
+	return nil
+}
+
 // ConsulProgress reads the report rank 0 publishes in Consul KV.
 type ConsulProgress struct {
 	KV KV
@@ -131,4 +158,12 @@ func DecodeProgress(b []byte) (storage.Record, error) {
 		return storage.Record{}, fmt.Errorf("decoding published progress: want one record, got %d", len(recs))
 	}
 	return recs[0], nil
+}
+
+// deref is *p, or def for nil.
+func deref(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
 }

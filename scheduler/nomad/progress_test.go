@@ -130,3 +130,31 @@ func FuzzDecodeProgress(f *testing.F) {
 		}
 	})
 }
+
+// treeKV records DeleteTree calls.
+type treeKV struct{ deleted []string }
+
+func (k *treeKV) DeleteTree(prefix string, _ *consul.WriteOptions) (*consul.WriteMeta, error) {
+	k.deleted = append(k.deleted, prefix)
+	return &consul.WriteMeta{}, nil
+}
+
+// A new submission of a job clears its last gang from Consul, but never
+// under a job that still runs.
+func TestClearRendezvous(t *testing.T) {
+	ctx := context.Background()
+	_, c := newTestClient(t)
+	kv := &treeKV{}
+	must.NoError(t, ClearRendezvous(ctx, c, kv, "", "never-ran"))
+	must.Eq(t, []string{"nomad-train/default/never-ran/"}, kv.deleted)
+
+	_, err := Submit(ctx, c, testJob("qs", 2), SubmitOptions{})
+	must.NoError(t, err)
+	kv.deleted = nil
+	must.ErrorContains(t, ClearRendezvous(ctx, c, kv, "ml", "qs"), "the job is running")
+	must.SliceEmpty(t, kv.deleted)
+
+	must.NoError(t, Stop(ctx, c, "qs", "ml", false))
+	must.NoError(t, ClearRendezvous(ctx, c, kv, "ml", "qs"))
+	must.Eq(t, []string{"nomad-train/ml/qs/"}, kv.deleted)
+}

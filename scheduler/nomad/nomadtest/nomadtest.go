@@ -245,14 +245,21 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) jobInfo(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	s.mu.Lock()
-	j := s.jobs[r.PathValue("id")]
+	j := s.jobs[id]
+	_, stopped := s.stopped[id]
 	s.mu.Unlock()
 	if j == nil {
 		http.Error(w, "job not found", http.StatusNotFound)
 		return
 	}
-	reply(w, 10, j)
+	c := *j // a real agent reports the job's status
+	c.Status = new("running")
+	if stopped {
+		c.Status = new("dead")
+	}
+	reply(w, 10, &c)
 }
 
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
