@@ -159,9 +159,8 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 	}
 	defer hb.Close(context.Background())
 	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb}
-	pub := newPublisher(w.putProgress)
-	defer pub.close()
-	w.pub = pub
+	w.pub = newPublisher(w.putProgress)
+	defer w.pub.close()
 	for {
 		err := w.generation(ctx)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
@@ -266,12 +265,15 @@ func (p *publisher) offer(rec storage.Record) {
 	}
 }
 
-func (p *publisher) take() *storage.Record {
+// putWaiting puts the record waiting, if any.
+func (p *publisher) putWaiting() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	r := p.next
 	p.next = nil
-	return r
+	p.mu.Unlock()
+	if r != nil {
+		p.put(*r)
+	}
 }
 
 func (p *publisher) loop() {
@@ -279,14 +281,10 @@ func (p *publisher) loop() {
 	for {
 		select {
 		case <-p.wake:
+			p.putWaiting()
 		case <-p.quit:
-			if r := p.take(); r != nil {
-				p.put(*r)
-			}
+			p.putWaiting()
 			return
-		}
-		if r := p.take(); r != nil {
-			p.put(*r)
 		}
 	}
 }

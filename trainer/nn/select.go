@@ -84,10 +84,9 @@ func WorkerBackendFromEnv(getenv func(string) string, localWorkers int) (Backend
 	if localWorkers > 1 && arg == "" && (kind == "parallel" || kind == "openblas") {
 		name = kind + ":" + strconv.Itoa(max(1, runtime.NumCPU()/localWorkers))
 	}
-	return BackendFromEnv(func(k string) string {
-		if k == BackendEnv {
-			return name
-		}
-		return getenv(k)
-	})
+	be, release, err := NewBackend(name)
+	if err != nil {
+		return nil, release, fmt.Errorf("%s: %w", BackendEnv, err)
+	}
+	return be, release, nil
 }
