@@ -23,7 +23,8 @@ type Client struct {
 	logger hclog.Logger
 	clock  Clock
 
-	wmu sync.Mutex // serializes frame writes
+	wmu    sync.Mutex // serializes frame writes
+	queued []byte     // guarded by wmu: frames that go out with the next write
 
 	done   chan struct{} // closed when the reading goroutine ends
 	stop   chan struct{} // closed by Close
@@ -33,6 +34,7 @@ type Client struct {
 	mu sync.Mutex
 	// guarded by mu:
 	nextID  uint64
+	leases  uint64 // leases named so far
 	pending map[uint64]chan response
 	err     error // why the connection ended
 }
@@ -55,12 +57,14 @@ func Dial(ctx context.Context, addr string, secret []byte, logger hclog.Logger) 
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	if err := auth.Handshake(conn, secret, auth.Dialer, timeout); err != nil {
+	proof, err := auth.Dial(conn, secret, timeout)
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("authenticate to rendezvous store %s: %w", addr, err)
 	}
 	c := &Client{
 		conn:    conn,
+		queued:  proof, // goes out with the first request, or on its own soon
 		logger:  logger.Named("rendezvous-client"),
 		clock:   RealClock{},
 		done:    make(chan struct{}),
@@ -69,7 +73,7 @@ func Dial(ctx context.Context, addr string, secret []byte, logger hclog.Logger) 
 	}
 	c.wg.Add(2)
 	go c.readLoop()
-	go c.pingLoop()
+	go c.pingLoop(proofDelay)
 	return c, nil
 }
 
@@ -107,14 +111,26 @@ func (c *Client) readLoop() {
 	close(c.done)
 }
 
-// pingLoop keeps the server from timing the connection out while the
-// client has nothing to ask.
-func (c *Client) pingLoop() {
+// proofDelay is how long the client's proof of the secret waits for a
+// first request to ride with before it goes out alone (the server allows
+// the handshake seconds).
+const proofDelay = 50 * time.Millisecond
+
+// pingLoop sends the proof of the secret if no request took it within
+// proofDelay, and keeps the server from timing the connection out while
+// the client has nothing to ask.
+func (c *Client) pingLoop(proofDelay time.Duration) {
 	defer c.wg.Done()
+	proof := time.NewTimer(proofDelay)
+	defer proof.Stop()
 	t := time.NewTicker(pingInterval)
 	defer t.Stop()
 	for {
 		select {
+		case <-proof.C:
+			if err := c.write(nil); err != nil {
+				c.conn.Close()
+			}
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), pingInterval)
 			_, err := c.call(ctx, request{Op: opPing})
@@ -140,9 +156,17 @@ func (c *Client) closedErr() error {
 	return fmt.Errorf("%w: %v", ErrClosed, c.err)
 }
 
+// write sends frame, behind any frames queued before it, in one system call.
 func (c *Client) write(frame []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if len(c.queued) > 0 {
+		frame = append(c.queued, frame...)
+		c.queued = nil
+	}
+	if len(frame) == 0 {
+		return nil
+	}
 	if err := c.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 		return err
 	}
@@ -150,17 +174,44 @@ func (c *Client) write(frame []byte) error {
 	return err
 }
 
+// queue holds frame back until the next write.
+func (c *Client) queue(frame []byte) {
+	c.wmu.Lock()
+	c.queued = append(c.queued, frame...)
+	c.wmu.Unlock()
+}
+
 // call sends req and waits for its response or for ctx.
 func (c *Client) call(ctx context.Context, req request) (response, error) {
-	if err := ctx.Err(); err != nil {
+	p, err := c.send(ctx, req, false)
+	if err != nil {
 		return response{}, err
+	}
+	return p.await(ctx)
+}
+
+// pendingCall is a request sent and not yet answered.
+type pendingCall struct {
+	c  *Client
+	id uint64
+	ch chan response
+}
+
+// send writes req and returns without waiting for its answer. The server
+// answers a connection's requests other than waits in the order they came,
+// so a later request may depend on an earlier one still in flight. A
+// request sent with later set is queued and goes out with the next one
+// (or when its answer is awaited).
+func (c *Client) send(ctx context.Context, req request, later bool) (pendingCall, error) {
+	if err := ctx.Err(); err != nil {
+		return pendingCall{}, err
 	}
 	ch := make(chan response, 1)
 	c.mu.Lock()
 	select {
 	case <-c.done:
 		c.mu.Unlock()
-		return response{}, c.closedErr()
+		return pendingCall{}, c.closedErr()
 	default:
 	}
 	c.nextID++
@@ -170,24 +221,36 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 
 	frame, err := encodeFrame(req)
 	if err == nil {
-		err = c.write(frame)
+		if later {
+			c.queue(frame)
+		} else {
+			err = c.write(frame)
+		}
 	}
 	if err != nil {
 		c.forget(req.ID)
 		c.conn.Close()
-		return response{}, fmt.Errorf("send %s request: %w", req.Op, err)
+		return pendingCall{}, fmt.Errorf("send %s request: %w", req.Op, err)
+	}
+	return pendingCall{c: c, id: req.ID, ch: ch}, nil
+}
+
+// await waits for p's response or for ctx; giving up cancels the request.
+func (p pendingCall) await(ctx context.Context) (response, error) {
+	if err := p.c.write(nil); err != nil { // p itself may still be queued
+		p.c.conn.Close()
 	}
 	select {
-	case resp := <-ch:
+	case resp := <-p.ch:
 		return resp, resp.respErr()
 	case <-ctx.Done():
-		c.forget(req.ID)
-		if frame, err := encodeFrame(request{ID: req.ID, Op: opCancel, Target: req.ID}); err == nil {
-			_ = c.write(frame) // best effort: the server also ends waits on its own
+		p.c.forget(p.id)
+		if frame, err := encodeFrame(request{ID: p.id, Op: opCancel, Target: p.id}); err == nil {
+			_ = p.c.write(frame) // best effort: the server also ends waits on its own
 		}
 		return response{}, ctx.Err()
-	case <-c.done:
-		return response{}, c.closedErr()
+	case <-p.c.done:
+		return response{}, p.c.closedErr()
 	}
 }
 
@@ -271,23 +334,31 @@ func (c *Client) WaitPrefix(ctx context.Context, prefix string, after uint64) ([
 	}
 }
 
-// Grant implements Store.
+// Grant implements Store. It does not wait for the server's answer, nor
+// even send the request at once: the client names the lease, so the
+// request that uses it (a join's transaction) carries the grant with it in
+// one write and the server answers both in one, saving a round trip. A
+// grant the server refused shows in the first call that uses the lease.
 func (c *Client) Grant(ctx context.Context, ttl time.Duration) (Lease, error) {
 	if ttl <= 0 || ttl > maxTTL {
 		return nil, fmt.Errorf("grant lease: ttl %v out of range", ttl)
 	}
 	ms := max(ttl.Milliseconds(), 1)
-	resp, err := c.call(ctx, request{Op: opGrant, TTLms: ms})
+	c.mu.Lock()
+	c.leases++
+	name := fmt.Sprintf("lease-%d", c.leases)
+	c.mu.Unlock()
+	p, err := c.send(ctx, request{Op: opGrant, TTLms: ms, Lease: name}, true)
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	return &clientLease{c: c, id: resp.Lease, ttl: time.Duration(resp.TTLms) * time.Millisecond}, nil
+	return &clientLease{c: c, id: name, ttl: time.Duration(ms) * time.Millisecond, grant: p}, nil
 }
 
 // PutEphemeral implements Store.
 func (c *Client) PutEphemeral(ctx context.Context, lease Lease, key string, data []byte) error {
 	if _, err := c.call(ctx, request{Op: opPutEphemeral, Key: key, Data: data, Lease: lease.ID()}); err != nil {
-		return fmt.Errorf("put ephemeral %s: %w", key, err)
+		return fmt.Errorf("put ephemeral %s: %w", key, grantErr(err, lease))
 	}
 	return nil
 }
@@ -306,6 +377,11 @@ func (c *Client) Txn(ctx context.Context, ops []TxnOp) (TxnResult, error) {
 	}
 	resp, err := c.call(ctx, req)
 	if err != nil {
+		for _, op := range ops {
+			if op.Lease != nil {
+				err = grantErr(err, op.Lease)
+			}
+		}
 		return TxnResult{}, fmt.Errorf("transaction: %w", err)
 	}
 	if !resp.OK {
@@ -329,12 +405,41 @@ func (c *Client) Close() error {
 
 // clientLease is a lease held on the server through a Client.
 type clientLease struct {
-	c   *Client
-	id  string
-	ttl time.Duration
+	c     *Client
+	id    string
+	ttl   time.Duration
+	grant pendingCall // the grant request, answered or not
+
+	once sync.Once
+	err  error // the grant's outcome, once awaited
 }
 
-// ID implements Lease.
+// granted waits for the grant's answer (once) and returns its error.
+func (l *clientLease) granted(ctx context.Context) error {
+	l.once.Do(func() {
+		if _, err := l.grant.await(ctx); err != nil {
+			l.err = fmt.Errorf("grant lease: %w", err)
+		}
+	})
+	return l.err
+}
+
+// grantErr explains err, an error from a call that used lease, by the
+// lease's failed grant when there was one. The server answers a
+// connection's requests in order, so once a later request was refused for
+// want of the lease, the grant's answer has come (or the connection ended).
+func grantErr(err error, lease Lease) error {
+	l, ok := lease.(*clientLease)
+	if !ok || !errors.Is(err, ErrLeaseNotFound) {
+		return err
+	}
+	if gerr := l.granted(context.Background()); gerr != nil {
+		return gerr
+	}
+	return err
+}
+
+// ID implements Lease: a name local to the client's connection.
 func (l *clientLease) ID() string { return l.id }
 
 // TTL implements Lease.
@@ -342,6 +447,9 @@ func (l *clientLease) TTL() time.Duration { return l.ttl }
 
 // Renew implements Lease.
 func (l *clientLease) Renew(ctx context.Context) error {
+	if err := l.granted(ctx); err != nil {
+		return err
+	}
 	if _, err := l.c.call(ctx, request{Op: opRenew, Lease: l.id}); err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
@@ -353,6 +461,9 @@ func (l *clientLease) KeepAlive(ctx context.Context) error { return keepAlive(ct
 
 // Revoke implements Lease.
 func (l *clientLease) Revoke(ctx context.Context) error {
+	if err := l.granted(ctx); err != nil {
+		return err
+	}
 	if _, err := l.c.call(ctx, request{Op: opRevoke, Lease: l.id}); err != nil {
 		return fmt.Errorf("revoke lease: %w", err)
 	}

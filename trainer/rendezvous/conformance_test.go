@@ -43,10 +43,18 @@ var testSecret = []byte("conformance-secret")
 // serve starts a Server for st on a loopback port and returns its address.
 func serve(t testing.TB, st *rendezvous.MemStore, secret []byte, logger hclog.Logger) string {
 	t.Helper()
+	return serveConfig(t, st, rendezvous.ServerConfig{Secret: secret, Logger: logger})
+}
+
+// serveConfig is serve with more of the server's settings; cfg.Listener is
+// made here.
+func serveConfig(t testing.TB, st *rendezvous.MemStore, cfg rendezvous.ServerConfig) string {
+	t.Helper()
 	lc := net.ListenConfig{KeepAlive: -1} // as StartEmbedded
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	must.NoError(t, err)
-	srv, err := rendezvous.NewServer(st, rendezvous.ServerConfig{Listener: ln, Secret: secret, Logger: logger})
+	cfg.Listener = ln
+	srv, err := rendezvous.NewServer(st, cfg)
 	must.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

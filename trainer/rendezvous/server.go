@@ -139,7 +139,8 @@ type serverConn struct {
 	conn   net.Conn
 	logger hclog.Logger
 
-	wmu sync.Mutex // serializes frame writes
+	wmu  sync.Mutex // serializes frame writes
+	held []byte     // guarded by wmu: answers that go out with the next write
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -171,6 +172,9 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		sc.revokeAll()
 	}()
 	for {
+		if !frameBuffered(r) {
+			sc.flush()
+		}
 		if err := conn.SetReadDeadline(time.Now().Add(s.idle)); err != nil {
 			return
 		}
@@ -193,8 +197,10 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 			sc.send(response{ID: req.ID})
 		case opGet, opCAS, opDelete, opList, opGrant, opPutEphemeral, opRenew, opRevoke, opTxn:
 			// These never block on anything but the store's mutex: answer
-			// them here, saving a goroutine hand-off per request.
-			sc.send(sc.handle(cctx, req))
+			// them here, saving a goroutine hand-off per request. The
+			// answer is held until the loop is about to block, so that
+			// requests that came together are answered in one write.
+			sc.hold(sc.handle(cctx, req))
 		default: // waits run on their own so that they do not hold up the rest
 			sc.mu.Lock()
 			busy := len(sc.ops) >= maxWaitsPerConn
@@ -231,23 +237,51 @@ func (sc *serverConn) cancelOp(id uint64) {
 	}
 }
 
-// send writes one response; a failed write closes the connection, which
-// ends the reading loop.
+// send writes one response, behind any held back; a failed write closes
+// the connection, which ends the reading loop.
 func (sc *serverConn) send(resp response) {
-	frame, err := encodeFrame(resp)
-	if err != nil {
-		resp = response{ID: resp.ID, Code: codeOther, Err: err.Error()}
-		frame, _ = encodeFrame(resp)
-	}
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
+	sc.held = append(sc.held, encodeResponse(resp)...)
+	sc.flushLocked()
+}
+
+// hold queues one response for the next write.
+func (sc *serverConn) hold(resp response) {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	sc.held = append(sc.held, encodeResponse(resp)...)
+}
+
+// flush writes the responses held back, if any.
+func (sc *serverConn) flush() {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	sc.flushLocked()
+}
+
+func (sc *serverConn) flushLocked() {
+	if len(sc.held) == 0 {
+		return
+	}
+	frames := sc.held
+	sc.held = nil
 	if err := sc.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err == nil {
-		_, err = sc.conn.Write(frame)
-		if err == nil {
+		if _, err = sc.conn.Write(frames); err == nil {
 			return
 		}
 	}
 	sc.conn.Close()
+}
+
+// encodeResponse encodes resp as a frame, or an error response in its place
+// when it cannot be encoded.
+func encodeResponse(resp response) []byte {
+	frame, err := encodeFrame(resp)
+	if err != nil {
+		frame, _ = encodeFrame(response{ID: resp.ID, Code: codeOther, Err: err.Error()})
+	}
+	return frame
 }
 
 // revokeAll revokes the leases granted over this connection.
@@ -339,15 +373,26 @@ func (sc *serverConn) handle(ctx context.Context, req request) response {
 		if err != nil {
 			return fail(err)
 		}
+		// A client may name the lease itself (a name local to this
+		// connection), so that it can use the lease in its next requests
+		// without waiting for this answer.
+		name := req.Lease
+		if name == "" {
+			name = l.ID()
+		}
 		sc.mu.Lock()
-		if sc.leases == nil { // connection already closing
+		_, taken := sc.leases[name]
+		if sc.leases == nil || taken { // connection closing, or a reused name
 			sc.mu.Unlock()
 			_ = l.Revoke(context.Background())
+			if taken {
+				return fail(fmt.Errorf("lease name %q is already in use on this connection", name))
+			}
 			return fail(ErrClosed)
 		}
-		sc.leases[l.ID()] = l
+		sc.leases[name] = l
 		sc.mu.Unlock()
-		resp.Lease, resp.TTLms = l.ID(), l.TTL().Milliseconds()
+		resp.Lease, resp.TTLms = name, l.TTL().Milliseconds()
 	case opPutEphemeral:
 		l, err := sc.lease(req.Lease)
 		if err == nil {

@@ -61,7 +61,9 @@ func TestStrangerRefused(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	logs := &syncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
-	addr := serve(t, st, testSecret, logger)
+	// A stranger whose first request is shorter than a nonce leaves the
+	// server waiting for the rest until the handshake times out.
+	addr := serveConfig(t, st, rendezvous.ServerConfig{Secret: testSecret, Logger: logger, HandshakeTimeout: 300 * time.Millisecond})
 
 	t.Run("wrong secret", func(t *testing.T) {
 		_, err := rendezvous.Dial(ctxFor(t, 5*time.Second), addr, []byte("not-the-secret"), nil)

@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -116,6 +117,16 @@ func readFrame(r io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("read frame body: %w", err)
 	}
 	return body, nil
+}
+
+// frameBuffered reports whether r already holds a whole frame, which
+// readFrame will return without reading from the connection.
+func frameBuffered(r *bufio.Reader) bool {
+	hdr, err := r.Peek(min(4, r.Buffered()))
+	if err != nil || len(hdr) < 4 {
+		return false
+	}
+	return r.Buffered() >= 4+int(binary.BigEndian.Uint32(hdr))
 }
 
 // encodeFrame encodes a request or a response as one frame.

@@ -3,9 +3,13 @@
 // rendezvous connections run it before anything else; a peer without the
 // secret is refused with ErrUnauthenticated.
 //
-// Each side sends a fresh 32-byte nonce, then the HMAC of its role, its peer's
-// nonce and its own nonce; each side checks the other's MAC. Roles differ for
-// the dialing and the accepting side, so a MAC cannot be reflected back.
+// The dialer sends a fresh 32-byte nonce; the acceptor answers with its own
+// nonce and the HMAC of its role and both nonces; the dialer checks that
+// proof and sends its own (its role, both nonces), and may send its first
+// requests right behind it: the acceptor reads nothing else before the
+// dialer's proof checks out. That is one round trip before the dialer can
+// talk, where exchanging nonces and then proofs took two. Roles differ for
+// the two sides, so a proof cannot be reflected back.
 package auth
 
 import (
@@ -56,24 +60,68 @@ func Handshake(conn net.Conn, secret []byte, role Role, timeout time.Duration) e
 	if _, err := rand.Read(mine); err != nil {
 		return fmt.Errorf("make nonce: %w", err)
 	}
-	if _, err := conn.Write(mine); err != nil {
-		return fmt.Errorf("send nonce: %w", err)
+	if role == Dialer {
+		proof, err := challenge(conn, secret, mine)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Write(proof); err != nil {
+			return fmt.Errorf("send proof: %w", err)
+		}
+		return nil
 	}
 	theirs := make([]byte, nonceLen)
 	if _, err := io.ReadFull(conn, theirs); err != nil {
-		return fmt.Errorf("read nonce: %w", err)
+		return fmt.Errorf("%w: read nonce: %v", ErrUnauthenticated, err)
 	}
-	if _, err := conn.Write(mac(secret, role, theirs, mine)); err != nil {
-		return fmt.Errorf("send proof: %w", err)
+	if _, err := conn.Write(append(mine, mac(secret, Acceptor, theirs, mine)...)); err != nil {
+		return fmt.Errorf("send nonce and proof: %w", err)
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(conn, got); err != nil {
 		return fmt.Errorf("%w: read proof: %v", ErrUnauthenticated, err)
 	}
-	if !hmac.Equal(got, mac(secret, role.peer(), mine, theirs)) {
+	if !hmac.Equal(got, mac(secret, Dialer, mine, theirs)) {
 		return ErrUnauthenticated
 	}
 	return nil
+}
+
+// Dial runs the dialer's side of the handshake on conn within timeout up
+// to its last step: it checks the acceptor's proof and returns its own,
+// which the caller sends ahead of its first bytes (in the same write). The
+// acceptor waits for it no longer than its own timeout. An empty secret
+// disables authentication and gives an empty proof.
+func Dial(conn net.Conn, secret []byte, timeout time.Duration) ([]byte, error) {
+	if len(secret) == 0 {
+		return nil, nil
+	}
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, fmt.Errorf("set handshake deadline: %w", err)
+	}
+	defer conn.SetDeadline(time.Time{})
+	mine := make([]byte, nonceLen)
+	if _, err := rand.Read(mine); err != nil {
+		return nil, fmt.Errorf("make nonce: %w", err)
+	}
+	return challenge(conn, secret, mine)
+}
+
+// challenge sends the dialer's nonce, checks the acceptor's answer and
+// returns the dialer's proof.
+func challenge(conn net.Conn, secret, mine []byte) ([]byte, error) {
+	if _, err := conn.Write(mine); err != nil {
+		return nil, fmt.Errorf("send nonce: %w", err)
+	}
+	got := make([]byte, nonceLen+sha256.Size) // the acceptor's nonce and proof
+	if _, err := io.ReadFull(conn, got); err != nil {
+		return nil, fmt.Errorf("%w: read nonce and proof: %v", ErrUnauthenticated, err)
+	}
+	theirs := got[:nonceLen]
+	if !hmac.Equal(got[nonceLen:], mac(secret, Acceptor, mine, theirs)) {
+		return nil, ErrUnauthenticated
+	}
+	return mac(secret, Dialer, theirs, mine), nil
 }
 
 func mac(secret []byte, role Role, peerNonce, ownNonce []byte) []byte {

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -81,5 +82,49 @@ func TestSilentStrangerTimesOut(t *testing.T) {
 	err := Handshake(a, []byte("s3cret"), Acceptor, 200*time.Millisecond)
 	if err == nil {
 		t.Fatal("handshake with a silent peer succeeded")
+	}
+}
+
+// Dial checks the acceptor before it returns and leaves its own proof to
+// the caller: the acceptor admits the dialer only once the proof arrives,
+// whatever follows it in the same write.
+func TestDialDefersProof(t *testing.T) {
+	d, a := pair(t)
+	errs := make(chan error, 1)
+	go func() { errs <- Handshake(a, []byte("s3cret"), Acceptor, 2*time.Second) }()
+	proof, err := Dial(d, []byte("s3cret"), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("acceptor finished (%v) before the dialer's proof was sent", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := d.Write(append(proof, "hello"...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("acceptor refused a good proof: %v", err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(a, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("bytes after the proof: %q, %v", buf, err)
+	}
+}
+
+// A dialer with the wrong secret learns it from the acceptor's proof, and
+// the acceptor, never getting a proof, refuses it.
+func TestDialWrongSecret(t *testing.T) {
+	d, a := pair(t)
+	errs := make(chan error, 1)
+	go func() { errs <- Handshake(a, []byte("s3cret"), Acceptor, 2*time.Second) }()
+	proof, err := Dial(d, []byte("other"), 2*time.Second)
+	if !errors.Is(err, ErrUnauthenticated) || proof != nil {
+		t.Fatalf("dial with the wrong secret: proof %x, err %v", proof, err)
+	}
+	d.Close()
+	if err := <-errs; !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("acceptor error %v is not ErrUnauthenticated", err)
 	}
 }
