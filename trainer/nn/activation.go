@@ -61,13 +61,10 @@ func NewReLU() *ReLU { return &ReLU{} }
 
 // Forward implements Layer.
 func (r *ReLU) Forward(x *Matrix) *Matrix {
-	// A direct loop: through forward's function value it costs several
-	// times more, and ReLU runs on every hidden activation.
+	// A kernel of its own: through forward's function value it costs
+	// several times more, and ReLU runs on every hidden activation.
 	r.out.Resize(x.Rows, x.Cols)
-	out := r.out.Data[:len(x.Data)]
-	for i, v := range x.Data {
-		out[i] = max(v, 0)
-	}
+	reluForward(r.out.Data, x.Data)
 	return &r.out
 }
 
@@ -75,13 +72,7 @@ func (r *ReLU) Forward(x *Matrix) *Matrix {
 func (r *ReLU) Backward(dout *Matrix) *Matrix {
 	r.checkBackward("ReLU", dout)
 	r.dx.Resize(dout.Rows, dout.Cols)
-	y, dx := r.out.Data[:len(dout.Data)], r.dx.Data[:len(dout.Data)]
-	for i, g := range dout.Data {
-		if y[i] <= 0 {
-			g = 0
-		}
-		dx[i] = g
-	}
+	reluBackward(r.dx.Data, r.out.Data, dout.Data)
 	return &r.dx
 }
 

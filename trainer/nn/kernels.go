@@ -63,4 +63,24 @@ func sgdMomentumGo(p, g, v []float32, lr, mu, wd float32, nesterov bool) {
 
 // sqrt32 is the correctly rounded float32 square root (the compiler turns
 // this pattern into one SQRTSS).
+// reluGo sets out[i] to x[i], or 0 where x[i] <= 0 (NaN passes), as
+// max(x, 0) does.
+func reluGo(out, x []float32) {
+	out = out[:len(x)]
+	for i, v := range x {
+		out[i] = max(v, 0)
+	}
+}
+
+// reluGradGo sets dx[i] to g[i], or 0 where the output y[i] <= 0.
+func reluGradGo(dx, y, g []float32) {
+	dx, y = dx[:len(g)], y[:len(g)]
+	for i, gi := range g {
+		if y[i] <= 0 {
+			gi = 0
+		}
+		dx[i] = gi
+	}
+}
+
 func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }

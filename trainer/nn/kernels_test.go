@@ -101,3 +101,40 @@ func BenchmarkOptimizerStep(b *testing.B) {
 		}
 	}
 }
+
+// The ReLU kernels give the Go loops' results bit for bit, zeros of both
+// signs, infinities and NaNs included.
+func TestReLUKernelsMatchGoLoops(t *testing.T) {
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), -1e-30, 1e-30}
+	for _, n := range []int{1, 7, 8, 9, cgoMinLen - 1, cgoMinLen, cgoMinLen + 13, 5003} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(n), 5))
+			x, g := randSlice(rng, n), randSlice(rng, n)
+			for i := range x {
+				if i%5 == 0 {
+					x[i] = special[(i/5)%len(special)]
+				}
+			}
+			same := func(what string, want, got []float32) {
+				t.Helper()
+				for i := range want {
+					if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+						t.Fatalf("%s %d (x=%v): Go %v, kernel %v", what, i, x[i], want[i], got[i])
+					}
+				}
+			}
+			yGo, yK := make([]float32, n), make([]float32, n)
+			reluGo(yGo, x)
+			reluForward(yK, x)
+			same("forward", yGo, yK)
+			// The gradient is checked against outputs of both signs, as a
+			// caller may pass any y.
+			for _, y := range [][]float32{yGo, x} {
+				dGo, dK := make([]float32, n), make([]float32, n)
+				reluGradGo(dGo, y, g)
+				reluBackward(dK, y, g)
+				same("backward", dGo, dK)
+			}
+		})
+	}
+}
