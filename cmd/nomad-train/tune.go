@@ -137,7 +137,11 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
 			return 1
 		}
-		backend = &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
+		nj := &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
+		if kv := consulKV(); kv != nil {
+			nj.KV = kv
+		}
+		backend = nj
 		fmt.Fprintf(stdout, "==> tune %q: trials as Nomad jobs (%s), storage %s\n", cfg.Name, cf.address, filepath.Join(cfg.StoragePath, cfg.Name))
 	} else {
 		var code int

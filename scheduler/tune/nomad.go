@@ -53,6 +53,13 @@ type NomadJobs struct {
 	// PlanInterval is the first delay between plans while waiting for
 	// capacity (scheduler/nomad's default when zero).
 	PlanInterval time.Duration
+	// KV, when set, is the Consul KV of the trials' rendezvous: before a
+	// trial's job is registered anew, what an earlier attempt left under
+	// its prefix is deleted (nomad.ClearRendezvous), so that the new job
+	// starts with the spec's whole failure budget, as `nomad-train run`
+	// does. Without it an earlier attempt's last generation counts
+	// against the retry's budget.
+	KV nomad.KVTree
 }
 
 // Run submits the trial's job (or, after the tuner restarted, adopts the
@@ -84,6 +91,11 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 		// good may try again.
 		if err := storage.ClearFailed(t.StoragePath, t.ID); err != nil {
 			log.Debug("cannot clear the trial's failed mark", "error", err)
+		}
+		if b.KV != nil && b.Spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
+			if err := nomad.ClearRendezvous(ctx, b.API, b.KV, ns, jobID); err != nil {
+				return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("trial %s: %w", t.ID, err))
+			}
 		}
 		if _, err := nomad.Submit(ctx, b.API, job, nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity,
 			Logger: log, PlanInterval: b.PlanInterval}); err != nil {

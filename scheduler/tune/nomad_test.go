@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
 )
 
 // fakeCluster is the fake Nomad API with a node in front of it that runs
@@ -156,7 +158,8 @@ func TestNomadJobsFailedTrial(t *testing.T) {
 	fc, c, spec, _ := onFakeNomad(t, failTrain)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	g, err := New(&NomadJobs{API: c, Spec: spec}, map[string]any{"lr": 0.1, "epochs": 3},
+	kv := &recordingKV{fc: fc}
+	g, err := New(&NomadJobs{API: c, Spec: spec, KV: kv}, map[string]any{"lr": 0.1, "epochs": 3},
 		Config{Name: spec.Name, StoragePath: spec.Run.StoragePath, MaxFailures: 1}).Fit(ctx)
 	must.NoError(t, err)
 	must.EqOp(t, StatusError, g.Trials[0].Status)
@@ -166,6 +169,22 @@ func TestNomadJobsFailedTrial(t *testing.T) {
 	must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("the failed job is stopped and purged before the retry"))
 	stopped, purged := fc.srv.Stopped(id)
 	must.False(t, stopped || purged, must.Sprint("the retry's job is registered anew"))
+	// Each attempt starts with the whole failure budget: the rendezvous
+	// keys of the one before are gone before its job is registered.
+	prefix := storeuri.NomadJobPrefix("", id)
+	must.Eq(t, []string{prefix + " before 0 registrations", prefix + " before 1 registrations"}, kv.deleted)
+}
+
+// recordingKV records the Consul prefixes deleted and how many jobs had
+// been registered at the time.
+type recordingKV struct {
+	fc      *fakeCluster
+	deleted []string
+}
+
+func (k *recordingKV) DeleteTree(prefix string, _ *consul.WriteOptions) (*consul.WriteMeta, error) {
+	k.deleted = append(k.deleted, fmt.Sprintf("%s before %d registrations", prefix, k.fc.count("PUT /v1/jobs")))
+	return &consul.WriteMeta{}, nil
 }
 
 // A tuner restarted while a trial's job still runs on the cluster adopts
