@@ -38,13 +38,6 @@ const (
 	Acceptor Role = 'A'
 )
 
-func (r Role) peer() Role {
-	if r == Dialer {
-		return Acceptor
-	}
-	return Dialer
-}
-
 // Handshake runs the mutual challenge on conn within timeout. An empty secret
 // disables authentication (both sides must agree on that).
 func Handshake(conn net.Conn, secret []byte, role Role, timeout time.Duration) error {
