@@ -208,11 +208,14 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	}
 	// A run that failed for good (its training function failed, or its
 	// failure budget is spent) cannot be helped by a restart: refuse it as
-	// unrecoverable, so Nomad stops restarting and rescheduling it.
-	if f, failed, err := storage.FailedForGood(cfg.StoragePath, cfg.RunName); err == nil && failed {
+	// unrecoverable, so Nomad stops restarting and rescheduling it. A
+	// relative storage path is the worker's, so it is read from the task's
+	// directory, not the plugin's.
+	root := storage.Rebase(cfg.StoragePath, pathsOf(tc).TaskDir)
+	if f, failed, err := storage.FailedForGood(root, cfg.RunName); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
 			"run %q failed for good: %s; remove %s to run it again",
-			cfg.RunName, f.Reason, filepath.Join(cfg.StoragePath, cfg.RunName, storage.FailedFile)))
+			cfg.RunName, f.Reason, filepath.Join(root, cfg.RunName, storage.FailedFile)))
 	}
 	spec, eventsPath, err := d.processSpec(tc, cfg, pcfg)
 	if err != nil {

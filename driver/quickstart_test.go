@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -91,4 +92,23 @@ storage_path = %q
 	re, ok := st.Details()[0].(*structs.RecoverableError)
 	must.True(t, ok)
 	must.False(t, re.GetRecoverable())
+}
+
+// A relative storage_path is the worker's: it runs in the task directory, so
+// that is where the driver looks for the failure mark, not its own cwd.
+func TestStartRefusedForFailedRunRelativeStorage(t *testing.T) {
+	n := launchPlugin(t)
+	n.configure(t, ``)
+	f := newTaskFixture(t, n, "worker", `
+builtin      = "quickstart"
+run_name     = "done-for"
+world_size   = 2
+storage_path = "results"
+`)
+	results := filepath.Join(f.allocDir, "worker", "results")
+	must.NoError(t, storage.MarkFailed(results, "done-for", storage.Failure{Reason: "training function failed", ExitCode: 3}))
+	_, err := n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: f.cfg})
+	must.ErrorContains(t, err, `run "done-for" failed for good: training function failed`)
+	must.ErrorContains(t, err, filepath.Join(results, "done-for", storage.FailedFile))
+	must.Eq(t, codes.FailedPrecondition, status.Code(err))
 }

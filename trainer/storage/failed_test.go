@@ -36,3 +36,18 @@ func TestFailedMark(t *testing.T) {
 	_, _, err = FailedForGood("s3://bucket", "r")
 	must.ErrorIs(t, err, ErrUnsupportedScheme)
 }
+
+func TestRebase(t *testing.T) {
+	for _, c := range []struct{ root, want string }{
+		{"results", "/task/results"},
+		{"./a/../results", "/task/results"},
+		{"/shared/results", "/shared/results"},
+		{"s3://bucket/x", "s3://bucket/x"},
+		{"file:///shared/r", "file:///shared/r"},
+		{"", ""},
+	} {
+		if got := Rebase(c.root, "/task"); got != c.want {
+			t.Errorf("Rebase(%q) = %q, want %q", c.root, got, c.want)
+		}
+	}
+}

@@ -48,6 +48,16 @@ func localRoot(root string) (string, error) {
 	return filepath.Clean(u.Path), nil
 }
 
+// Rebase resolves a relative local storage path against dir, the working
+// directory of the process that will use it (a Nomad task's directory, say).
+// Absolute paths and URIs are returned as they are.
+func Rebase(root, dir string) string {
+	if root == "" || schemeRE.MatchString(root) || filepath.IsAbs(root) {
+		return root
+	}
+	return filepath.Join(dir, root)
+}
+
 // checkRunName rejects names that would escape the storage path or collide
 // with the package's scratch names.
 func checkRunName(run string) error {
