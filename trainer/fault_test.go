@@ -383,3 +383,29 @@ func TestHungWorkerDetected(t *testing.T) {
 	must.SliceLen(t, ftEpochs, recs)
 	must.SliceEmpty(t, alive(pidDir))
 }
+
+// A storage_path that is not one directory for every worker (a relative
+// path on a cluster, a volume mounted on one node only) fails the run at
+// start-up with a clear error and for good, before any training: rank 1
+// here sees another node's (empty) file system when it looks for what rank
+// 0 wrote.
+func TestUnsharedStorageFailsAtStart(t *testing.T) {
+	trainer.SetProbeView(1, sharedDir(t, "FT_OTHER_NODE"))
+	storageDir := t.TempDir()
+	trained := sharedDir(t, "FT_TRAINED")
+	fn := func(ctx context.Context, s *trainer.Session) error {
+		return os.WriteFile(filepath.Join(trained, fmt.Sprint(s.WorldRank())), nil, 0o644)
+	}
+	_, out, err := fit(t, fn, 2, trainer.Run{Name: "unshared", StoragePath: storageDir,
+		Failure: trainer.FailureConfig{MaxFailures: 3}}, nil)
+	must.ErrorIs(t, err, trainer.ErrRunFailed, must.Sprint(out))
+	must.StrContains(t, err.Error(), "storage_path is not shared between workers: rank 1 cannot read")
+	must.StrContains(t, err.Error(), filepath.Join(storageDir, "unshared"))
+	f, failed, err := storage.FailedForGood(storageDir, "unshared")
+	must.NoError(t, err)
+	must.True(t, failed)
+	must.Eq(t, trainer.ExitBadEnv, f.ExitCode)
+	entries, err := os.ReadDir(trained)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries, must.Sprint("the training function ran"))
+}

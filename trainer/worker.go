@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,6 +121,8 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	switch {
 	case errors.Is(err, ErrUser):
 		code = ExitUserError
+	case errors.Is(err, ErrUnsharedStorage):
+		code = ExitBadEnv
 	case errors.Is(err, ErrBudgetExhausted):
 		code = ExitBudgetExhausted
 	case errors.Is(err, ErrStopped):
@@ -423,7 +427,13 @@ func (w *worker) generation(ctx context.Context) error {
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 	}
 	if err := s.restore(gctx, env); err != nil {
-		return lostOr(err)
+		err = lostOr(err)
+		if errors.Is(err, ErrUnsharedStorage) {
+			// No restart can fix where storage_path points: every rank
+			// marks the run failed in the storage it sees.
+			w.markFailed(err, ExitBadEnv)
+		}
+		return err
 	}
 	if s.store != nil {
 		defer s.store.Close()
@@ -484,11 +494,30 @@ func budgetString(max int) string {
 type resumePoint struct {
 	Step       int64  `json:"step"`
 	Checkpoint string `json:"checkpoint,omitempty"`
-	Err        string `json:"err,omitempty"`
+	// RunDir is the run directory as an absolute path; every rank builds
+	// its checkpoints under it, so it must be the same directory for all.
+	RunDir string `json:"run_dir,omitempty"`
+	// Probe is the content of probeFile, which rank 0 wrote under RunDir
+	// for the others to read back (empty in a gang of one).
+	Probe string `json:"probe,omitempty"`
+	Err   string `json:"err,omitempty"`
 }
 
+// probeFile is written by rank 0 in the run's scratch directory at start-up;
+// a rank that cannot read it back does not share rank 0's storage.
+const probeFile = "shared-probe"
+
+// readProbe reads the probe as rank sees the file system; tests replace it
+// to give a rank another node's view.
+var readProbe = func(rank int, path string) ([]byte, error) { return os.ReadFile(path) }
+
+// ErrUnsharedStorage is returned when a rank cannot see the run directory
+// rank 0 opened: storage_path is not one directory shared by every worker,
+// so checkpoints could be neither assembled nor restored.
+var ErrUnsharedStorage = errors.New("storage_path is not shared between workers")
+
 // restore opens storage on rank 0, finds where the run left off, and tells
-// every rank.
+// every rank; each other rank checks it sees the same run directory.
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	var rp resumePoint
 	if s.rank == 0 {
@@ -504,9 +533,43 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if rp.Err != "" {
 		return fmt.Errorf("open run storage: %s", rp.Err)
 	}
+	if rp.Probe != "" {
+		if err := s.checkShared(ctx, env, rp); err != nil {
+			return err
+		}
+	}
+	s.runDir = rp.RunDir
 	s.step = rp.Step
 	if rp.Checkpoint != "" {
 		s.latest = CheckpointFromDirectory(rp.Checkpoint)
+	}
+	return nil
+}
+
+// checkShared has every rank other than 0 read back rank 0's probe, and
+// all ranks learn the first rank that could not, so the whole gang fails
+// with the same clear error rather than at the first checkpoint or restore.
+func (s *Session) checkShared(ctx context.Context, env workerenv.Env, rp resumePoint) error {
+	path := filepath.Join(rp.RunDir, scratchDir, probeFile)
+	var mine string
+	if s.rank != 0 {
+		if b, err := readProbe(s.rank, path); err != nil || string(b) != rp.Probe {
+			mine = fmt.Sprintf("rank %d cannot read %s, which rank 0 wrote", s.rank, path)
+		}
+	}
+	all, err := s.gatherJSON(ctx, mine)
+	if err != nil {
+		return fmt.Errorf("check shared storage: %w", err)
+	}
+	for _, raw := range all {
+		var msg string
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			return fmt.Errorf("check shared storage: %w", err)
+		}
+		if msg != "" {
+			return fmt.Errorf("%w: %s (storage_path %q; every worker must see the same directory at the same path, such as an NFS, host or CSI volume mounted on every node)",
+				ErrUnsharedStorage, msg, env.StoragePath)
+		}
 	}
 	return nil
 }
@@ -522,21 +585,32 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 	}
 	s.store = st
 	// Checkpoints half-built by an earlier attempt are garbage now.
-	os.RemoveAll(filepath.Join(st.Dir(), scratchDir))
+	scratch := filepath.Join(st.Dir(), scratchDir)
+	os.RemoveAll(scratch)
+	runDir, err := filepath.Abs(st.Dir())
+	if err != nil {
+		return resumePoint{Err: err.Error()}
+	}
+	probe := ""
+	if s.size > 1 {
+		if probe, err = writeProbe(scratch); err != nil {
+			return resumePoint{Err: err.Error()}
+		}
+	}
 	recs, err := st.Records()
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
-	name, path, ok, err := st.Latest()
+	name, _, ok, err := st.Latest()
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
 	// Training restarts from the latest checkpoint (or from scratch), so
 	// reports made after it are rolled back: the history then reads as if
 	// the run had never failed.
-	var rp resumePoint
+	rp := resumePoint{RunDir: runDir, Probe: probe}
 	if ok {
-		rp.Checkpoint = path
+		rp.Checkpoint = filepath.Join(runDir, name)
 		for _, r := range recs {
 			if r.Checkpoint == name {
 				rp.Step = r.Step
@@ -547,6 +621,22 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 		return resumePoint{Err: err.Error()}
 	}
 	return rp
+}
+
+// writeProbe writes a random token to probeFile in dir and returns it.
+func writeProbe(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make checkpoint scratch dir: %w", err)
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b[:])
+	if err := os.WriteFile(filepath.Join(dir, probeFile), []byte(token), 0o644); err != nil {
+		return "", fmt.Errorf("write storage probe: %w", err)
+	}
+	return token, nil
 }
 
 // callTrain runs the training function, turning a panic into an error.

@@ -94,7 +94,7 @@ func TestCompile(t *testing.T) {
 	must.Eq(t, readFile(t, goldenPrefix+"quickstart.train.nomad.hcl"), out)
 	// Warnings are printed, with the snippet, and do not fail the command.
 	must.StrContains(t, errOut, "Warning: Relative storage path on Nomad")
-	must.StrContains(t, errOut, `  25:     storage_path = "./results"`)
+	must.StrContains(t, errOut, `  29:     storage_path = "./results"`)
 	must.StrNotContains(t, errOut, "error(s)")
 
 	dir := t.TempDir()

@@ -1,5 +1,6 @@
 # The quickstart: four workers train the built-in regression model with ring
-# all-reduce. Runs on a laptop with `nomad-train run`, and on a cluster as is.
+# all-reduce. Runs on a laptop with `nomad-train run`, and on a Nomad cluster
+# once storage_path names a shared directory.
 train "quickstart" {
   entrypoint {
     builtin = "quickstart"
@@ -22,6 +23,9 @@ train "quickstart" {
   }
 
   run {
+    # Relative to where the workers run. On a cluster every worker must see
+    # one directory at the same path (NFS, a host or CSI volume): set an
+    # absolute path there, or the run stops at start-up saying so.
     storage_path = "./results"
 
     checkpoint {
