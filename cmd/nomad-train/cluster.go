@@ -89,6 +89,10 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 			fmt.Fprintf(out, "    waiting for capacity: %v\n", err)
 		},
 	})
+	if errors.Is(err, nomad.ErrUnplaceable) {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; waiting would not help until the cluster's nodes change)\n", err)
+		return 1
+	}
 	if errors.Is(err, nomad.ErrInsufficientCapacity) {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; -wait-for-capacity waits until the whole gang fits)\n", err)
 		return 1

@@ -113,6 +113,23 @@ func TestRunOnNomadRefusesPartialGang(t *testing.T) {
 	must.Nil(t, f.srv.Job("fakerun"))
 }
 
+// Nodes that lack what a worker needs (here the train driver) are no
+// capacity shortage: run refuses even with -wait-for-capacity, saying what
+// is missing.
+func TestRunOnNomadRefusesUnplaceableGang(t *testing.T) {
+	f := newClusterFixture(t, "")
+	f.srv.FailPlans(map[string]*api.AllocationMetric{"worker": {NodesEvaluated: 2, NodesFiltered: 2,
+		ConstraintFiltered: map[string]int{"missing drivers": 2}}})
+	code, out, errs := f.cli(t, "run", "-wait-for-capacity", f.spec)
+	must.Eq(t, 1, code, must.Sprint(out, errs))
+	must.StrContains(t, errs, "no node of the cluster can run the gang")
+	must.StrContains(t, errs, `filtered by "missing drivers" on 2`)
+	must.StrContains(t, errs, `no node runs the "train" task driver`)
+	must.StrContains(t, errs, "waiting would not help")
+	must.StrNotContains(t, out, "waiting for capacity")
+	must.Nil(t, f.srv.Job("fakerun"))
+}
+
 // A worker failing: shown as it happens, and either the run recovers
 // (restart, reschedule) or it fails with the rank and exit code.
 func TestRunOnNomadWorkerFailures(t *testing.T) {

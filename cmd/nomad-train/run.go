@@ -28,7 +28,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs on Nomad, none locally
 	cf.register(fs)
-	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing")
+	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing (not when no node could ever run a worker)")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code

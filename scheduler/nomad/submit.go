@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -50,10 +51,20 @@ func AddSecretTemplate(job *api.Job) {
 	}
 }
 
+// ErrUnplaceable: no node of the cluster as it is can run a group of the
+// gang, whatever frees up (every node was filtered out by a constraint,
+// none merely lacked free resources), so waiting for capacity cannot help.
+// Errors that wrap it also wrap ErrInsufficientCapacity.
+var ErrUnplaceable = errors.New("no node of the cluster can run the gang")
+
 // CapacityError says which task groups of a plan could not be placed.
 type CapacityError struct {
 	// Groups maps a task group to why its allocations did not fit.
 	Groups map[string]string
+	// Unplaceable is true when some group fits on no node even when idle
+	// (see ErrUnplaceable); Hints then say what the nodes lack.
+	Unplaceable bool
+	Hints       []string
 }
 
 func (e *CapacityError) Error() string {
@@ -61,11 +72,24 @@ func (e *CapacityError) Error() string {
 	for _, g := range slices.Sorted(maps.Keys(e.Groups)) {
 		parts = append(parts, fmt.Sprintf("group %q: %s", g, e.Groups[g]))
 	}
-	return fmt.Sprintf("%v: %s", ErrInsufficientCapacity, strings.Join(parts, "; "))
+	if !e.Unplaceable {
+		return fmt.Sprintf("%v: %s", ErrInsufficientCapacity, strings.Join(parts, "; "))
+	}
+	msg := fmt.Sprintf("%v: %s", ErrUnplaceable, strings.Join(parts, "; "))
+	for _, h := range e.Hints {
+		msg += "\n    " + h
+	}
+	return msg
 }
 
-// Unwrap makes errors.Is(err, ErrInsufficientCapacity) true.
-func (e *CapacityError) Unwrap() error { return ErrInsufficientCapacity }
+// Unwrap makes errors.Is(err, ErrInsufficientCapacity) true, and
+// errors.Is(err, ErrUnplaceable) too when no node can take the gang.
+func (e *CapacityError) Unwrap() []error {
+	if e.Unplaceable {
+		return []error{ErrUnplaceable, ErrInsufficientCapacity}
+	}
+	return []error{ErrInsufficientCapacity}
+}
 
 // Admit is gang admission on a plan: nil when every allocation of the job
 // can be placed now, a *CapacityError when any cannot (Nomad would place
@@ -75,10 +99,54 @@ func Admit(plan *api.JobPlanResponse) error {
 		return nil
 	}
 	e := &CapacityError{Groups: map[string]string{}}
+	hints := map[string]bool{}
 	for g, m := range plan.FailedTGAllocs {
 		e.Groups[g] = DescribeMetric(m)
+		if m != nil && neverFits(m) {
+			e.Unplaceable = true
+			for _, h := range filterHints(m) {
+				hints[h] = true
+			}
+		}
 	}
+	e.Hints = slices.Sorted(maps.Keys(hints))
 	return e
+}
+
+// neverFits tells from a failed placement's metric that no node can take
+// the group however long one waits: there are nodes, none ran short of
+// resources, every one was filtered out, and not by volume claims (which
+// are released). An empty pool may be one an autoscaler fills on demand.
+func neverFits(m *api.AllocationMetric) bool {
+	if m.NodesEvaluated == 0 || m.NodesExhausted > 0 || len(m.DimensionExhausted) > 0 || len(m.ClassExhausted) > 0 ||
+		len(m.QuotaExhausted) > 0 || len(m.ResourcesExhausted) > 0 {
+		return false
+	}
+	for k := range m.ConstraintFiltered {
+		if strings.Contains(k, "claim") {
+			return false
+		}
+	}
+	return true
+}
+
+// filterHints says what the filters of a metric most likely mean for a
+// nomad-train job.
+func filterHints(m *api.AllocationMetric) []string {
+	var out []string
+	for k := range m.ConstraintFiltered {
+		switch {
+		case strings.Contains(k, "missing drivers"):
+			out = append(out, `no node runs the "train" task driver: put nomad-driver-train in each client's plugin_dir and enable it with a plugin "train" block`)
+		case strings.Contains(k, "attr.consul"):
+			out = append(out, "no node has Consul, which workers rendezvous through: give the clients a consul block")
+		case strings.Contains(k, "missing devices"):
+			out = append(out, "no node has the devices the workers ask for (resources_per_worker)")
+		case strings.Contains(k, "distinct_hosts"):
+			out = append(out, "each worker needs a node of its own (distinct_hosts) and fewer nodes qualify than there are workers")
+		}
+	}
+	return out
 }
 
 // SubmitOptions configure Submit.
@@ -134,7 +202,7 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 		if err == nil {
 			break
 		}
-		if !o.WaitForCapacity {
+		if !o.WaitForCapacity || errors.Is(err, ErrUnplaceable) {
 			return nil, err
 		}
 		if o.OnBlocked != nil {

@@ -38,6 +38,36 @@ var gpuShortage = map[string]*api.AllocationMetric{"worker": {
 	NodesEvaluated: 3, NodesExhausted: 3, DimensionExhausted: map[string]int{"devices: nvidia/gpu": 3},
 }}
 
+// Two nodes without the train driver, one without Consul: no amount of
+// waiting places a worker.
+var noTrainDriver = map[string]*api.AllocationMetric{"worker": {
+	NodesEvaluated: 3, NodesFiltered: 3,
+	ConstraintFiltered: map[string]int{"missing drivers": 2, "${attr.consul.version} semver >= 1.8.0": 1},
+}}
+
+func TestAdmitTellsWaitingFromNeverFitting(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		m           *api.AllocationMetric
+		unplaceable bool
+	}{
+		{"resources busy", gpuShortage["worker"], false},
+		{"every node filtered", noTrainDriver["worker"], true},
+		{"some filtered, the rest busy", &api.AllocationMetric{NodesEvaluated: 3, NodesFiltered: 2, NodesExhausted: 1,
+			ConstraintFiltered: map[string]int{"missing devices": 2}, DimensionExhausted: map[string]int{"memory": 1}}, false},
+		{"volume claims held", &api.AllocationMetric{NodesEvaluated: 1, NodesFiltered: 1,
+			ConstraintFiltered: map[string]int{"CSI volume data has exhausted its available writer claims": 1}}, false},
+		{"empty pool, maybe scaled from zero", &api.AllocationMetric{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := Admit(&api.JobPlanResponse{FailedTGAllocs: map[string]*api.AllocationMetric{"worker": c.m}})
+			must.ErrorIs(t, err, ErrInsufficientCapacity)
+			must.Eq(t, c.unplaceable, errors.Is(err, ErrUnplaceable))
+		})
+	}
+	must.NoError(t, Admit(&api.JobPlanResponse{}))
+}
+
 func TestSubmit(t *testing.T) {
 	t.Run("plans, stores the secret, then registers", func(t *testing.T) {
 		srv, c := newTestClient(t)
@@ -106,6 +136,17 @@ func TestSubmit(t *testing.T) {
 		must.Eq(t, 2, blocked)
 		must.Eq(t, []time.Duration{time.Millisecond, 2 * time.Millisecond}, delays)
 		must.True(t, slices.Contains(srv.Requests(), "PUT /v1/jobs"))
+	})
+	t.Run("refuses at once, even when told to wait, a gang no node can ever run", func(t *testing.T) {
+		srv, c := newTestClient(t)
+		srv.FailPlans(noTrainDriver)
+		_, err := Submit(context.Background(), c, testJob("mnist", 4), SubmitOptions{WaitForCapacity: true, PlanInterval: time.Millisecond})
+		must.ErrorIs(t, err, ErrUnplaceable)
+		must.ErrorIs(t, err, ErrInsufficientCapacity)
+		must.StrContains(t, err.Error(), `filtered by "missing drivers" on 2`)
+		must.StrContains(t, err.Error(), `no node runs the "train" task driver`)
+		must.StrContains(t, err.Error(), "no node has Consul")
+		must.Eq(t, []string{"PUT /v1/job/mnist/plan"}, srv.Requests())
 	})
 	t.Run("waiting ends with the context", func(t *testing.T) {
 		srv, c := newTestClient(t)
