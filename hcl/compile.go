@@ -172,6 +172,10 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Timeout:   checkTimeout,
 		}},
 	}}
+	// Nomad deregisters a stopping worker's service, waits this long, then
+	// signals the task: Consul stops reporting it before it goes (and
+	// Nomad warns about group services without it).
+	workers.ShutdownDelay = new(ShutdownDelay)
 	switch s.Scaling.PlacementStrategy {
 	case PlacementSpread:
 		workers.Spreads = []*api.Spread{api.NewSpread(SpreadAttribute, 100, nil)}
@@ -239,6 +243,9 @@ func newGroup(name string, count, maxFailures int) *api.TaskGroup {
 // max_failures: each worker may be restarted in place, then rescheduled,
 // as often as the whole gang may fail (the gang's budget is enforced by the
 // workers' rendezvous); 0 fails the task at once, -1 never gives up.
+// ShutdownDelay is the worker group's shutdown_delay.
+const ShutdownDelay = 2 * time.Second
+
 // KillTimeout is the workers' kill_timeout: time to checkpoint after
 // SIGTERM before Nomad sends SIGKILL.
 const KillTimeout = 30 * time.Second

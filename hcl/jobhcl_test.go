@@ -48,7 +48,7 @@ func decodeJobHCL(src []byte, filename string) (*api.Job, error) {
 }
 
 func decodeGroup(n *node) *api.TaskGroup {
-	g := &api.TaskGroup{Name: new(n.label(0)), Count: n.intPtr("count")}
+	g := &api.TaskGroup{Name: new(n.label(0)), Count: n.intPtr("count"), ShutdownDelay: n.durationPtr("shutdown_delay")}
 	g.Constraints = constraints(n)
 	for _, nn := range n.blocks("network") {
 		net := &api.NetworkResource{}

@@ -57,6 +57,7 @@ func spaced(b *hclwrite.Body) *hclwrite.Body {
 func writeGroup(parent *hclwrite.Body, g *api.TaskGroup) {
 	b := spaced(parent).AppendNewBlock("group", []string{deref(g.Name)}).Body()
 	setInt(b, "count", g.Count)
+	setDuration(b, "shutdown_delay", g.ShutdownDelay)
 	if len(g.Constraints) > 0 {
 		writeConstraints(spaced(b), g.Constraints)
 	}

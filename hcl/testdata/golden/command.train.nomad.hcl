@@ -10,7 +10,8 @@ job "my-model" {
   }
 
   group "worker" {
-    count = 3
+    count          = 3
+    shutdown_delay = "2s"
 
     constraint {
       operator = "distinct_hosts"

@@ -13,7 +13,8 @@ job "resnet-gpu" {
   }
 
   group "worker" {
-    count = 8
+    count          = 8
+    shutdown_delay = "2s"
 
     network {
       port "train" {

@@ -9,7 +9,8 @@ job "mnist" {
   }
 
   group "worker" {
-    count = 4
+    count          = 4
+    shutdown_delay = "2s"
 
     network {
       port "train" {

@@ -9,7 +9,8 @@ job "torch-ddp" {
   }
 
   group "worker" {
-    count = 2
+    count          = 2
+    shutdown_delay = "2s"
 
     network {
       port "train" {

@@ -9,7 +9,8 @@ job "quickstart-tune" {
   }
 
   group "worker" {
-    count = 2
+    count          = 2
+    shutdown_delay = "2s"
 
     network {
       port "train" {
