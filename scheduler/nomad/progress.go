@@ -51,7 +51,9 @@ type FileProgress struct {
 }
 
 // Path is the progress file, or "" when the storage path is not a local
-// directory (a URI of another scheme).
+// directory (a URI of another scheme) or is relative: the workers resolved
+// that against their task directories on some client, not against this
+// process's working directory.
 func (f FileProgress) Path() string {
 	root := f.StoragePath
 	if strings.HasPrefix(root, "file://") {
@@ -61,6 +63,9 @@ func (f FileProgress) Path() string {
 		}
 		root = u.Path
 	} else if strings.Contains(root, "://") {
+		return ""
+	}
+	if !filepath.IsAbs(root) {
 		return ""
 	}
 	return filepath.Join(root, f.Run, storage.ProgressFile)

@@ -46,6 +46,12 @@ func TestFileProgress(t *testing.T) {
 	s3 := FileProgress{StoragePath: "s3://bucket/runs", Run: "mnist"}
 	must.Eq(t, "", s3.Path())
 	must.False(t, s3.Available())
+	// A relative path is the workers' (in their task directories), even
+	// when a directory of that name happens to exist where this runs.
+	t.Chdir(root)
+	rel := FileProgress{StoragePath: ".", Run: "mnist"}
+	must.Eq(t, "", rel.Path())
+	must.False(t, rel.Available())
 }
 
 // fakeConsulKV serves GET /v1/kv/<key> as Consul does (a JSON list of one
