@@ -269,7 +269,38 @@ func ListRuns(ctx context.Context, c API) ([]Run, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, Run{Name: name, JobID: j.ID, Status: j.Status, StoragePath: j.Meta[trainhcl.MetaStoragePath]})
+		out = append(out, Run{Name: name, JobID: j.ID, Status: listStatus(j), StoragePath: j.Meta[trainhcl.MetaStoragePath]})
 	}
 	return out, nil
+}
+
+// listStatus words a job's state for a run list: Nomad's "dead" covers a
+// run that completed, one that failed and one that was stopped, which the
+// job's stop flag and allocation summary tell apart. A dead job with both
+// complete and failed allocations (a run that recovered, or one that
+// failed after some ranks finished) is left for status to judge.
+func listStatus(j *api.JobListStub) string {
+	if j.Stop {
+		if j.Status == "dead" {
+			return "stopped"
+		}
+		return "stopping"
+	}
+	if j.Status != "dead" || j.JobSummary == nil {
+		return j.Status
+	}
+	var complete, failed int
+	for _, g := range j.JobSummary.Summary {
+		complete += g.Complete
+		failed += g.Failed + g.Lost
+	}
+	switch {
+	case complete > 0 && failed == 0:
+		return "complete"
+	case failed > 0 && complete == 0:
+		return "failed"
+	case complete > 0:
+		return fmt.Sprintf("dead (%d allocations complete, %d failed)", complete, failed)
+	}
+	return j.Status
 }

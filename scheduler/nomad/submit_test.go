@@ -180,9 +180,24 @@ func TestListRuns(t *testing.T) {
 	srv.AddJob(testJob("mnist", 2))
 	other := api.NewServiceJob("web", "web", "", 50)
 	srv.AddJob(other)
+	for _, id := range []string{"done", "broken", "mixed", "halted"} {
+		srv.AddJob(testJob(id, 2))
+	}
+	srv.Finish("done", map[string]api.TaskGroupSummary{"worker": {Complete: 2}})
+	srv.Finish("broken", map[string]api.TaskGroupSummary{"worker": {Failed: 1, Lost: 1}})
+	srv.Finish("mixed", map[string]api.TaskGroupSummary{"worker": {Complete: 2, Failed: 1}})
+	must.NoError(t, Stop(context.Background(), c, "halted", "", false))
 	runs, err := ListRuns(context.Background(), c)
 	must.NoError(t, err)
-	must.Eq(t, []Run{{Name: "mnist", JobID: "mnist", Status: "running", StoragePath: "/srv/results"}}, runs)
+	status := map[string]string{}
+	for _, r := range runs {
+		must.Eq(t, "/srv/results", r.StoragePath)
+		status[r.JobID] = r.Status
+	}
+	must.Eq(t, map[string]string{
+		"mnist": "running", "done": "complete", "broken": "failed",
+		"mixed": "dead (2 allocations complete, 1 failed)", "halted": "stopped",
+	}, status)
 }
 
 func TestClientLogs(t *testing.T) {

@@ -66,6 +66,7 @@ type Server struct {
 	// guarded by mu:
 	jobs         map[string]*api.Job
 	stopped      map[string]bool // job ID -> purged
+	finished     map[string]map[string]api.TaskGroupSummary
 	vars         map[string]*api.Variable
 	scripts      map[string]*script
 	planFailures []map[string]*api.AllocationMetric
@@ -88,7 +89,7 @@ type script struct {
 func New(t testing.TB) *Server {
 	s := &Server{
 		jobs: map[string]*api.Job{}, stopped: map[string]bool{}, vars: map[string]*api.Variable{},
-		scripts: map[string]*script{}, logs: map[string]string{},
+		finished: map[string]map[string]api.TaskGroupSummary{}, scripts: map[string]*script{}, logs: map[string]string{},
 		tokens: map[string]bool{}, namespaces: map[string]bool{},
 	}
 	mux := http.NewServeMux()
@@ -140,6 +141,14 @@ func (s *Server) AddJob(job *api.Job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.jobs[*job.ID] = job
+}
+
+// Finish makes the job list show job id as dead, not stopped, with these
+// allocation counts per task group in its summary.
+func (s *Server) Finish(id string, summary map[string]api.TaskGroupSummary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished[id] = summary
 }
 
 // FailPlans makes the next len(failures) plans report these placement
@@ -218,11 +227,13 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(id, prefix) {
 			continue
 		}
-		status := "running"
+		stub := &api.JobListStub{ID: id, Name: id, Type: "batch", Status: "running",
+			JobSummary: &api.JobSummary{JobID: id, Summary: map[string]api.TaskGroupSummary{}}}
 		if _, ok := s.stopped[id]; ok {
-			status = "dead"
+			stub.Status, stub.Stop = "dead", true
+		} else if sum, ok := s.finished[id]; ok {
+			stub.Status, stub.JobSummary.Summary = "dead", sum
 		}
-		stub := &api.JobListStub{ID: id, Name: id, Type: "batch", Status: status}
 		if withMeta {
 			stub.Meta = j.Meta
 		}
