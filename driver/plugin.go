@@ -119,7 +119,7 @@ func (d *Driver) SetConfig(_ context.Context, req *base.SetConfigRequest) (*base
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	d.setConfig(cfg, req.GetNomadConfig())
-	d.logger.Debug("plugin configured", "allowed_command_dirs", cfg.AllowedCommandDirs, "gpu_stats", cfg.GPUStats, "stats_interval", cfg.StatsInterval)
+	d.logger.Debug("plugin configured", "allowed_command_dirs", cfg.AllowedCommandDirs, "gpu_stats", cfg.GPUStats, "stats_interval", cfg.StatsInterval.String())
 	return &base.SetConfigResponse{}, nil
 }
 
