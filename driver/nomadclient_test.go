@@ -26,6 +26,7 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/base"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/hclspec"
+	"github.com/nomad-train/nomad-train/internal/testtmp"
 )
 
 // This file plays the Nomad client: it builds the plugin binary once per
@@ -41,6 +42,8 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
+// runTests builds the plugin, then runs the tests with a private TMPDIR
+// (testtmp), which also catches what killed plugin processes leave there.
 func runTests(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "nomad-driver-train-test")
 	if err != nil {
@@ -56,7 +59,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build plugin: %v\n%s\n", err, out)
 		return 1
 	}
-	return m.Run()
+	return testtmp.Run(m)
 }
 
 // nomadClient is one launched plugin process and its client stubs.

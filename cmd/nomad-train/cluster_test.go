@@ -254,6 +254,10 @@ func TestE2ENomadQuickstart(t *testing.T) {
 	list, err := exec.CommandContext(ctx, bin, "list").CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(list)))
 	must.StrContains(t, string(list), "quickstart")
+	must.StrContains(t, string(list), "complete")
+	logs, err := exec.CommandContext(ctx, bin, "logs", "-rank", "0", "quickstart").CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(logs)))
+	must.StrContains(t, string(logs), "epoch 19: loss") // rank 0 prints every epoch
 	status, err := exec.CommandContext(ctx, bin, "status", "quickstart").CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(status)))
 	must.StrContains(t, string(status), "run quickstart: complete")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/testtmp"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("LOCAL_TEST_MODE"); mode != "" && workerenv.IsWorker() {
 		os.Exit(fakeWorker(mode))
 	}
-	os.Exit(m.Run())
+	testtmp.Main(m)
 }
 
 func fakeWorker(mode string) int {

@@ -1,0 +1,43 @@
+// Package testtmp gives a test binary, and every process it starts, one
+// private temporary directory that goes when the tests end.
+//
+// Tests here start real worker processes, often the test binary itself,
+// which run a test function up to trainer.Fit and then exit the process:
+// their t.TempDir directories, and the scratch directories of launchers
+// killed on purpose, are never cleaned by their own process. Pointing
+// TMPDIR into a directory the parent removes catches them all.
+package testtmp
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Main runs the tests with TMPDIR set to a fresh directory under the
+// current one, removes it afterwards, and exits with the tests' code. A
+// worker process started by a test inherits the parent's TMPDIR and nests
+// its own directory inside it.
+func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit, for a TestMain with more to do.
+func Run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nomad-train-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testtmp:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	prev, had := os.LookupEnv("TMPDIR")
+	os.Setenv("TMPDIR", dir)
+	defer func() {
+		if had {
+			os.Setenv("TMPDIR", prev)
+		} else {
+			os.Unsetenv("TMPDIR")
+		}
+	}()
+	return m.Run()
+}
