@@ -208,9 +208,12 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	}
 	// A run that failed for good (its training function failed, or its
 	// failure budget is spent) cannot be helped by a restart: refuse it as
-	// unrecoverable, so Nomad stops restarting and rescheduling it. A
-	// relative storage path is the worker's, so it is read from the task's
-	// directory, not the plugin's.
+	// unrecoverable, so Nomad stops restarting it. Nomad still reschedules
+	// the allocation (within the group's reschedule policy); the new one is
+	// refused here when it sees the mark on shared storage, and otherwise
+	// its worker finds the failure in the rendezvous store and exits at
+	// once. A relative storage path is the worker's, so it is read from the
+	// task's directory, not the plugin's.
 	root := storage.Rebase(cfg.StoragePath, pathsOf(tc).TaskDir)
 	if f, failed, err := storage.FailedForGood(root, cfg.RunName); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(

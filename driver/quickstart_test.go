@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
@@ -111,4 +113,75 @@ storage_path = "results"
 	must.ErrorContains(t, err, `run "done-for" failed for good: training function failed`)
 	must.ErrorContains(t, err, filepath.Join(results, "done-for", storage.FailedFile))
 	must.Eq(t, codes.FailedPrecondition, status.Code(err))
+}
+
+// A worker that replaces one of a run that failed for good, in a fresh
+// allocation directory where a relative storage_path holds no failure mark
+// (Nomad reschedules failed allocations whatever the driver said), learns
+// of the failure from the rendezvous store: it exits at once instead of
+// waiting for a gang that will never form, and marks its own storage so
+// that the driver refuses to start it again.
+func TestReplacementOfFailedRunExitsAtOnce(t *testing.T) {
+	emb, n, _ := newGang(t)
+	failure := storage.Failure{Reason: "training function failed: batch_size 3 does not split evenly over 2 workers", ExitCode: 1}
+	b, err := json.Marshal(failure)
+	must.NoError(t, err)
+	_, ok, err := emb.Store.CompareAndSet(testCtx(t), "doomed/failed", b, 0)
+	must.NoError(t, err)
+	must.True(t, ok)
+	config := fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = "doomed"
+world_size   = 2
+storage_path = "results"
+rendezvous {
+  backend = "embedded"
+  address = %q
+}
+`, emb.URI)
+	f := startTasks(t, n, 1, config, nil)[0]
+	res := waitTask(t, n, f, 30*time.Second)
+	must.Eq(t, int32(4), res.GetResult().GetExitCode()) // workerenv.ExitPeerLost
+	f.logs.waitFor(t, "", "the run failed for good: training function failed: batch_size 3")
+	marked, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed")
+	must.NoError(t, err)
+	must.True(t, failed)
+	must.Eq(t, failure.Reason, marked.Reason)
+	n.destroy(t, f.cfg.GetId())
+
+	again := proto.Clone(f.cfg).(*drivers.TaskConfig)
+	again.Id += "-restart"
+	_, err = n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: again})
+	must.ErrorContains(t, err, `run "doomed" failed for good: training function failed`)
+}
+
+// A run that fails for good with a relative storage_path, its two workers
+// in their own allocation directories: the failure is marked in each
+// worker's own storage (where its driver looks before a restart) and in
+// the rendezvous store (where replacements look).
+func TestFailureRecordedWhereEveryWorkerLooks(t *testing.T) {
+	emb, n, _ := newGang(t)
+	fixtures := startTasks(t, n, 2, fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = "doomed"
+world_size   = 2
+train_config = "{\"batch_size\":3}"
+storage_path = "results"
+rendezvous {
+  backend = "embedded"
+  address = %q
+}
+`, emb.URI), nil)
+	for _, f := range fixtures {
+		must.Eq(t, int32(1), waitTask(t, n, f, 30*time.Second).GetResult().GetExitCode()) // workerenv.ExitUserError
+		_, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed")
+		must.NoError(t, err)
+		must.True(t, failed, must.Sprint(f.allocDir))
+		n.destroy(t, f.cfg.GetId())
+	}
+	v, err := emb.Store.Get(testCtx(t), "doomed/failed")
+	must.NoError(t, err)
+	var f storage.Failure
+	must.NoError(t, json.Unmarshal(v.Data, &f))
+	must.StrContains(t, f.Reason, "batch_size 3 does not split evenly over 2 workers")
 }

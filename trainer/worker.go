@@ -165,6 +165,14 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb}
 	w.pub = newPublisher(w.putProgress)
 	defer w.pub.close()
+	// A replacement for a worker of a run that failed for good (Nomad
+	// reschedules into a fresh directory) does not wait in rendezvous for
+	// a gang that will never form: it marks its own storage, so its driver
+	// refuses the next restart, and exits.
+	if f, failed := w.failedForGood(ctx); failed {
+		w.recordFailure(f)
+		return fmt.Errorf("%w: the run failed for good: %s", collective.ErrPeerLost, f.Reason)
+	}
 	for {
 		err := w.generation(ctx)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
@@ -179,7 +187,8 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		}
 		// A peer that failed for good (its training function failed, or
 		// the budget is spent) will not come back: do not wait for it.
-		if f, failed, _ := storage.FailedForGood(env.StoragePath, env.RunName); failed {
+		if f, failed := w.failedForGood(ctx); failed {
+			w.recordFailure(f)
 			return fmt.Errorf("%w: the run failed for good: %s", collective.ErrPeerLost, f.Reason)
 		}
 		log.Warn("gang lost a member; joining the next generation", "cause", lost.Error())
@@ -198,15 +207,75 @@ type worker struct {
 	stop   stopRequest // the first SIGTERM/SIGINT (see watchStop)
 	hb     heartbeat
 	pub    *publisher // rank 0's progress, off the training loop's path
+	// root is the storage root every rank shares, as rank 0 resolved it
+	// (absolute), once a generation has restored; "" before.
+	root string
 }
 
 // markFailed records that the run failed for good (see storage.FailedFile):
 // restarting workers cannot help it.
 func (w *worker) markFailed(err error, code int) {
-	f := storage.Failure{Reason: err.Error(), ExitCode: code, Time: time.Now().UTC()}
-	if merr := storage.MarkFailed(w.env.StoragePath, w.env.RunName, f); merr != nil {
-		w.log.Warn("cannot mark the run failed", "error", merr)
+	w.recordFailure(storage.Failure{Reason: err.Error(), ExitCode: code, Time: time.Now().UTC()})
+}
+
+// failedKey is where the rendezvous store holds a run's failure for good,
+// for workers that do not see the storage it is marked in: replacements in
+// fresh allocation directories, a relative storage_path.
+func failedKey(run string) string { return run + "/failed" }
+
+// roots are the storage roots this worker marks and reads failures in: its
+// own storage_path as it resolves it (where its driver looks before a
+// restart) and the run directory's root that rank 0 reported (where every
+// rank of a shared storage looks), when it differs.
+func (w *worker) roots() []string {
+	if w.root == "" || w.root == w.env.StoragePath {
+		return []string{w.env.StoragePath}
 	}
+	return []string{w.env.StoragePath, w.root}
+}
+
+// recordFailure marks f in every root that has no mark yet and in the
+// rendezvous store unless a failure is there already: the first reason
+// stays.
+func (w *worker) recordFailure(f storage.Failure) {
+	for _, root := range w.roots() {
+		if _, marked, _ := storage.FailedForGood(root, w.env.RunName); marked {
+			continue
+		}
+		if err := storage.MarkFailed(root, w.env.RunName, f); err != nil {
+			w.log.Warn("cannot mark the run failed", "storage_path", root, "error", err)
+		}
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, _, err := w.store.CompareAndSet(ctx, failedKey(w.env.RunName), b, 0); err != nil {
+		w.log.Warn("cannot record the run's failure in the rendezvous store", "error", err)
+	}
+}
+
+// failedForGood returns the run's failure when a storage root or the
+// rendezvous store holds one.
+func (w *worker) failedForGood(ctx context.Context) (storage.Failure, bool) {
+	for _, root := range w.roots() {
+		if f, marked, _ := storage.FailedForGood(root, w.env.RunName); marked {
+			return f, true
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v, err := w.store.Get(ctx, failedKey(w.env.RunName))
+	if err != nil || v.Version == 0 {
+		return storage.Failure{}, false
+	}
+	var f storage.Failure
+	if err := json.Unmarshal(v.Data, &f); err != nil {
+		return storage.Failure{Reason: fmt.Sprintf("unreadable failure record: %v", err)}, true
+	}
+	return f, true
 }
 
 // publishProgress hands rank 0's latest report to the publisher, which
@@ -423,10 +492,14 @@ func (w *worker) generation(ctx context.Context) error {
 	s := &Session{
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
-		runDir: filepath.Join(env.StoragePath, env.RunName), group: group,
+		group:  group,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 	}
-	if err := s.restore(gctx, env); err != nil {
+	err = s.restore(gctx, env)
+	if s.runDir != "" {
+		w.root = filepath.Dir(s.runDir)
+	}
+	if err != nil {
 		err = lostOr(err)
 		if errors.Is(err, ErrUnsharedStorage) {
 			// No restart can fix where storage_path points: every rank
