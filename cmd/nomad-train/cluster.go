@@ -307,17 +307,12 @@ func runState(ctx context.Context, c nomad.API, run string) (*nomadRun, error) {
 			count = *g.Count
 		}
 	}
-	allocs, _, err := c.Allocations(ctx, run, 0)
+	snap, err := nomad.ReadSnapshot(ctx, c, run)
 	if err != nil {
-		return nil, fmt.Errorf("listing allocations of %q: %w", run, err)
-	}
-	evals, _, err := c.Evaluations(ctx, run, 0)
-	if err != nil {
-		return nil, fmt.Errorf("listing evaluations of %q: %w", run, err)
+		return nil, err
 	}
 	t := nomad.NewTracker(trainhcl.WorkerGroup, count, true)
-	t.Allocations(allocs)
-	t.Evaluations(evals)
+	t.Observe(snap)
 	return &nomadRun{job: job, count: count, status: t.Status()}, nil
 }
 

@@ -132,6 +132,20 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 			return st, fmt.Errorf("%w: %d of %d workers could not be placed (%s); job stopped, "+
 				"use -wait-for-capacity to wait instead", ErrInsufficientCapacity, st.Unplaced, o.Count, st.Reason)
 		}
+		if st.Phase == PhaseFailed {
+			// The two streams may each lag the other: confirm on one
+			// consistent read that no replacement is on its way.
+			snap, err := ReadSnapshot(ctx, c, o.JobID)
+			if err != nil {
+				return st, err
+			}
+			t.Observe(snap)
+			if st = t.Status(); st.Phase != PhaseFailed {
+				log.Debug("a failure looked final but a replacement is on its way", "phase", st.Phase)
+				last = st
+				continue
+			}
+		}
 		switch st.Phase {
 		case PhaseFailed:
 			return st, fmt.Errorf("%w: ranks %v will not be restarted", ErrRunFailed, st.Lost)

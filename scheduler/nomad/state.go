@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -130,6 +131,9 @@ type Tracker struct {
 	waitForCapacity bool
 	allocs          []*api.AllocationListStub
 	evals           []*api.Evaluation
+	// settled holds the allocations already failed before a consistent
+	// read (Observe); nil when the lists were streamed separately.
+	settled map[string]bool
 	// ranWhole: the whole gang has been seen running. A worker's
 	// replacement that cannot be placed after that is waited for (the
 	// workers' failure budget decides), never a reason to stop the run.
@@ -144,10 +148,53 @@ func NewTracker(group string, count int, waitForCapacity bool) *Tracker {
 }
 
 // Allocations replaces the tracker's view of the job's allocations.
-func (t *Tracker) Allocations(allocs []*api.AllocationListStub) { t.allocs = allocs }
+func (t *Tracker) Allocations(allocs []*api.AllocationListStub) { t.allocs, t.settled = allocs, nil }
 
 // Evaluations replaces the tracker's view of the job's evaluations.
-func (t *Tracker) Evaluations(evals []*api.Evaluation) { t.evals = evals }
+func (t *Tracker) Evaluations(evals []*api.Evaluation) { t.evals, t.settled = evals, nil }
+
+// Observe replaces both views with a consistent read (see Snapshot). Only
+// such a read can tell that a failed worker will not be replaced: two
+// lists streamed separately can show the failure and neither the
+// evaluation that reschedules it nor that evaluation's outcome.
+func (t *Tracker) Observe(s Snapshot) {
+	t.allocs, t.evals = s.Allocations, s.Evaluations
+	t.settled = map[string]bool{}
+	for _, a := range s.Before {
+		if a.ClientStatus == api.AllocClientStatusFailed {
+			t.settled[a.ID] = true
+		}
+	}
+}
+
+// Snapshot is a consistent read of a job: its allocations, then its
+// evaluations, then its allocations again. Nomad commits a failed
+// allocation together with the evaluation that may reschedule it, and
+// applies an evaluation's plan to the allocations before marking the
+// evaluation complete. So for an allocation already failed in Before,
+// Evaluations holds its evaluation, pending or complete, and Allocations
+// the outcome of a complete one (a follow-up evaluation or a replacement).
+type Snapshot struct {
+	Before      []*api.AllocationListStub
+	Evaluations []*api.Evaluation
+	Allocations []*api.AllocationListStub
+}
+
+// ReadSnapshot reads a Snapshot of job jobID.
+func ReadSnapshot(ctx context.Context, c API, jobID string) (Snapshot, error) {
+	var s Snapshot
+	var err error
+	if s.Before, _, err = c.Allocations(ctx, jobID, 0); err != nil {
+		return s, fmt.Errorf("listing allocations of %q: %w", jobID, err)
+	}
+	if s.Evaluations, _, err = c.Evaluations(ctx, jobID, 0); err != nil {
+		return s, fmt.Errorf("listing evaluations of %q: %w", jobID, err)
+	}
+	if s.Allocations, _, err = c.Allocations(ctx, jobID, 0); err != nil {
+		return s, fmt.Errorf("listing allocations of %q: %w", jobID, err)
+	}
+	return s, nil
+}
 
 // AllocRank is the rank of an allocation: the index in its name
 // ("job.group[3]" is rank 3), which is also NOMAD_ALLOC_INDEX. Replacement
@@ -229,8 +276,11 @@ func (t *Tracker) Status() Status {
 		case cur.ClientStatus == api.AllocClientStatusPending:
 			live++
 		case cur.ClientStatus == api.AllocClientStatusFailed &&
-			cur.NextAllocation == "" && cur.FollowupEvalID == "" && !t.replacementPending(cur):
-			st.Lost = append(st.Lost, r) // no reschedule left
+			cur.NextAllocation == "" && cur.FollowupEvalID == "" && !t.replacementPending(cur) &&
+			(t.settled == nil || t.settled[cur.ID]):
+			// No reschedule left (after a consistent read: the failure
+			// came before the evaluations were listed).
+			st.Lost = append(st.Lost, r)
 		default:
 			// Failed with a reschedule on its way, or lost with its node
 			// (Nomad replaces lost allocations whatever the reschedule

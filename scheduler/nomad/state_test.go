@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
@@ -193,4 +194,58 @@ func TestTrackerEdgeCases(t *testing.T) {
 			must.Eq(t, tc.phase, tr.Status().Phase)
 		})
 	}
+}
+
+// The allocation and evaluation streams each lag the other at times: rank
+// 1's failure can show before the evaluation that reschedules it, or with
+// that evaluation complete and not yet its outcome. Either looks final;
+// a consistent read (Snapshot) tells a replacement on its way from a rank
+// with none left.
+func TestSnapshotTellsAFinalFailure(t *testing.T) {
+	rec := loadRecording(t, "worker-rescheduled").Steps
+	running := rec[1].Allocations
+	registered := rec[1].Evaluations
+	// Index 70: rank 1 fails; Nomad commits the rescheduling evaluation
+	// with it. 75: that evaluation's plan gives the failed allocation its
+	// follow-up; 76: the evaluation completes.
+	failedAt := func(index uint64, followup string) []*api.AllocationListStub {
+		a := *rec[2].Allocations[1]
+		a.ModifyIndex, a.FollowupEvalID, a.NextAllocation = index, followup, ""
+		return []*api.AllocationListStub{rec[2].Allocations[0], &a}
+	}
+	evalAt := func(status string, index uint64) []*api.Evaluation {
+		e := &api.Evaluation{ID: "e-resched", TriggeredBy: "alloc-failure", Status: status, CreateIndex: 70, ModifyIndex: index}
+		return append(slices.Clone(registered), e)
+	}
+	justFailed, followedUp := failedAt(70, ""), failedAt(75, "e-followup")
+	pending, complete := evalAt("pending", 70), evalAt("complete", 76)
+
+	streamed := func(allocs []*api.AllocationListStub, evals []*api.Evaluation) Status {
+		tr := NewTracker("worker", 2, false)
+		tr.Allocations(allocs)
+		tr.Evaluations(evals)
+		return tr.Status()
+	}
+	observed := func(s Snapshot) Status {
+		tr := NewTracker("worker", 2, false)
+		tr.Observe(s)
+		return tr.Status()
+	}
+	// What the streams can show: the failure with the evaluations of before
+	// it, or with its evaluation complete and the allocations of before.
+	must.Eq(t, PhaseFailed, streamed(justFailed, registered).Phase)
+	must.Eq(t, PhaseFailed, streamed(justFailed, complete).Phase)
+	// Consistent reads at those moments.
+	for name, s := range map[string]Snapshot{
+		"failed after the first listing": {Before: running, Evaluations: registered, Allocations: justFailed},
+		"rescheduling pending":           {Before: justFailed, Evaluations: pending, Allocations: justFailed},
+		"rescheduled":                    {Before: justFailed, Evaluations: complete, Allocations: followedUp},
+	} {
+		must.NotEq(t, PhaseFailed, observed(s).Phase, must.Sprint(name))
+	}
+	// No evaluation came with the failure: no reschedule left.
+	final := loadRecording(t, "worker-failed").Steps[1]
+	st := observed(Snapshot{Before: final.Allocations, Evaluations: final.Evaluations, Allocations: final.Allocations})
+	must.Eq(t, PhaseFailed, st.Phase)
+	must.Eq(t, []int{0}, st.Lost)
 }
