@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
@@ -184,4 +186,43 @@ rendezvous {
 	var f storage.Failure
 	must.NoError(t, json.Unmarshal(v.Data, &f))
 	must.StrContains(t, f.Reason, "batch_size 3 does not split evenly over 2 workers")
+}
+
+// Nomad stops a job's tasks with their kill_signal, SIGTERM, within their
+// kill_timeout: the gang checkpoints the epoch it is in and every worker
+// exits as stopped (resumable), not as failed.
+func TestStopCheckpointsTheGang(t *testing.T) {
+	emb, n, results := newGang(t)
+	fixtures := startTasks(t, n, 2, fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = "long"
+world_size   = 2
+train_config = "{\"epochs\":100000}"
+storage_path = %q
+rendezvous {
+  backend = "embedded"
+  address = %q
+}
+`, results, emb.URI), nil)
+	fixtures[0].logs.waitFor(t, "epoch 3: loss", "")
+	var wg sync.WaitGroup
+	for _, f := range fixtures {
+		wg.Go(func() {
+			_, err := n.driver.StopTask(testCtx(t), &drivers.StopTaskRequest{
+				TaskId: f.cfg.GetId(), Signal: "SIGTERM", Timeout: durationpb.New(30 * time.Second)})
+			must.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for i, f := range fixtures {
+		must.Eq(t, int32(6), waitTask(t, n, f, 30*time.Second).GetResult().GetExitCode(), must.Sprintf("rank %d", i)) // workerenv.ExitStopped
+		f.logs.waitFor(t, "", "nomad-train worker: stopped")
+		n.destroy(t, f.cfg.GetId())
+	}
+	st, err := storage.OpenReadOnly(results, "long", storage.Policy{})
+	must.NoError(t, err)
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.Greater(t, 3, len(recs))
+	must.Eq(t, recs[len(recs)-1].Checkpoint != "", true, must.Sprint("the last report before the stop has no checkpoint"))
 }

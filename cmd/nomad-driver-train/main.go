@@ -10,8 +10,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/hashicorp/go-hclog"
@@ -27,10 +25,10 @@ func main() {
 		case executor.ShimArg:
 			os.Exit(executor.ShimMain(os.Args[1:]))
 		case builtins.WorkerArg:
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			code := builtins.WorkerMain(ctx)
-			stop()
-			os.Exit(code)
+			// The worker runtime handles SIGTERM itself: checkpoint, then
+			// stop within the grace period. A context cancelled by the
+			// signal would abort the step in flight instead.
+			os.Exit(builtins.WorkerMain(context.Background()))
 		}
 	}
 	logger := hclog.New(&hclog.LoggerOptions{

@@ -30,6 +30,12 @@ func register(name, synopsis string, run func(ctx context.Context, args []string
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == builtins.WorkerArg {
+		// The worker runtime handles SIGTERM itself: checkpoint, then stop
+		// within the grace period. A context cancelled by the signal would
+		// abort the step in flight instead.
+		os.Exit(builtins.WorkerMain(context.Background()))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr))

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // buildCLI builds nomad-train once per test into a temporary directory.
@@ -50,7 +52,8 @@ func TestRunQuickstartSpec(t *testing.T) {
 	must.DirExists(t, filepath.Join(cmd.Dir, "results", "quickstart"))
 }
 
-// Ctrl-C stops every worker and the run ends with 130, leaving no process.
+// Ctrl-C stops every worker and the run ends with 130, leaving no process
+// and a checkpoint of where it stopped (the workers stop between steps).
 func TestRunInterrupted(t *testing.T) {
 	bin := buildCLI(t)
 	dir := t.TempDir()
@@ -94,6 +97,16 @@ train "long" {
 	}
 	must.Error(t, err)
 	must.Eq(t, 130, cmd.ProcessState.ExitCode(), must.Sprint(errBuf.String()))
+	st, err := storage.OpenReadOnly(filepath.Join(dir, "results"), "long", storage.Policy{})
+	must.NoError(t, err)
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, recs)
+	must.NotEq(t, "", recs[len(recs)-1].Checkpoint, must.Sprint("no checkpoint at the stop\n", errBuf.String()))
+	// Each worker checkpointed and stopped; none was cut off mid-step.
+	for rank := range 4 {
+		must.StrContains(t, errBuf.String(), fmt.Sprintf("[rank %d] nomad-train worker: stopped\n", rank))
+	}
 	// No worker (a copy of bin) is left.
 	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, p := range procs {
