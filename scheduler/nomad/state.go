@@ -246,11 +246,18 @@ func (t *Tracker) Status() Status {
 		for _, a := range chain {
 			for _, ts := range sortedStates(a.TaskStates) {
 				w.Restarts += ts.Restarts
+				killing := false // Nomad is stopping the task: its exit is no failure
 				for _, ev := range ts.Events {
 					if last == nil || ev.Time >= last.Time {
 						last = ev
 					}
-					if f, ok := failureOf(r, a.ID, ev); ok {
+					switch ev.Type {
+					case api.TaskKilling:
+						killing = true
+					case api.TaskRestarting, api.TaskStarted:
+						killing = false
+					}
+					if f, ok := failureOf(r, a.ID, ev); ok && !(killing && ev.Type == api.TaskTerminated) {
 						st.Failures = append(st.Failures, f)
 					}
 				}

@@ -249,3 +249,37 @@ func TestSnapshotTellsAFinalFailure(t *testing.T) {
 	must.Eq(t, PhaseFailed, st.Phase)
 	must.Eq(t, []int{0}, st.Lost)
 }
+
+// Workers that Nomad stops exit as stopped (code 6) after its Killing
+// event: that is no failure. A failure before the stop still counts.
+func TestStoppedWorkersAreNoFailures(t *testing.T) {
+	step := loadRecording(t, "job-stopped").Steps[1]
+	var allocs []*api.AllocationListStub
+	for i, a := range step.Allocations {
+		c := *a
+		ts := *c.TaskStates["worker"]
+		ts.Events = slices.Clone(ts.Events)
+		for j, ev := range ts.Events {
+			if ev.Type == api.TaskTerminated {
+				e := *ev
+				e.ExitCode = 6
+				ts.Events[j] = &e
+			}
+		}
+		if i == 1 { // this one had failed once and been restarted before
+			failed := &api.TaskEvent{Type: api.TaskTerminated, ExitCode: 3, Time: ts.Events[2].Time + 1}
+			restarting := &api.TaskEvent{Type: api.TaskRestarting, Time: ts.Events[2].Time + 2}
+			started := &api.TaskEvent{Type: api.TaskStarted, Time: ts.Events[2].Time + 3}
+			ts.Events = slices.Insert(ts.Events, 3, failed, restarting, started)
+		}
+		c.TaskStates = map[string]*api.TaskState{"worker": &ts}
+		allocs = append(allocs, &c)
+	}
+	tr := NewTracker("worker", 2, false)
+	tr.Allocations(allocs)
+	st := tr.Status()
+	must.Eq(t, PhaseStopped, st.Phase)
+	must.SliceLen(t, 1, st.Failures)
+	must.Eq(t, 1, st.Failures[0].Rank)
+	must.Eq(t, 3, st.Failures[0].ExitCode)
+}
