@@ -114,7 +114,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
 	st, err := nomad.Follow(ctx, c, nomad.FollowOptions{
 		JobID: sub.JobID, Namespace: cf.namespace, Count: spec.Scaling.NumWorkers,
-		WaitForCapacity: cf.waitForCapacity, OnStatus: printer.print,
+		WaitForCapacity: cf.waitForCapacity, OnStatus: printer.print, Settle: followSettle,
 	})
 	stopProgress()
 	wg.Wait()
@@ -194,6 +194,10 @@ func (p *statusPrinter) print(st nomad.Status) {
 		fmt.Fprintf(p.w, "    restarts: %d\n", r)
 	}
 }
+
+// followSettle is how long a failed run is followed further for its other
+// ranks' allocations to end (nomad.FollowOptions.Settle); tests shorten it.
+var followSettle = 10 * time.Second
 
 // progressSource picks where to read the run's progress from: the shared
 // storage when this machine mounts it, else Consul KV when

@@ -133,6 +133,8 @@ func TestRunOnNomadRefusesUnplaceableGang(t *testing.T) {
 // A worker failing: shown as it happens, and either the run recovers
 // (restart, reschedule) or it fails with the rank and exit code.
 func TestRunOnNomadWorkerFailures(t *testing.T) {
+	followSettle = 100 * time.Millisecond // the recordings end with a rank still running
+	t.Cleanup(func() { followSettle = 10 * time.Second })
 	cases := []struct {
 		recording string
 		code      int

@@ -51,6 +51,11 @@ type FollowOptions struct {
 	Logger   hclog.Logger
 	// Jitter scales a backoff delay; nil picks uniformly in [d/2, d).
 	Jitter func(time.Duration) time.Duration
+	// Settle is how long a failed run is followed further while other
+	// workers' allocations are still running or pending (the client marks
+	// a task's allocation failed a few seconds after it gave up on it), so
+	// that the result names every rank that failed. Default 10 s.
+	Settle time.Duration
 }
 
 // Follow watches a registered job with blocking queries on its
@@ -90,9 +95,14 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 			}))
 	}()
 
+	if o.Settle == 0 {
+		o.Settle = 10 * time.Second
+	}
 	t := NewTracker(o.Group, o.Count, o.WaitForCapacity)
 	var last Status
 	var haveAllocs, haveEvals, reported bool
+	var settle <-chan time.Time // set once the run has failed
+	settled := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,6 +111,8 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 			<-errs
 			<-errs
 			return last, ctx.Err()
+		case <-settle:
+			settled = true
 		case u := <-updates:
 			if u.isEval {
 				t.Evaluations(u.evals)
@@ -142,6 +154,15 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 			t.Observe(snap)
 			if st = t.Status(); st.Phase != PhaseFailed {
 				log.Debug("a failure looked final but a replacement is on its way", "phase", st.Phase)
+				last = st
+				continue
+			}
+			if !settled && st.live() > 0 {
+				if settle == nil {
+					timer := time.NewTimer(o.Settle)
+					defer timer.Stop()
+					settle = timer.C
+				}
 				last = st
 				continue
 			}

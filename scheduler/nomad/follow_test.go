@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 )
 
 // TestFollowRecordings replays each recording through the fake agent over
@@ -42,7 +44,7 @@ func TestFollowRecordings(t *testing.T) {
 			defer cancel()
 			var phases []Phase
 			st, err := Follow(ctx, c, FollowOptions{
-				JobID: "mnist", Count: tc.count, WaitForCapacity: tc.wait,
+				JobID: "mnist", Count: tc.count, WaitForCapacity: tc.wait, Settle: 100 * time.Millisecond,
 				OnStatus: func(s Status) {
 					if len(phases) == 0 || phases[len(phases)-1] != s.Phase {
 						phases = append(phases, s.Phase)
@@ -210,4 +212,28 @@ func TestWatchBackoff(t *testing.T) {
 	// After an error the index is kept; an index going backwards resets
 	// to 0; a zero index becomes 1.
 	must.Eq(t, []uint64{0, 0, 0, 0, 7, 7, 9, 0, 1}, indexes)
+}
+
+// A failed run is followed a little further while other workers are still
+// running, so the result names every rank that failed: here rank 1's
+// allocation is marked failed one step after rank 0's.
+func TestFollowNamesEveryFailedRank(t *testing.T) {
+	steps := loadRecording(t, "worker-failed").Steps
+	last := steps[len(steps)-1]
+	r1 := *last.Allocations[1]
+	must.Eq(t, "running", r1.ClientStatus)
+	r1.ClientStatus, r1.ModifyIndex = "failed", r1.ModifyIndex+40
+	steps = append(steps, nomadtest.Step{
+		Allocations: []*api.AllocationListStub{last.Allocations[0], &r1},
+		Evaluations: last.Evaluations,
+	})
+	srv, c := newTestClient(t)
+	srv.AddJob(testJob("mnist", 2))
+	srv.Script("mnist", steps)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 2, Settle: 3 * time.Second})
+	must.ErrorIs(t, err, ErrRunFailed)
+	must.Eq(t, []int{0, 1}, st.Lost)
+	must.ErrorContains(t, err, "ranks [0 1] will not be restarted")
 }

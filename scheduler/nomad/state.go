@@ -112,6 +112,17 @@ type Status struct {
 	Lost []int
 }
 
+// live counts the workers whose current allocation is pending or running.
+func (s Status) live() int {
+	n := 0
+	for _, w := range s.Workers {
+		if w.ClientStatus == api.AllocClientStatusPending || w.ClientStatus == api.AllocClientStatusRunning {
+			n++
+		}
+	}
+	return n
+}
+
 // Restarts is the total number of restarts and reschedules of the gang.
 func (s Status) Restarts() int {
 	n := 0
