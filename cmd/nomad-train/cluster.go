@@ -131,8 +131,17 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		// Each rank's last failure says why it stopped; the whole history
+		// (every restart and reschedule) is in status.
+		last := map[int]nomad.Failure{}
 		for _, f := range st.Failures {
-			fmt.Fprintf(stderr, "    %s\n", f)
+			last[f.Rank] = f // in time order
+		}
+		for _, r := range slices.Sorted(maps.Keys(last)) {
+			fmt.Fprintf(stderr, "    %s\n", last[r])
+		}
+		if len(st.Failures) > len(last) {
+			fmt.Fprintf(stderr, "    (nomad-train status %s lists all %d failures)\n", sub.JobID, len(st.Failures))
 		}
 		return 1
 	}
@@ -164,8 +173,14 @@ type statusPrinter struct {
 	w        io.Writer
 	count    int
 	phase    nomad.Phase
-	failures int
+	printed  map[failureKey]bool // failures already shown (the list is re-sorted as late ones arrive)
 	restarts int
+}
+
+type failureKey struct {
+	alloc  string
+	time   int64
+	reason string
 }
 
 func (p *statusPrinter) print(st nomad.Status) {
@@ -185,10 +200,16 @@ func (p *statusPrinter) print(st nomad.Status) {
 		}
 		fmt.Fprintln(p.w, line)
 	}
-	for _, f := range st.Failures[min(p.failures, len(st.Failures)):] {
-		fmt.Fprintf(p.w, "    worker failed: %s\n", f)
+	if p.printed == nil {
+		p.printed = map[failureKey]bool{}
 	}
-	p.failures = len(st.Failures)
+	for _, f := range st.Failures {
+		k := failureKey{f.AllocID, f.Time.UnixNano(), f.Reason}
+		if !p.printed[k] {
+			p.printed[k] = true
+			fmt.Fprintf(p.w, "    worker failed: %s\n", f)
+		}
+	}
 	if r := st.Restarts(); r != p.restarts {
 		p.restarts = r
 		fmt.Fprintf(p.w, "    restarts: %d\n", r)

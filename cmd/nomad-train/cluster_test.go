@@ -16,6 +16,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 )
 
@@ -283,4 +284,20 @@ func TestConnectionFlagsReachNomad(t *testing.T) {
 	must.Eq(t, 0, code, must.Sprint(errs))
 	must.True(t, f.srv.SawToken("tok-123"))
 	must.True(t, f.srv.SawNamespace("ml"))
+}
+
+// Failures are listed in time order, and one that reaches the follower late
+// can sort before those already printed: each is printed once all the same.
+func TestStatusPrinterPrintsEachFailureOnce(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1796205600+int64(s), 0).UTC() }
+	a := nomad.Failure{Rank: 3, AllocID: "aaaaaaaa-1", Time: at(2), Reason: "driver failure"}
+	b := nomad.Failure{Rank: 2, AllocID: "bbbbbbbb-1", Time: at(1), Reason: "driver failure"}
+	c := nomad.Failure{Rank: 1, AllocID: "cccccccc-1", Time: at(3), Reason: "driver failure"}
+	var out bytes.Buffer
+	p := &statusPrinter{w: &out, count: 4}
+	p.print(nomad.Status{Phase: nomad.PhaseRunning, Failures: []nomad.Failure{a}})
+	p.print(nomad.Status{Phase: nomad.PhaseRunning, Failures: []nomad.Failure{b, a, c}})
+	for _, f := range []nomad.Failure{a, b, c} {
+		must.Eq(t, 1, strings.Count(out.String(), "worker failed: "+f.String()+"\n"), must.Sprint(out.String()))
+	}
 }

@@ -51,10 +51,12 @@ type FollowOptions struct {
 	Logger   hclog.Logger
 	// Jitter scales a backoff delay; nil picks uniformly in [d/2, d).
 	Jitter func(time.Duration) time.Duration
-	// Settle is how long a failed run is followed further while other
-	// workers' allocations are still running or pending (the client marks
-	// a task's allocation failed a few seconds after it gave up on it), so
-	// that the result names every rank that failed. Default 10 s.
+	// Settle is how long a failed or stopped run is followed further while
+	// workers' allocations are still running or pending (the client marks a
+	// task's allocation failed a few seconds after it gave up on it; stopped
+	// workers checkpoint after the group's shutdown delay), so that the
+	// result names every rank that failed and the last report is the
+	// stop's checkpoint. Default 10 s.
 	Settle time.Duration
 }
 
@@ -157,15 +159,15 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 				last = st
 				continue
 			}
-			if !settled && st.live() > 0 {
-				if settle == nil {
-					timer := time.NewTimer(o.Settle)
-					defer timer.Stop()
-					settle = timer.C
-				}
-				last = st
-				continue
+		}
+		if (st.Phase == PhaseFailed || st.Phase == PhaseStopped) && !settled && st.unsettled() > 0 {
+			if settle == nil {
+				timer := time.NewTimer(o.Settle)
+				defer timer.Stop()
+				settle = timer.C
 			}
+			last = st
+			continue
 		}
 		switch st.Phase {
 		case PhaseFailed:

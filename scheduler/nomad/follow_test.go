@@ -227,13 +227,38 @@ func TestFollowNamesEveryFailedRank(t *testing.T) {
 		Allocations: []*api.AllocationListStub{last.Allocations[0], &r1},
 		Evaluations: last.Evaluations,
 	})
+	st, err := followSteps(t, steps)
+	must.ErrorIs(t, err, ErrRunFailed)
+	must.Eq(t, []int{0, 1}, st.Lost)
+	must.ErrorContains(t, err, "ranks [0 1] will not be restarted")
+}
+
+// A stopped run is followed until its workers have exited (they checkpoint
+// first), not only until Nomad marked them to stop.
+func TestFollowStopWaitsForWorkersToExit(t *testing.T) {
+	steps := loadRecording(t, "job-stopped").Steps
+	var stopping []*api.AllocationListStub
+	for _, a := range steps[0].Allocations {
+		c := *a
+		c.DesiredStatus = api.AllocDesiredStatusStop
+		stopping = append(stopping, &c)
+	}
+	steps = slices.Insert(steps, 1, nomadtest.Step{Allocations: stopping, Evaluations: steps[1].Evaluations})
+	st, err := followSteps(t, steps)
+	must.ErrorIs(t, err, ErrRunStopped)
+	for _, w := range st.Workers {
+		must.Eq(t, api.AllocClientStatusComplete, w.ClientStatus)
+	}
+}
+
+// followSteps follows a 2-worker job through steps on the fake agent, with
+// a settle time the steps never need to run out.
+func followSteps(t *testing.T, steps []nomadtest.Step) (Status, error) {
+	t.Helper()
 	srv, c := newTestClient(t)
 	srv.AddJob(testJob("mnist", 2))
 	srv.Script("mnist", steps)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 2, Settle: 3 * time.Second})
-	must.ErrorIs(t, err, ErrRunFailed)
-	must.Eq(t, []int{0, 1}, st.Lost)
-	must.ErrorContains(t, err, "ranks [0 1] will not be restarted")
+	return Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 2, Settle: 3 * time.Second})
 }

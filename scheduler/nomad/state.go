@@ -112,12 +112,20 @@ type Status struct {
 	Lost []int
 }
 
-// live counts the workers whose current allocation is pending or running.
-func (s Status) live() int {
+// unsettled counts the workers whose current allocation may still change
+// the outcome: pending or running, or failed without being in Lost (a
+// replacement on its way, or a failure not yet confirmed) unless the job
+// is being stopped.
+func (s Status) unsettled() int {
 	n := 0
 	for _, w := range s.Workers {
-		if w.ClientStatus == api.AllocClientStatusPending || w.ClientStatus == api.AllocClientStatusRunning {
+		switch w.ClientStatus {
+		case api.AllocClientStatusPending, api.AllocClientStatusRunning:
 			n++
+		case api.AllocClientStatusFailed:
+			if w.DesiredStatus != api.AllocDesiredStatusStop && !slices.Contains(s.Lost, w.Rank) {
+				n++
+			}
 		}
 	}
 	return n
