@@ -47,13 +47,16 @@ func Names() []string {
 }
 
 // WorkerMain runs the builtin named by NOMAD_TRAIN_BUILTIN as one worker and
-// returns the process exit code.
-func WorkerMain(ctx context.Context) int {
+// returns the process exit code. It takes no context: the worker runtime
+// handles SIGTERM and SIGINT itself (checkpoint, then stop within the grace
+// period), where a context cancelled by the signal would abort the step in
+// flight.
+func WorkerMain() int {
 	name := os.Getenv(workerenv.Builtin)
 	fn, ok := Lookup(name)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "nomad-train worker: unknown builtin %q (known: %v)\n", name, Names())
 		return trainer.ExitBadEnv
 	}
-	return trainer.RunWorker(ctx, fn)
+	return trainer.RunWorker(context.Background(), fn)
 }

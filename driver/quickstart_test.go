@@ -17,6 +17,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -131,17 +132,7 @@ func TestReplacementOfFailedRunExitsAtOnce(t *testing.T) {
 	_, ok, err := emb.Store.CompareAndSet(testCtx(t), "doomed/failed", b, 0)
 	must.NoError(t, err)
 	must.True(t, ok)
-	config := fmt.Sprintf(`
-builtin      = "quickstart"
-run_name     = "doomed"
-world_size   = 2
-storage_path = "results"
-rendezvous {
-  backend = "embedded"
-  address = %q
-}
-`, emb.URI)
-	f := startTasks(t, n, 1, config, nil)[0]
+	f := startTasks(t, n, 1, quickstartTask(emb, "doomed", 2, "results", ""), nil)[0]
 	res := waitTask(t, n, f, 30*time.Second)
 	must.Eq(t, int32(4), res.GetResult().GetExitCode()) // workerenv.ExitPeerLost
 	f.logs.waitFor(t, "", "the run failed for good: training function failed: batch_size 3")
@@ -163,17 +154,7 @@ rendezvous {
 // the rendezvous store (where replacements look).
 func TestFailureRecordedWhereEveryWorkerLooks(t *testing.T) {
 	emb, n, _ := newGang(t)
-	fixtures := startTasks(t, n, 2, fmt.Sprintf(`
-builtin      = "quickstart"
-run_name     = "doomed"
-world_size   = 2
-train_config = "{\"batch_size\":3}"
-storage_path = "results"
-rendezvous {
-  backend = "embedded"
-  address = %q
-}
-`, emb.URI), nil)
+	fixtures := startTasks(t, n, 2, quickstartTask(emb, "doomed", 2, "results", `{"batch_size":3}`), nil)
 	for _, f := range fixtures {
 		must.Eq(t, int32(1), waitTask(t, n, f, 30*time.Second).GetResult().GetExitCode()) // workerenv.ExitUserError
 		_, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed")
@@ -193,17 +174,7 @@ rendezvous {
 // exits as stopped (resumable), not as failed.
 func TestStopCheckpointsTheGang(t *testing.T) {
 	emb, n, results := newGang(t)
-	fixtures := startTasks(t, n, 2, fmt.Sprintf(`
-builtin      = "quickstart"
-run_name     = "long"
-world_size   = 2
-train_config = "{\"epochs\":100000}"
-storage_path = %q
-rendezvous {
-  backend = "embedded"
-  address = %q
-}
-`, results, emb.URI), nil)
+	fixtures := startTasks(t, n, 2, quickstartTask(emb, "long", 2, results, `{"epochs":100000}`), nil)
 	fixtures[0].logs.waitFor(t, "epoch 3: loss", "")
 	var wg sync.WaitGroup
 	for _, f := range fixtures {
@@ -225,4 +196,14 @@ rendezvous {
 	must.NoError(t, err)
 	must.Greater(t, 3, len(recs))
 	must.Eq(t, recs[len(recs)-1].Checkpoint != "", true, must.Sprint("the last report before the stop has no checkpoint"))
+}
+
+// quickstartTask is the task config of one quickstart worker of run, in a
+// gang of worldSize on emb, with trainConfig (JSON) when not empty.
+func quickstartTask(emb *rendezvous.Embedded, run string, worldSize int, storagePath, trainConfig string) string {
+	cfg := fmt.Sprintf("builtin = \"quickstart\"\nrun_name = %q\nworld_size = %d\nstorage_path = %q\n", run, worldSize, storagePath)
+	if trainConfig != "" {
+		cfg += fmt.Sprintf("train_config = %q\n", trainConfig)
+	}
+	return cfg + fmt.Sprintf("rendezvous {\n  backend = \"embedded\"\n  address = %q\n}\n", emb.URI)
 }

@@ -239,10 +239,6 @@ func newGroup(name string, count, maxFailures int) *api.TaskGroup {
 	return g
 }
 
-// policies derives Nomad's restart and reschedule policies from
-// max_failures: each worker may be restarted in place, then rescheduled,
-// as often as the whole gang may fail (the gang's budget is enforced by the
-// workers' rendezvous); 0 fails the task at once, -1 never gives up.
 // ShutdownDelay is the worker group's shutdown_delay.
 const ShutdownDelay = 2 * time.Second
 
@@ -255,6 +251,10 @@ const KillTimeout = 30 * time.Second
 // of the runtime).
 const StopGraceEnv = "NOMAD_TRAIN_STOP_GRACE"
 
+// policies derives Nomad's restart and reschedule policies from
+// max_failures: each worker may be restarted in place, then rescheduled,
+// as often as the whole gang may fail (the gang's budget is enforced by the
+// workers' rendezvous); 0 fails the task at once, -1 never gives up.
 func policies(maxFailures int) (*api.RestartPolicy, *api.ReschedulePolicy) {
 	if maxFailures < 0 {
 		return &api.RestartPolicy{

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
@@ -25,10 +24,7 @@ func main() {
 		case executor.ShimArg:
 			os.Exit(executor.ShimMain(os.Args[1:]))
 		case builtins.WorkerArg:
-			// The worker runtime handles SIGTERM itself: checkpoint, then
-			// stop within the grace period. A context cancelled by the
-			// signal would abort the step in flight instead.
-			os.Exit(builtins.WorkerMain(context.Background()))
+			os.Exit(builtins.WorkerMain())
 		}
 	}
 	logger := hclog.New(&hclog.LoggerOptions{

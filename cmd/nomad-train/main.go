@@ -31,10 +31,7 @@ func register(name, synopsis string, run func(ctx context.Context, args []string
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == builtins.WorkerArg {
-		// The worker runtime handles SIGTERM itself: checkpoint, then stop
-		// within the grace period. A context cancelled by the signal would
-		// abort the step in flight instead.
-		os.Exit(builtins.WorkerMain(context.Background()))
+		os.Exit(builtins.WorkerMain()) // before any signal handling of ours
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -42,9 +39,6 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == builtins.WorkerArg {
-		return builtins.WorkerMain(ctx)
-	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {

@@ -76,6 +76,9 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 	if o.Jitter == nil {
 		o.Jitter = func(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 	}
+	if o.Settle == 0 {
+		o.Settle = 10 * time.Second
+	}
 	log := o.Logger.Named("follow").With("job", o.JobID)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -97,13 +100,10 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 			}))
 	}()
 
-	if o.Settle == 0 {
-		o.Settle = 10 * time.Second
-	}
 	t := NewTracker(o.Group, o.Count, o.WaitForCapacity)
 	var last Status
 	var haveAllocs, haveEvals, reported bool
-	var settle <-chan time.Time // set once the run has failed
+	var settle <-chan time.Time // set once the run has failed or stopped
 	settled := false
 	for {
 		select {

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 
 	consul "github.com/hashicorp/consul/api"
 
@@ -55,17 +53,8 @@ type FileProgress struct {
 // that against their task directories on some client, not against this
 // process's working directory.
 func (f FileProgress) Path() string {
-	root := f.StoragePath
-	if strings.HasPrefix(root, "file://") {
-		u, err := url.Parse(root)
-		if err != nil {
-			return ""
-		}
-		root = u.Path
-	} else if strings.Contains(root, "://") {
-		return ""
-	}
-	if !filepath.IsAbs(root) {
+	root, err := storage.LocalDir(f.StoragePath)
+	if err != nil || !filepath.IsAbs(root) {
 		return ""
 	}
 	return filepath.Join(root, f.Run, storage.ProgressFile)

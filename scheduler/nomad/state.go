@@ -150,9 +150,9 @@ type Tracker struct {
 	waitForCapacity bool
 	allocs          []*api.AllocationListStub
 	evals           []*api.Evaluation
-	// settled holds the allocations already failed before a consistent
-	// read (Observe); nil when the lists were streamed separately.
-	settled map[string]bool
+	// failedBefore holds the allocations already failed at the start of a
+	// consistent read (Observe); nil when the lists were streamed apart.
+	failedBefore map[string]bool
 	// ranWhole: the whole gang has been seen running. A worker's
 	// replacement that cannot be placed after that is waited for (the
 	// workers' failure budget decides), never a reason to stop the run.
@@ -167,10 +167,12 @@ func NewTracker(group string, count int, waitForCapacity bool) *Tracker {
 }
 
 // Allocations replaces the tracker's view of the job's allocations.
-func (t *Tracker) Allocations(allocs []*api.AllocationListStub) { t.allocs, t.settled = allocs, nil }
+func (t *Tracker) Allocations(allocs []*api.AllocationListStub) {
+	t.allocs, t.failedBefore = allocs, nil
+}
 
 // Evaluations replaces the tracker's view of the job's evaluations.
-func (t *Tracker) Evaluations(evals []*api.Evaluation) { t.evals, t.settled = evals, nil }
+func (t *Tracker) Evaluations(evals []*api.Evaluation) { t.evals, t.failedBefore = evals, nil }
 
 // Observe replaces both views with a consistent read (see Snapshot). Only
 // such a read can tell that a failed worker will not be replaced: two
@@ -178,10 +180,10 @@ func (t *Tracker) Evaluations(evals []*api.Evaluation) { t.evals, t.settled = ev
 // evaluation that reschedules it nor that evaluation's outcome.
 func (t *Tracker) Observe(s Snapshot) {
 	t.allocs, t.evals = s.Allocations, s.Evaluations
-	t.settled = map[string]bool{}
+	t.failedBefore = map[string]bool{}
 	for _, a := range s.Before {
 		if a.ClientStatus == api.AllocClientStatusFailed {
-			t.settled[a.ID] = true
+			t.failedBefore[a.ID] = true
 		}
 	}
 }
@@ -303,7 +305,7 @@ func (t *Tracker) Status() Status {
 			live++
 		case cur.ClientStatus == api.AllocClientStatusFailed &&
 			cur.NextAllocation == "" && cur.FollowupEvalID == "" && !t.replacementPending(cur) &&
-			(t.settled == nil || t.settled[cur.ID]):
+			(t.failedBefore == nil || t.failedBefore[cur.ID]):
 			// No reschedule left (after a consistent read: the failure
 			// came before the evaluations were listed).
 			st.Lost = append(st.Lost, r)

@@ -48,6 +48,10 @@ func localRoot(root string) (string, error) {
 	return filepath.Clean(u.Path), nil
 }
 
+// LocalDir is the local directory a storage path names (a plain path or a
+// file:// URI); any other scheme is ErrUnsupportedScheme.
+func LocalDir(root string) (string, error) { return localRoot(root) }
+
 // Rebase resolves a relative local storage path against dir, the working
 // directory of the process that will use it (a Nomad task's directory, say).
 // Absolute paths and URIs are returned as they are.
