@@ -26,7 +26,9 @@ import (
 // Dial then Close, so it leaves out the proof's bytes that a worker sends.
 // On a machine with fewer cores than workers the run is CPU-bound: the N
 // connects alone then cost about N/cores times the reference's one, so the
-// ratio grows with N.
+// ratio grows with N. "N-rtt-at-once/rtt" shows how much the machine
+// overlaps N clients' work (1: all of it, N: none); where it is N, N
+// workers need at least N connects and 2N round trips one after another.
 func BenchmarkRendezvous(b *testing.B) {
 	st := rendezvous.NewMemStore(nil)
 	b.Cleanup(func() { st.Close() })
