@@ -146,10 +146,11 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	secretFile := filepath.Join(tmp, "secret")
-	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
-		return nil, fmt.Errorf("launch: write run secret: %w", err)
+	secretFile, err := secretMemfd(secret)
+	if err != nil {
+		return nil, err
 	}
+	defer secretFile.Close()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -183,7 +184,7 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		workerenv.Config+"="+string(o.Config),
 		workerenv.Checkpoint+"="+mustJSON(o.Checkpoint),
 		workerenv.MaxFailures+"="+strconv.Itoa(o.MaxFailures),
-		workerenv.SecretFile+"="+secretFile,
+		workerenv.SecretFile+"="+secretFD,
 		workerenv.StopGrace+"="+(o.StopGrace*3/4).String(),
 	)
 	if o.StallFloor > 0 {
@@ -194,7 +195,7 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	}
 
 	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout},
-		envs: make([][]string, o.NumWorkers), store: mem}
+		envs: make([][]string, o.NumWorkers), store: mem, secret: secretFile}
 	g.stderr = g.stdout
 	if o.Stderr != o.Stdout {
 		g.stderr = &syncWriter{w: o.Stderr}
@@ -255,7 +256,8 @@ type gang struct {
 	envs           [][]string // each rank's environment
 	done           chan int   // rank of each worker process as it is reaped
 
-	store *rendezvous.MemStore
+	store  *rendezvous.MemStore
+	secret *os.File // handed to each worker as its descriptor 3 (secretFD)
 
 	// Owned by Launch's goroutine.
 	restarts        []RankOutcome
@@ -267,6 +269,33 @@ type gang struct {
 	started []time.Time // when each rank's current process started
 	ended   []RankOutcome
 	order   int
+}
+
+// secretFD is where a worker reads the run secret: the launcher's memfd,
+// inherited as descriptor 3 (the first of exec.Cmd.ExtraFiles).
+const secretFD = "/proc/self/fd/3"
+
+// secretMemfd returns a sealed in-memory file holding secret. The secret
+// so never touches a disk: no file of it outlives the launcher, even one
+// killed with SIGKILL, whose workers die with it (Pdeathsig) and with them
+// the last descriptors of the file. Sealed, no worker can change it for
+// the others.
+func secretMemfd(secret string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("nomad-train-secret", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("launch: make run secret file: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "nomad-train-secret")
+	if _, err := f.WriteString(secret); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("launch: write run secret: %w", err)
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("launch: seal run secret: %w", err)
+	}
+	return f, nil
 }
 
 // start starts rank's process, the first time or as a replacement.
@@ -281,6 +310,7 @@ func (g *gang) start(rank int) error {
 	// reaches only the launcher, which stops the workers in order; and
 	// each dies with the launcher if the launcher is killed outright.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = []*os.File{g.secret}
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("launch: start worker %d: %w", rank, err)

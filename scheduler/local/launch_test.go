@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -71,6 +72,29 @@ func fakeWorker(mode string) int {
 			os.WriteFile(marker, nil, 0o644)
 			return workerenv.ExitInfraError
 		}
+		return 0
+	case "secret":
+		// Report how the secret came, whether it can be changed, and how
+		// many files under TMPDIR hold it (the test reads the pid dir and
+		// storage path from there too).
+		path := os.Getenv(workerenv.SecretFile)
+		secret, err := os.ReadFile(path)
+		if err != nil || len(secret) == 0 {
+			fmt.Println("no secret:", err)
+			return 1
+		}
+		onDisk := 0
+		filepath.WalkDir(os.TempDir(), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, secret) {
+					onDisk++
+				}
+			}
+			return nil
+		})
+		writeErr := os.WriteFile(path, []byte("changed"), 0o600)
+		fmt.Printf("secret path=%s len=%d sum=%x write-refused=%v on-disk=%d\n",
+			path, len(secret), sha256.Sum256(secret), writeErr != nil, onDisk)
 		return 0
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
@@ -160,6 +184,28 @@ func TestOutputIsPrefixedPerRank(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		must.True(t, strings.HasPrefix(line, "[rank "), must.Sprintf("line %q has no rank prefix", line))
 	}
+}
+
+// The run secret reaches the workers as an inherited, sealed in-memory
+// file: the same for every rank, unchangeable, and in no file under
+// TMPDIR, so nothing of it outlives even a launcher killed with SIGKILL.
+func TestSecretIsNeverOnDisk(t *testing.T) {
+	o, out, _ := opts(t, "secret", 2)
+	res, err := Launch(context.Background(), o)
+	must.NoError(t, err)
+	must.False(t, res.Failed(), must.Sprint(out.String()))
+	var sums []string
+	for r := range 2 {
+		var sum string
+		line := out.String()[strings.Index(out.String(), fmt.Sprintf("[rank %d] secret ", r)):]
+		line = line[:strings.Index(line, "\n")]
+		must.StrContains(t, line, "path="+secretFD+" len=64 ")
+		must.StrContains(t, line, " write-refused=true on-disk=0")
+		_, err := fmt.Sscanf(line[strings.Index(line, "sum="):], "sum=%s", &sum)
+		must.NoError(t, err)
+		sums = append(sums, sum)
+	}
+	must.Eq(t, sums[0], sums[1])
 }
 
 func TestFailedWorkerStopsTheRest(t *testing.T) {

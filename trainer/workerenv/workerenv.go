@@ -59,7 +59,9 @@ const (
 	// events. Empty means no events are written.
 	Events = "NOMAD_TRAIN_EVENTS"
 	// SecretFile is a file holding the run's shared secret, used to
-	// authenticate collective and rendezvous connections.
+	// authenticate collective and rendezvous connections: in the task's
+	// secrets directory on Nomad, an inherited descriptor
+	// (/proc/self/fd/3) in local runs.
 	SecretFile = "NOMAD_TRAIN_SECRET_FILE"
 	// CollectiveTimeout bounds every network wait inside a collective
 	// (a Go duration string).

@@ -21,7 +21,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -136,7 +138,10 @@ func NewSecret() string {
 }
 
 // ReadSecretFile reads a secret written by a launcher. An empty path means
-// no secret (authentication off).
+// no secret (authentication off). A secret handed down as an inherited
+// descriptor (/proc/self/fd/N, as the local launcher does) is marked
+// close-on-exec once read, so that the worker's own children (a Python
+// training command) do not inherit it.
 func ReadSecretFile(path string) ([]byte, error) {
 	if path == "" {
 		return nil, nil
@@ -144,6 +149,11 @@ func ReadSecretFile(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read secret file: %w", err)
+	}
+	if fd, ok := strings.CutPrefix(path, "/proc/self/fd/"); ok {
+		if n, err := strconv.Atoi(fd); err == nil && n > 2 {
+			syscall.CloseOnExec(n)
+		}
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {

@@ -2,10 +2,15 @@ package auth
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func pair(t *testing.T) (net.Conn, net.Conn) {
@@ -126,5 +131,52 @@ func TestDialWrongSecret(t *testing.T) {
 	d.Close()
 	if err := <-errs; !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("acceptor error %v is not ErrUnauthenticated", err)
+	}
+}
+
+func TestReadSecretFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte("  s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadSecretFile(path); err != nil || string(got) != "s3cret" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if got, err := ReadSecretFile(""); err != nil || got != nil {
+		t.Fatalf("empty path: got %q, %v", got, err)
+	}
+	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSecretFile(path); err == nil {
+		t.Fatal("an empty secret file was accepted")
+	}
+}
+
+// A secret inherited as a descriptor is not passed on to the reader's own
+// children.
+func TestReadSecretFileFromDescriptor(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	fd := int(f.Fd())
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil { // as inherited
+		t.Fatal(err)
+	}
+	got, err := ReadSecretFile(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil || string(got) != "s3cret" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flags&unix.FD_CLOEXEC == 0 {
+		t.Fatal("the descriptor would be inherited by the reader's children")
 	}
 }
