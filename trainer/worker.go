@@ -369,7 +369,12 @@ func (p *publisher) close() {
 }
 
 // heartbeat is told of progress (a Consul TTL check on clusters).
-type heartbeat interface{ Beat(step int64) }
+// heartbeat is the worker's health check (storeuri.Heartbeat): steps keep
+// it passing, and so does a wait that is bounded on its own.
+type heartbeat interface {
+	Beat(step int64)
+	Waiting(reason string) (done func())
+}
 
 func splitHostPort(addr string) (string, int) {
 	host, p, err := net.SplitHostPort(addr)
@@ -414,9 +419,13 @@ func (w *worker) generation(ctx context.Context) error {
 		case <-jctx.Done():
 		}
 	}()
+	// Waiting for the gang takes no steps; it is healthy for as long as
+	// the rendezvous timeout allows, which is longer than the check's TTL.
+	waited := w.hb.Waiting(fmt.Sprintf("waiting for the gang (%d workers)", env.WorldSize))
 	rdzv, err := rendezvous.Join(jctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
 	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log})
+	waited()
 	stopJoin()
 	if err != nil {
 		if w.stop.requested() {

@@ -340,7 +340,7 @@ func (c *Client) WaitPrefix(ctx context.Context, prefix string, after uint64) ([
 // one write and the server answers both in one, saving a round trip. A
 // grant the server refused shows in the first call that uses the lease.
 func (c *Client) Grant(ctx context.Context, ttl time.Duration) (Lease, error) {
-	if ttl <= 0 || ttl > maxTTL {
+	if ttl <= 0 || ttl > MaxLeaseTTL {
 		return nil, fmt.Errorf("grant lease: ttl %v out of range", ttl)
 	}
 	ms := max(ttl.Milliseconds(), 1)

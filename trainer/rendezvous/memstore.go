@@ -273,8 +273,8 @@ type memLease struct {
 
 // Grant implements Store.
 func (m *MemStore) Grant(ctx context.Context, ttl time.Duration) (Lease, error) {
-	if ttl <= 0 {
-		return nil, fmt.Errorf("grant lease: ttl %v is not positive", ttl)
+	if ttl <= 0 || ttl > MaxLeaseTTL {
+		return nil, fmt.Errorf("grant lease: ttl %v out of range", ttl)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -47,6 +47,10 @@ type Store interface {
 	// when the version did not match. It returns the key's value after the
 	// call: the one written, or the one that won (so a loser need not read
 	// again; a store that cannot tell atomically reads it afterwards).
+	// Writing the data a key already holds may leave its version as it
+	// was (Consul skips such writes), and whether a CAS over an ephemeral
+	// key keeps it bound to its lease differs between stores; the
+	// rendezvous does neither.
 	CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (current Value, ok bool, err error)
 	// Delete removes the key whatever its version. Deleting an absent key
 	// is not an error.
@@ -130,8 +134,20 @@ type TxnResult struct {
 	Current Value
 }
 
+// Limits every Store keeps to, Consul's.
+const (
+	// MaxLeaseTTL is the longest lease TTL (Consul's session TTL limit).
+	MaxLeaseTTL = 24 * time.Hour
+	// MaxTxnOps is the most ops in one transaction (Consul's documented
+	// limit; some versions allow 128).
+	MaxTxnOps = 64
+)
+
 // CheckTxn validates the shape of a transaction, as every Store requires it.
 func CheckTxn(ops []TxnOp) error {
+	if len(ops) > MaxTxnOps {
+		return fmt.Errorf("transaction of %d ops: at most %d", len(ops), MaxTxnOps)
+	}
 	seen := make(map[string]bool, len(ops))
 	for i, op := range ops {
 		switch op.Kind {

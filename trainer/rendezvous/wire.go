@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 )
 
 // The embedded store's wire protocol: after the auth handshake, each side
@@ -24,9 +23,6 @@ import (
 
 // maxFrame bounds a frame's body; the rendezvous state is small.
 const maxFrame = 1 << 20
-
-// maxTTL is the longest lease a client may ask for (Consul's limit too).
-const maxTTL = 24 * time.Hour
 
 // errFrame marks malformed input from the peer.
 var errFrame = errors.New("malformed frame")
@@ -336,7 +332,7 @@ func decodeRequest(body []byte) (request, error) {
 	if req.ID == 0 {
 		return request{}, fmt.Errorf("%w: request without id", errFrame)
 	}
-	if req.TTLms < 0 || req.WaitMs < 0 || req.TTLms > maxTTL.Milliseconds() {
+	if req.TTLms < 0 || req.WaitMs < 0 || req.TTLms > MaxLeaseTTL.Milliseconds() {
 		return request{}, fmt.Errorf("%w: duration out of range", errFrame)
 	}
 	return req, nil

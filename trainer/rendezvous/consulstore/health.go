@@ -17,6 +17,11 @@ import (
 type Heartbeat interface {
 	// Beat records that step was reached.
 	Beat(step int64)
+	// Waiting keeps the check passing, with reason as its output, until
+	// done is called: for waits that take no steps and are bounded on
+	// their own (the rendezvous, which has its timeout). Beats take over
+	// again after done.
+	Waiting(reason string) (done func())
 }
 
 // DefaultDeregisterAfter is how long a worker's service may stay critical
@@ -36,6 +41,10 @@ type HealthOptions struct {
 	// DefaultDeregisterAfter): cleanup for a worker that died without
 	// Deregister. It is not failure detection; the TTL check is.
 	DeregisterAfter time.Duration
+	// RequestTimeout bounds registering and deregistering (default
+	// DefaultRequestTimeout), so that an agent that stopped answering
+	// cannot hold a worker's start or exit.
+	RequestTimeout time.Duration
 	// Logger (default: none).
 	Logger hclog.Logger
 }
@@ -50,8 +59,9 @@ type Health struct {
 	agent *capi.Agent
 	opts  HealthOptions
 
-	step  atomic.Int64
-	beats chan struct{} // capacity 1: a pending beat
+	step    atomic.Int64
+	waiting atomic.Pointer[string] // the reason, while Waiting
+	beats   chan struct{}          // capacity 1: a pending beat
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -67,6 +77,9 @@ func NewHealth(client *capi.Client, opts HealthOptions) *Health {
 	if opts.DeregisterAfter <= 0 {
 		opts.DeregisterAfter = DefaultDeregisterAfter
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -77,10 +90,10 @@ func NewHealth(client *capi.Client, opts HealthOptions) *Health {
 func CheckID(id string) string { return "service:" + id + ":progress" }
 
 // Register registers service id (named service, reachable at addr:port)
-// with the local agent, with a TTL check that starts passing (so a worker is
-// healthy while it rendezvous and loads) and turns critical ttl after the
-// last update. Re-registering replaces the checks. It starts the update
-// loop.
+// with the local agent, with a TTL check that starts passing and turns
+// critical ttl after the last update (Consul times a TTL check from its
+// registration, whatever its first status). Re-registering replaces the
+// checks. It starts the update loop.
 func (h *Health) Register(ctx context.Context, service, id, addr string, port int, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("register health service %s: ttl %v is not positive", id, ttl)
@@ -106,7 +119,9 @@ func (h *Health) Register(ctx context.Context, service, id, addr string, port in
 			DeregisterCriticalServiceAfter: h.opts.DeregisterAfter.String(),
 		},
 	}
-	opts := capi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)
+	rctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
+	defer cancel()
+	opts := capi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(rctx)
 	if err := h.agent.ServiceRegisterOpts(reg, opts); err != nil {
 		return fmt.Errorf("register health service %s: %w", id, err)
 	}
@@ -119,32 +134,48 @@ func (h *Health) Register(ctx context.Context, service, id, addr string, port in
 // Beat implements Heartbeat: it records step and wakes the update loop.
 func (h *Health) Beat(step int64) {
 	h.step.Store(step)
+	h.wake()
+}
+
+// Waiting implements Heartbeat.
+func (h *Health) Waiting(reason string) (done func()) {
+	h.waiting.Store(&reason)
+	h.wake()
+	return func() { h.waiting.CompareAndSwap(&reason, nil) }
+}
+
+func (h *Health) wake() {
 	select {
 	case h.beats <- struct{}{}:
 	default: // one is pending already
 	}
 }
 
-// loop sends one passing update per beat, at most one per every, until ctx
-// ends. A failed update is logged: the check then expires, which is the
-// truth if the agent is unreachable.
+// loop sends one passing update per beat, at most one per every, and one
+// every every while Waiting, until ctx ends. A failed update is logged:
+// the check then expires, which is the truth if the agent is unreachable.
 func (h *Health) loop(ctx context.Context, check string, every time.Duration, done chan struct{}) {
 	defer close(done)
 	logger := h.opts.Logger.Named("health").With("check", check)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		select {
-		case <-h.beats:
-		case <-ctx.Done():
-			return
+		if h.waiting.Load() == nil {
+			select {
+			case <-h.beats:
+			case <-ctx.Done():
+				return
+			}
 		}
-		step := h.step.Load()
+		output := fmt.Sprintf("step %d", h.step.Load())
+		if reason := h.waiting.Load(); reason != nil {
+			output = *reason
+		}
 		uctx, cancel := context.WithTimeout(ctx, every)
-		err := h.agent.UpdateTTLOpts(check, fmt.Sprintf("step %d", step), capi.HealthPassing, (&capi.QueryOptions{}).WithContext(uctx))
+		err := h.agent.UpdateTTLOpts(check, output, capi.HealthPassing, (&capi.QueryOptions{}).WithContext(uctx))
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			logger.Warn("heartbeat update failed", "step", step, "error", err)
+			logger.Warn("heartbeat update failed", "output", output, "error", err)
 		}
 		t.Reset(every)
 		select {
@@ -167,7 +198,9 @@ func (h *Health) Deregister(ctx context.Context) error {
 	<-h.done
 	id := h.serviceID
 	h.stop, h.done, h.serviceID = nil, nil, ""
-	if err := h.agent.ServiceDeregisterOpts(id, (&capi.QueryOptions{}).WithContext(ctx)); err != nil {
+	dctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
+	defer cancel()
+	if err := h.agent.ServiceDeregisterOpts(id, (&capi.QueryOptions{}).WithContext(dctx)); err != nil {
 		return fmt.Errorf("deregister health service %s: %w", id, err)
 	}
 	return nil

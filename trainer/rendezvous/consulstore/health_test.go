@@ -75,3 +75,37 @@ func TestHealthRegisterErrors(t *testing.T) {
 	must.Error(t, h.Register(ctx, "", "x", "", 0, time.Second), must.Sprint("the agent refuses a service without a name"))
 	must.NoError(t, h.Deregister(ctx))
 }
+
+// A worker waiting for its gang takes no steps but is not hung: Waiting
+// keeps its check passing, saying so, and beats take over after done.
+func TestHealthWaitingStaysPassing(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	fake := fakeconsul.New(fakeconsul.Options{})
+	defer fake.Close()
+	client, _, err := consulstore.NewClient(fake.Addr())
+	must.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h := consulstore.NewHealth(client, consulstore.HealthOptions{})
+	must.NoError(t, h.Register(ctx, "trainer", "run1-rank1", "10.0.0.1", 29500, ttl))
+	defer h.Deregister(ctx)
+	check := func() fakeconsul.Check {
+		c, ok := fake.CheckState(consulstore.CheckID("run1-rank1"))
+		must.True(t, ok)
+		return c
+	}
+
+	done := h.Waiting("waiting for the gang (4 workers)")
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		must.Eq(t, "passing", check().Status, must.Sprint("critical while waiting for the gang"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	must.Eq(t, "waiting for the gang (4 workers)", check().Output)
+
+	done()
+	h.Beat(7)
+	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return check().Output == "step 7" }))
+	// No more beats and no wait: a hung worker turns critical again.
+	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return check().Status == "critical" }))
+}

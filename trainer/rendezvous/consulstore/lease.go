@@ -44,29 +44,35 @@ func (l *lease) Renew(ctx context.Context) error {
 	return nil
 }
 
-// KeepAlive implements rendezvous.Lease with the client's RenewPeriodic,
-// which renews at TTL/2 (the server allows 2×TTL) and retries failed
-// renewals every second for up to one TTL. It returns nil when ctx is done,
-// without destroying the session (Revoke does that).
+// KeepAlive implements rendezvous.Lease. It renews every TTL/2 (the
+// server keeps a session 2×TTL after its last renewal) and retries a failed
+// renewal every second until a whole TTL went by without one, as
+// consul/api's RenewPeriodic does; but each renewal is bounded by
+// RequestTimeout, where RenewPeriodic bounds none, and one hung on a
+// connection the agent no longer answers would outlive the session. It
+// returns nil when ctx is done, without destroying the session (Revoke
+// does that).
 func (l *lease) KeepAlive(ctx context.Context) error {
-	cctx, cancel, err := l.s.call(ctx, 0)
-	if err != nil {
-		return err
+	every := max(l.ttl/2, time.Millisecond)
+	last := time.Now()
+	for wait := every; ; {
+		if sleepCtx(ctx, wait) != nil {
+			return nil
+		}
+		err := l.Renew(ctx)
+		switch {
+		case err == nil:
+			last, wait = time.Now(), every
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, rendezvous.ErrClosed):
+			return rendezvous.ErrClosed
+		case errors.Is(err, rendezvous.ErrLeaseNotFound), time.Since(last) >= l.ttl:
+			return fmt.Errorf("keep session %s alive: %w", l.id, err)
+		}
+		wait = min(time.Second, every)
 	}
-	defer cancel()
-	err = l.s.client.Session().RenewPeriodic(l.ttl.String(), l.id, (&capi.WriteOptions{}).WithContext(cctx), nil)
-	switch {
-	case ctx.Err() != nil:
-		return nil
-	case l.s.base.Err() != nil:
-		return rendezvous.ErrClosed
-	case errors.Is(err, capi.ErrSessionExpired):
-		l.forget()
-		return fmt.Errorf("keep session %s alive: %w", l.id, rendezvous.ErrLeaseNotFound)
-	case err != nil:
-		return fmt.Errorf("keep session %s alive: %w", l.id, err)
-	}
-	return fmt.Errorf("keep session %s alive: renewals stopped", l.id)
 }
 
 // Revoke implements rendezvous.Lease: destroying the session deletes its

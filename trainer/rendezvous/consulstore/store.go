@@ -267,14 +267,23 @@ func valueOf(p *capi.KVPair) rendezvous.Value {
 
 // readOpts returns the options of a read that blocks while the index is
 // index (0: a plain read), bound to a request context (see call).
+//
+// Every read is bounded, so that a connection the agent no longer answers
+// on fails instead of hanging: a plain read by timeout (RequestTimeout when
+// 0), a blocking one by what the server may hold it (WaitTime and up to
+// WaitTime/16 of jitter) plus RequestTimeout.
 func (s *Store) readOpts(ctx context.Context, index uint64, timeout time.Duration) (*capi.QueryOptions, context.CancelFunc, error) {
+	q := &capi.QueryOptions{WaitIndex: index}
+	switch {
+	case index > 0:
+		q.WaitTime = s.cfg.WaitTime
+		timeout = s.cfg.WaitTime + s.cfg.WaitTime/16 + s.cfg.RequestTimeout
+	case timeout <= 0:
+		timeout = s.cfg.RequestTimeout
+	}
 	cctx, cancel, err := s.call(ctx, timeout)
 	if err != nil {
 		return nil, nil, err
-	}
-	q := &capi.QueryOptions{WaitIndex: index}
-	if index > 0 {
-		q.WaitTime = s.cfg.WaitTime
 	}
 	return q.WithContext(cctx), cancel, nil
 }
@@ -518,8 +527,8 @@ func (s *Store) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]
 // and the configured lock delay. A TTL under MinTTL is raised to it;
 // Lease.TTL reports the TTL granted.
 func (s *Store) Grant(ctx context.Context, ttl time.Duration) (rendezvous.Lease, error) {
-	if ttl <= 0 {
-		return nil, fmt.Errorf("grant lease: ttl %v is not positive", ttl)
+	if ttl <= 0 || ttl > rendezvous.MaxLeaseTTL {
+		return nil, fmt.Errorf("grant lease: ttl %v out of range", ttl)
 	}
 	ttl = max(ttl, s.cfg.MinTTL)
 	cctx, cancel, err := s.call(ctx, s.cfg.RequestTimeout)

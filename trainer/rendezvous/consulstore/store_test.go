@@ -3,6 +3,12 @@ package consulstore_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,4 +292,82 @@ func TestWaitsRideOutAShortOutage(t *testing.T) {
 	must.StrContains(t, err.Error(), "No cluster leader")
 	must.Between(t, time.Second, time.Since(start), 5*time.Second)
 	fake.Fail.Store(0)
+}
+
+// silentAgent fronts the fake agent and, once mute, answers nothing: each
+// request hangs until its client gives up, as on a connection the agent no
+// longer answers on.
+func silentAgent(t *testing.T, backend string) (addr string, mute *atomic.Bool) {
+	mute = new(atomic.Bool)
+	u, err := url.Parse("http://" + backend)
+	must.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if mute.Load() {
+			// Read the body, so that the server notices the client hang up.
+			io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), mute
+}
+
+// Renewals, blocking waits and health updates are each bounded, so a
+// silent agent makes them fail in time instead of hanging past the
+// session's life.
+func TestSilentAgentFailsCallsInTime(t *testing.T) {
+	fake, cfg := wallFake(t)
+	addr, mute := silentAgent(t, fake.Addr())
+	cfg.Address = addr
+	cfg.RequestTimeout = 200 * time.Millisecond
+	cfg.ErrorGrace = 300 * time.Millisecond
+	st := newStore(t, cfg)
+	ctx := ctxFor(t, 20*time.Second)
+	lease, err := st.Grant(ctx, 200*time.Millisecond)
+	must.NoError(t, err)
+	kept := make(chan error, 1)
+	go func() { kept <- lease.KeepAlive(ctx) }()
+	v, _, err := st.CompareAndSet(ctx, "k", []byte("a"), 0)
+	must.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // a few renewals go through
+	select {
+	case err := <-kept:
+		t.Fatalf("keep-alive ended while the agent answered: %v", err)
+	default:
+	}
+
+	mute.Store(true)
+	start := time.Now()
+	waited := make(chan error, 1)
+	go func() {
+		_, err := st.Wait(ctx, "k", v.Version)
+		waited <- err
+	}()
+	// The keep-alive gives up one TTL after its last renewal, its last
+	// attempt bounded by RequestTimeout.
+	select {
+	case err := <-kept:
+		must.Error(t, err)
+		must.Less(t, 2*time.Second, time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("keep-alive still blocked on a silent agent")
+	}
+	// The wait's blocking query is bounded by WaitTime, its jitter and
+	// RequestTimeout; then the grace period for failing queries runs out.
+	select {
+	case err := <-waited:
+		must.Error(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait still blocked on a silent agent")
+	}
+
+	client, _, err := consulstore.NewClient(addr)
+	must.NoError(t, err)
+	h := consulstore.NewHealth(client, consulstore.HealthOptions{RequestTimeout: 200 * time.Millisecond})
+	start = time.Now()
+	must.Error(t, h.Register(ctx, "trainer", "w", "", 0, time.Second))
+	must.Less(t, 2*time.Second, time.Since(start))
 }

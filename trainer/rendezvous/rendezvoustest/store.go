@@ -491,15 +491,25 @@ func RunStoreConformance(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		_, err = st.Txn(ctx, []rendezvous.TxnOp{{Kind: rendezvous.TxnPutEphemeral, Key: alive + "a", Lease: lease}})
 		must.ErrorIs(t, err, rendezvous.ErrLeaseNotFound)
 
-		// Malformed transactions are refused.
+		// Malformed transactions are refused, and so is one over Consul's
+		// limit on ops.
+		var tooMany []rendezvous.TxnOp
+		for i := range rendezvous.MaxTxnOps + 1 {
+			tooMany = append(tooMany, rendezvous.TxnOp{Kind: rendezvous.TxnCheck, Key: fmt.Sprintf("%s/k%d", ks, i)})
+		}
 		for _, ops := range [][]rendezvous.TxnOp{
 			{{Kind: rendezvous.TxnList, Key: alive}, {Kind: rendezvous.TxnCheck, Key: state}},
 			{{Kind: rendezvous.TxnCheck, Key: state}, {Kind: rendezvous.TxnCAS, Key: state}},
 			{{Kind: rendezvous.TxnPutEphemeral, Key: alive + "a"}},
+			tooMany,
 		} {
 			_, err := st.Txn(ctx, ops)
 			must.Error(t, err)
 		}
+		_, err = st.Txn(ctx, tooMany[:rendezvous.MaxTxnOps])
+		must.NoError(t, err, must.Sprint("a transaction at the limit"))
+		_, err = st.Grant(ctx, rendezvous.MaxLeaseTTL+time.Second)
+		must.Error(t, err, must.Sprint("a lease over Consul's TTL limit"))
 	})
 
 	t.Run("closed store refuses calls", func(t *testing.T) {

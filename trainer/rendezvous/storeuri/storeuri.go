@@ -95,6 +95,9 @@ func Open(ctx context.Context, uri string, secret []byte, logger hclog.Logger) (
 type Heartbeat interface {
 	// Beat records that the training loop reached step.
 	Beat(step int64)
+	// Waiting keeps the worker healthy, with reason as what it is doing,
+	// until done is called (consulstore.Heartbeat).
+	Waiting(reason string) (done func())
 	// Close stops the heartbeat and withdraws what it registered.
 	Close(ctx context.Context) error
 }
@@ -136,6 +139,7 @@ func RegisterHealth(ctx context.Context, uri string, spec HealthSpec, logger hcl
 type nopHeartbeat struct{}
 
 func (nopHeartbeat) Beat(int64)                  {}
+func (nopHeartbeat) Waiting(string) func()       { return func() {} }
 func (nopHeartbeat) Close(context.Context) error { return nil }
 
 type consulHeartbeat struct {
