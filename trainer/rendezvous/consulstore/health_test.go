@@ -11,29 +11,36 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore/fakeconsul"
 )
 
-func TestHealthTTLCheckFollowsBeats(t *testing.T) {
-	// Long enough that a loaded CI machine still delivers an update within
-	// a TTL; the update loop sends one every TTL/3.
-	const ttl = 600 * time.Millisecond
+// healthTTL is long enough that a loaded CI machine still delivers an
+// update within a TTL; the update loop sends one every TTL/3.
+const healthTTL = 600 * time.Millisecond
+
+// registered registers service id with a TTL check of healthTTL on a fresh
+// fake agent, and returns it with a reader of the check's state.
+func registered(t *testing.T, ctx context.Context, id string) (*fakeconsul.Server, *consulstore.Health, func() fakeconsul.Check) {
+	t.Helper()
 	fake := fakeconsul.New(fakeconsul.Options{})
-	defer fake.Close()
+	t.Cleanup(fake.Close)
 	client, _, err := consulstore.NewClient(fake.Addr())
 	must.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-
 	h := consulstore.NewHealth(client, consulstore.HealthOptions{Tags: []string{"run1"}})
-	must.NoError(t, h.Register(ctx, "trainer", "run1-rank0", "10.0.0.1", 29500, ttl))
+	must.NoError(t, h.Register(ctx, "trainer", id, "10.0.0.1", 29500, healthTTL))
+	return fake, h, func() fakeconsul.Check {
+		c, ok := fake.CheckState(consulstore.CheckID(id))
+		must.True(t, ok)
+		return c
+	}
+}
+
+func TestHealthTTLCheckFollowsBeats(t *testing.T) {
+	const ttl = healthTTL
+	ctx := ctxFor(t, 20*time.Second)
+	fake, h, check := registered(t, ctx, "run1-rank0")
 	must.ErrorIs(t, h.Register(ctx, "trainer", "run1-rank0", "10.0.0.1", 29500, ttl), consulstore.ErrRegistered)
 	svc, ok := fake.Service("run1-rank0")
 	must.True(t, ok)
 	must.Eq(t, fakeconsul.Service{ID: "run1-rank0", Name: "trainer", Address: "10.0.0.1", Port: 29500,
 		CheckIDs: []string{consulstore.CheckID("run1-rank0")}}, svc)
-	check := func() fakeconsul.Check {
-		c, ok := fake.CheckState(consulstore.CheckID("run1-rank0"))
-		must.True(t, ok)
-		return c
-	}
 	must.Eq(t, "passing", check().Status, must.Sprint("a fresh worker starts passing"))
 
 	// A training loop that steps keeps the check passing well past its TTL.
@@ -79,21 +86,10 @@ func TestHealthRegisterErrors(t *testing.T) {
 // A worker waiting for its gang takes no steps but is not hung: Waiting
 // keeps its check passing, saying so, and beats take over after done.
 func TestHealthWaitingStaysPassing(t *testing.T) {
-	const ttl = 600 * time.Millisecond
-	fake := fakeconsul.New(fakeconsul.Options{})
-	defer fake.Close()
-	client, _, err := consulstore.NewClient(fake.Addr())
-	must.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	h := consulstore.NewHealth(client, consulstore.HealthOptions{})
-	must.NoError(t, h.Register(ctx, "trainer", "run1-rank1", "10.0.0.1", 29500, ttl))
+	const ttl = healthTTL
+	ctx := ctxFor(t, 20*time.Second)
+	_, h, check := registered(t, ctx, "run1-rank1")
 	defer h.Deregister(ctx)
-	check := func() fakeconsul.Check {
-		c, ok := fake.CheckState(consulstore.CheckID("run1-rank1"))
-		must.True(t, ok)
-		return c
-	}
 
 	done := h.Waiting("waiting for the gang (4 workers)")
 	end := time.Now().Add(3 * ttl)
