@@ -18,7 +18,7 @@ import (
 func TestPublishProgress(t *testing.T) {
 	st := rendezvous.NewMemStore(nil)
 	w := &worker{env: workerenv.Env{RunName: "r"}, store: st, log: hclog.NewNullLogger()}
-	w.pub = newPublisher(w.putProgress)
+	w.pub = newPublisher(w.putProgress, 0)
 	for step := int64(1); step <= 3; step++ {
 		w.publishProgress(storage.Record{Step: step, Metrics: map[string]any{"loss": 1.0 / float64(step)}, Checkpoint: "checkpoint_000001"})
 	}

@@ -3,6 +3,7 @@ package trainer
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -24,7 +25,7 @@ func TestPublisherLatestWins(t *testing.T) {
 		mu.Lock()
 		got = append(got, r.Step)
 		mu.Unlock()
-	})
+	}, 0)
 	p.offer(storage.Record{Step: 1})
 	<-started
 	for step := int64(2); step <= 9; step++ {
@@ -38,4 +39,44 @@ func TestPublisherLatestWins(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		must.Greater(t, got[i-1], got[i])
 	}
+}
+
+// A fast training loop gets its first report out at once, then at most one
+// put per interval (the latest report), and its last report put by close
+// without waiting for the interval.
+func TestPublisherSpacesPuts(t *testing.T) {
+	const every = 300 * time.Millisecond
+	var mu sync.Mutex
+	var steps []int64
+	var at []time.Time
+	p := newPublisher(func(r storage.Record) {
+		mu.Lock()
+		steps, at = append(steps, r.Step), append(at, time.Now())
+		mu.Unlock()
+	}, every)
+	puts := func(n int) bool {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			got := len(steps)
+			mu.Unlock()
+			if got >= n {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return false
+	}
+	p.offer(storage.Record{Step: 1})
+	must.True(t, puts(1))
+	p.offer(storage.Record{Step: 2})
+	p.offer(storage.Record{Step: 3}) // overtakes 2 while the interval runs
+	must.True(t, puts(2))
+	p.offer(storage.Record{Step: 4})
+	p.close()
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, []int64{1, 3, 4}, steps)
+	must.GreaterEq(t, every, at[1].Sub(at[0]))
+	must.Less(t, every, at[2].Sub(at[1]), must.Sprint("close waited for the interval"))
 }

@@ -163,7 +163,7 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 	}
 	defer hb.Close(context.Background())
 	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb}
-	w.pub = newPublisher(w.putProgress)
+	w.pub = newPublisher(w.putProgress, publishEvery)
 	defer w.pub.close()
 	// A replacement for a worker of a run that failed for good (Nomad
 	// reschedules into a fresh directory) does not wait in rendezvous for
@@ -308,21 +308,28 @@ func (w *worker) putProgress(rec storage.Record) {
 	}
 }
 
-// publisher runs put on the latest offered record, one at a time, on its
-// own goroutine: a record offered while an older one is still being put
-// replaces any record waiting, so a slow store delays the display and
-// never the caller. close puts what is waiting, then returns.
+// publishEvery spaces rank 0's progress puts: on Consul each is a Raft
+// write that wakes every member's watch of the run's keys, and the CLI
+// that shows them polls no faster.
+const publishEvery = time.Second
+
+// publisher runs put on the latest offered record, one at a time and at
+// most one per every, on its own goroutine: a record offered meanwhile
+// replaces any record waiting, so a slow store or a fast training loop
+// delays the display and never the caller. close puts what is waiting,
+// then returns.
 type publisher struct {
-	put  func(storage.Record)
-	mu   sync.Mutex
-	next *storage.Record
-	wake chan struct{}
-	quit chan struct{}
-	done chan struct{}
+	put   func(storage.Record)
+	every time.Duration
+	mu    sync.Mutex
+	next  *storage.Record
+	wake  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
 }
 
-func newPublisher(put func(storage.Record)) *publisher {
-	p := &publisher{put: put, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+func newPublisher(put func(storage.Record), every time.Duration) *publisher {
+	p := &publisher{put: put, every: every, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go p.loop()
 	return p
 }
@@ -351,14 +358,26 @@ func (p *publisher) putWaiting() {
 
 func (p *publisher) loop() {
 	defer close(p.done)
+	var last time.Time // when the last put began
 	for {
 		select {
 		case <-p.wake:
-			p.putWaiting()
 		case <-p.quit:
 			p.putWaiting()
 			return
 		}
+		if d := p.every - time.Since(last); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-p.quit:
+				t.Stop()
+				p.putWaiting()
+				return
+			}
+		}
+		last = time.Now()
+		p.putWaiting()
 	}
 }
 
@@ -368,7 +387,6 @@ func (p *publisher) close() {
 	<-p.done
 }
 
-// heartbeat is told of progress (a Consul TTL check on clusters).
 // heartbeat is the worker's health check (storeuri.Heartbeat): steps keep
 // it passing, and so does a wait that is bounded on its own.
 type heartbeat interface {
