@@ -62,6 +62,7 @@ type Health struct {
 	step    atomic.Int64
 	waiting atomic.Pointer[string] // the reason, while Waiting
 	beats   chan struct{}          // capacity 1: a pending beat
+	turned  chan struct{}          // capacity 1: a wait began or ended
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -83,7 +84,7 @@ func NewHealth(client *capi.Client, opts HealthOptions) *Health {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	return &Health{agent: client.Agent(), opts: opts, beats: make(chan struct{}, 1)}
+	return &Health{agent: client.Agent(), opts: opts, beats: make(chan struct{}, 1), turned: make(chan struct{}, 1)}
 }
 
 // CheckID names the TTL check of the service id.
@@ -134,26 +135,33 @@ func (h *Health) Register(ctx context.Context, service, id, addr string, port in
 // Beat implements Heartbeat: it records step and wakes the update loop.
 func (h *Health) Beat(step int64) {
 	h.step.Store(step)
-	h.wake()
+	poke(h.beats)
 }
 
-// Waiting implements Heartbeat.
+// Waiting implements Heartbeat. The check says so at once, and the first
+// beat after done at once too, whatever the pace of updates.
 func (h *Health) Waiting(reason string) (done func()) {
 	h.waiting.Store(&reason)
-	h.wake()
-	return func() { h.waiting.CompareAndSwap(&reason, nil) }
+	poke(h.turned)
+	return func() {
+		if h.waiting.CompareAndSwap(&reason, nil) {
+			poke(h.turned)
+		}
+	}
 }
 
-func (h *Health) wake() {
+// poke sends on ch, a channel of capacity 1, unless a send is pending.
+func poke(ch chan struct{}) {
 	select {
-	case h.beats <- struct{}{}:
-	default: // one is pending already
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
 // loop sends one passing update per beat, at most one per every, and one
-// every every while Waiting, until ctx ends. A failed update is logged:
-// the check then expires, which is the truth if the agent is unreachable.
+// every every while Waiting, until ctx ends; a wait that begins or ends
+// cuts the pause short. A failed update is logged: the check then
+// expires, which is the truth if the agent is unreachable.
 func (h *Health) loop(ctx context.Context, check string, every time.Duration, done chan struct{}) {
 	defer close(done)
 	logger := h.opts.Logger.Named("health").With("check", check)
@@ -163,6 +171,8 @@ func (h *Health) loop(ctx context.Context, check string, every time.Duration, do
 		if h.waiting.Load() == nil {
 			select {
 			case <-h.beats:
+			case <-h.turned:
+				continue // a wait began (or one ended): look again
 			case <-ctx.Done():
 				return
 			}
@@ -180,6 +190,7 @@ func (h *Health) loop(ctx context.Context, check string, every time.Duration, do
 		t.Reset(every)
 		select {
 		case <-t.C:
+		case <-h.turned:
 		case <-ctx.Done():
 			return
 		}

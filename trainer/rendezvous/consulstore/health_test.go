@@ -15,16 +15,16 @@ import (
 // update within a TTL; the update loop sends one every TTL/3.
 const healthTTL = 600 * time.Millisecond
 
-// registered registers service id with a TTL check of healthTTL on a fresh
-// fake agent, and returns it with a reader of the check's state.
-func registered(t *testing.T, ctx context.Context, id string) (*fakeconsul.Server, *consulstore.Health, func() fakeconsul.Check) {
+// registered registers service id with a TTL check of ttl on a fresh fake
+// agent, and returns it with a reader of the check's state.
+func registered(t *testing.T, ctx context.Context, id string, ttl time.Duration) (*fakeconsul.Server, *consulstore.Health, func() fakeconsul.Check) {
 	t.Helper()
 	fake := fakeconsul.New(fakeconsul.Options{})
 	t.Cleanup(fake.Close)
 	client, _, err := consulstore.NewClient(fake.Addr())
 	must.NoError(t, err)
 	h := consulstore.NewHealth(client, consulstore.HealthOptions{Tags: []string{"run1"}})
-	must.NoError(t, h.Register(ctx, "trainer", id, "10.0.0.1", 29500, healthTTL))
+	must.NoError(t, h.Register(ctx, "trainer", id, "10.0.0.1", 29500, ttl))
 	return fake, h, func() fakeconsul.Check {
 		c, ok := fake.CheckState(consulstore.CheckID(id))
 		must.True(t, ok)
@@ -35,7 +35,7 @@ func registered(t *testing.T, ctx context.Context, id string) (*fakeconsul.Serve
 func TestHealthTTLCheckFollowsBeats(t *testing.T) {
 	const ttl = healthTTL
 	ctx := ctxFor(t, 20*time.Second)
-	fake, h, check := registered(t, ctx, "run1-rank0")
+	fake, h, check := registered(t, ctx, "run1-rank0", ttl)
 	must.ErrorIs(t, h.Register(ctx, "trainer", "run1-rank0", "10.0.0.1", 29500, ttl), consulstore.ErrRegistered)
 	svc, ok := fake.Service("run1-rank0")
 	must.True(t, ok)
@@ -88,7 +88,7 @@ func TestHealthRegisterErrors(t *testing.T) {
 func TestHealthWaitingStaysPassing(t *testing.T) {
 	const ttl = healthTTL
 	ctx := ctxFor(t, 20*time.Second)
-	_, h, check := registered(t, ctx, "run1-rank1")
+	_, h, check := registered(t, ctx, "run1-rank1", ttl)
 	defer h.Deregister(ctx)
 
 	done := h.Waiting("waiting for the gang (4 workers)")
@@ -104,4 +104,24 @@ func TestHealthWaitingStaysPassing(t *testing.T) {
 	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return check().Output == "step 7" }))
 	// No more beats and no wait: a hung worker turns critical again.
 	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return check().Status == "critical" }))
+}
+
+// With a TTL of minutes, updates are tens of seconds apart; a wait that
+// begins or ends still shows at once, not at the next update.
+func TestHealthWaitingShowsAtOnce(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	_, h, check := registered(t, ctx, "run1-rank2", 2*time.Minute)
+	defer h.Deregister(ctx)
+	soon := func(output string) bool {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return fakeconsul.WaitFor(wctx, func() bool { return check().Output == output })
+	}
+	h.Beat(1)
+	must.True(t, soon("step 1"))
+	done := h.Waiting("waiting for the gang (4 workers)")
+	must.True(t, soon("waiting for the gang (4 workers)"), must.Sprint("the wait waited for the next update"))
+	done()
+	h.Beat(2)
+	must.True(t, soon("step 2"), must.Sprint("the first step after the wait waited for the next update"))
 }
