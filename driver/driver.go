@@ -214,8 +214,12 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	// its worker finds the failure in the rendezvous store and exits at
 	// once. A relative storage path is the worker's, so it is read from the
 	// task's directory, not the plugin's.
-	root := storage.Rebase(cfg.StoragePath, pathsOf(tc).TaskDir)
-	if f, failed, err := storage.FailedForGood(root, cfg.RunName); err == nil && failed {
+	// A mark left by an earlier attempt at a run of the same name (another
+	// secret) does not count.
+	paths := pathsOf(tc)
+	root := storage.Rebase(cfg.StoragePath, paths.TaskDir)
+	attempt := storage.AttemptID(readSecret(filepath.Join(paths.SecretsDir, secretFileName)))
+	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
 			"run %q failed for good: %s; remove %s to run it again",
 			cfg.RunName, f.Reason, filepath.Join(root, cfg.RunName, storage.FailedFile)))
@@ -373,9 +377,16 @@ var ErrNoSecret = errors.New("no run secret")
 
 // hasSecret reports whether the run secret file exists and is not blank
 // (a template over a Variable without the item renders an empty file).
-func hasSecret(path string) bool {
+func hasSecret(path string) bool { return len(readSecret(path)) > 0 }
+
+// readSecret is the run secret at path, as the worker reads it (trimmed),
+// or nil.
+func readSecret(path string) []byte {
 	b, err := os.ReadFile(path)
-	return err == nil && strings.TrimSpace(string(b)) != ""
+	if err != nil {
+		return nil
+	}
+	return []byte(strings.TrimSpace(string(b)))
 }
 
 // noSecretError explains how to give a job its run secret.

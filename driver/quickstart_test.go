@@ -99,6 +99,35 @@ storage_path = %q
 	must.False(t, re.GetRecoverable())
 }
 
+// A mark left by an earlier attempt at a run of the same name (another
+// secret: the job submitted again) does not stop this one, while one of
+// this attempt does.
+func TestStartIgnoresAnEarlierAttemptsFailure(t *testing.T) {
+	n := launchPlugin(t)
+	n.configure(t, ``)
+	results := t.TempDir()
+	task := func(name string) *taskFixture {
+		return newTaskFixture(t, n, name, fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = "again"
+world_size   = 1
+storage_path = %q
+`, results))
+	}
+	earlier := storage.Failure{Reason: "training function failed", ExitCode: 3, Attempt: storage.AttemptID([]byte("the secret of an earlier attempt"))}
+	must.NoError(t, storage.MarkFailed(results, "again", earlier))
+	f := task("worker")
+	_, err := n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: f.cfg})
+	must.NoError(t, err)
+	n.destroy(t, f.cfg.GetId())
+
+	mine := earlier
+	mine.Attempt = storage.AttemptID([]byte(fixtureSecret))
+	must.NoError(t, storage.MarkFailed(results, "again", mine))
+	_, err = n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: task("worker2").cfg})
+	must.ErrorContains(t, err, `run "again" failed for good: training function failed`)
+}
+
 // A relative storage_path is the worker's: it runs in the task directory, so
 // that is where the driver looks for the failure mark, not its own cwd.
 func TestStartRefusedForFailedRunRelativeStorage(t *testing.T) {
@@ -136,7 +165,7 @@ func TestReplacementOfFailedRunExitsAtOnce(t *testing.T) {
 	res := waitTask(t, n, f, 30*time.Second)
 	must.Eq(t, int32(4), res.GetResult().GetExitCode()) // workerenv.ExitPeerLost
 	f.logs.waitFor(t, "", "the run failed for good: training function failed: batch_size 3")
-	marked, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed")
+	marked, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed", "")
 	must.NoError(t, err)
 	must.True(t, failed)
 	must.Eq(t, failure.Reason, marked.Reason)
@@ -157,7 +186,7 @@ func TestFailureRecordedWhereEveryWorkerLooks(t *testing.T) {
 	fixtures := startTasks(t, n, 2, quickstartTask(emb, "doomed", 2, "results", `{"batch_size":3}`), nil)
 	for _, f := range fixtures {
 		must.Eq(t, int32(1), waitTask(t, n, f, 30*time.Second).GetResult().GetExitCode()) // workerenv.ExitUserError
-		_, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed")
+		_, failed, err := storage.FailedForGood(filepath.Join(f.allocDir, "worker", "results"), "doomed", "")
 		must.NoError(t, err)
 		must.True(t, failed, must.Sprint(f.allocDir))
 		n.destroy(t, f.cfg.GetId())

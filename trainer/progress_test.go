@@ -3,6 +3,7 @@ package trainer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,4 +31,34 @@ func TestPublishProgress(t *testing.T) {
 	must.SliceLen(t, 1, recs)
 	must.Eq(t, int64(3), recs[0].Step)
 	must.Eq(t, "checkpoint_000001", recs[0].Checkpoint)
+}
+
+// A run submitted again under the same name (a new secret) finds the last
+// attempt's records in a store that kept them (Consul): its failure for
+// good does not stop the new attempt, and its generations do not count
+// against the new attempt's budget.
+func TestAnEarlierAttemptsRecordsDoNotCount(t *testing.T) {
+	ctx := context.Background()
+	st := rendezvous.NewMemStore(nil)
+	attempt := func(secret string) *worker {
+		return &worker{env: workerenv.Env{RunName: "r", StoragePath: t.TempDir()}, store: st,
+			log: hclog.NewNullLogger(), attempt: storage.AttemptID([]byte(secret))}
+	}
+	first := attempt("first secret")
+	must.Eq(t, 1, first.firstGeneration(ctx, 1))
+	must.Eq(t, 1, first.firstGeneration(ctx, 3), must.Sprint("the same attempt counts from its first generation"))
+	first.markFailed(errors.New("training function failed"), workerenv.ExitUserError)
+	f, failed := first.failedForGood(ctx)
+	must.True(t, failed)
+	must.Eq(t, "training function failed", f.Reason)
+
+	second := attempt("second secret")
+	_, failed = second.failedForGood(ctx)
+	must.False(t, failed, must.Sprint("an earlier attempt's failure stopped this one"))
+	must.Eq(t, 4, second.firstGeneration(ctx, 4), must.Sprint("an earlier attempt's generations counted"))
+	must.Eq(t, 4, second.firstGeneration(ctx, 5))
+	second.markFailed(errors.New("failure budget exhausted"), workerenv.ExitBudgetExhausted)
+	f, failed = second.failedForGood(ctx)
+	must.True(t, failed, must.Sprint("this attempt's failure was not recorded over the earlier one's"))
+	must.Eq(t, "failure budget exhausted", f.Reason)
 }

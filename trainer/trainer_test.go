@@ -229,7 +229,7 @@ func TestWorkerFailureFailsRun(t *testing.T) {
 	must.Eq(t, trainer.ExitUserError, res.Errors[0].ExitCode)
 	// The run is marked failed for good, so a Nomad driver would refuse to
 	// restart its workers; only a deliberate new launch clears the mark.
-	f, failed, err := storage.FailedForGood(filepath.Dir(res.Path), "fail")
+	f, failed, err := storage.FailedForGood(filepath.Dir(res.Path), "fail", "")
 	must.NoError(t, err)
 	must.True(t, failed)
 	must.StrContains(t, f.Reason, "boom")

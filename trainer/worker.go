@@ -162,7 +162,8 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		return fmt.Errorf("register health check: %w", err)
 	}
 	defer hb.Close(context.Background())
-	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb}
+	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb,
+		attempt: storage.AttemptID(secret)}
 	w.pub = newPublisher(w.putProgress, publishEvery)
 	defer w.pub.close()
 	// A replacement for a worker of a run that failed for good (Nomad
@@ -198,15 +199,16 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 
 // worker is what stays the same across generations in one worker process.
 type worker struct {
-	env    workerenv.Env
-	fn     TrainFunc
-	ev     *eventLog
-	log    hclog.Logger
-	store  rendezvous.Store
-	secret []byte
-	stop   stopRequest // the first SIGTERM/SIGINT (see watchStop)
-	hb     heartbeat
-	pub    *publisher // rank 0's progress, off the training loop's path
+	env     workerenv.Env
+	fn      TrainFunc
+	ev      *eventLog
+	log     hclog.Logger
+	store   rendezvous.Store
+	secret  []byte
+	attempt string      // storage.AttemptID(secret): this attempt at the run
+	stop    stopRequest // the first SIGTERM/SIGINT (see watchStop)
+	hb      heartbeat
+	pub     *publisher // rank 0's progress, off the training loop's path
 	// root is the storage root every rank shares, as rank 0 resolved it
 	// (absolute), once a generation has restored; "" before.
 	root string
@@ -215,7 +217,7 @@ type worker struct {
 // markFailed records that the run failed for good (see storage.FailedFile):
 // restarting workers cannot help it.
 func (w *worker) markFailed(err error, code int) {
-	w.recordFailure(storage.Failure{Reason: err.Error(), ExitCode: code, Time: time.Now().UTC()})
+	w.recordFailure(storage.Failure{Reason: err.Error(), ExitCode: code, Time: time.Now().UTC(), Attempt: w.attempt})
 }
 
 // failedKey is where the rendezvous store holds a run's failure for good,
@@ -234,12 +236,13 @@ func (w *worker) roots() []string {
 	return []string{w.env.StoragePath, w.root}
 }
 
-// recordFailure marks f in every root that has no mark yet and in the
-// rendezvous store unless a failure is there already: the first reason
-// stays.
+// recordFailure marks f in every root that has no mark of this attempt
+// yet and in the rendezvous store unless a failure of this attempt is
+// there already: the first reason stays. Marks of earlier attempts at a
+// run of the same name are written over.
 func (w *worker) recordFailure(f storage.Failure) {
 	for _, root := range w.roots() {
-		if _, marked, _ := storage.FailedForGood(root, w.env.RunName); marked {
+		if _, marked, _ := storage.FailedForGood(root, w.env.RunName, w.attempt); marked {
 			continue
 		}
 		if err := storage.MarkFailed(root, w.env.RunName, f); err != nil {
@@ -252,23 +255,48 @@ func (w *worker) recordFailure(f storage.Failure) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, _, err := w.store.CompareAndSet(ctx, failedKey(w.env.RunName), b, 0); err != nil {
-		w.log.Warn("cannot record the run's failure in the rendezvous store", "error", err)
+	key := failedKey(w.env.RunName)
+	for range 3 { // a lost compare-and-set: look at the winner
+		prev, mine, err := w.storedFailure(ctx)
+		if err == nil && prev.Version > 0 && mine {
+			return
+		}
+		if err == nil {
+			_, ok, cerr := w.store.CompareAndSet(ctx, key, b, prev.Version)
+			if err = cerr; err == nil && ok {
+				return
+			}
+		}
+		if err != nil {
+			w.log.Warn("cannot record the run's failure in the rendezvous store", "error", err)
+			return
+		}
 	}
 }
 
-// failedForGood returns the run's failure when a storage root or the
-// rendezvous store holds one.
+// storedFailure reads the failure recorded in the rendezvous store and
+// whether it is this attempt's (an unreadable one counts as this
+// attempt's, so that it is reported).
+func (w *worker) storedFailure(ctx context.Context) (v rendezvous.Value, mine bool, err error) {
+	if v, err = w.store.Get(ctx, failedKey(w.env.RunName)); err != nil || v.Version == 0 {
+		return v, false, err
+	}
+	var f storage.Failure
+	return v, json.Unmarshal(v.Data, &f) != nil || f.Concerns(w.attempt), nil
+}
+
+// failedForGood returns the run's failure in this attempt when a storage
+// root or the rendezvous store holds one.
 func (w *worker) failedForGood(ctx context.Context) (storage.Failure, bool) {
 	for _, root := range w.roots() {
-		if f, marked, _ := storage.FailedForGood(root, w.env.RunName); marked {
+		if f, marked, _ := storage.FailedForGood(root, w.env.RunName, w.attempt); marked {
 			return f, true
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	v, err := w.store.Get(ctx, failedKey(w.env.RunName))
-	if err != nil || v.Version == 0 {
+	v, mine, err := w.storedFailure(ctx)
+	if err != nil || !mine {
 		return storage.Failure{}, false
 	}
 	var f storage.Failure
@@ -276,6 +304,50 @@ func (w *worker) failedForGood(ctx context.Context) (storage.Failure, bool) {
 		return storage.Failure{Reason: fmt.Sprintf("unreadable failure record: %v", err)}, true
 	}
 	return f, true
+}
+
+// attemptKey records the first generation of the latest attempt at the
+// run. A run submitted again under the same name (a new secret: a new
+// attempt) starts with its whole failure budget, though the store may
+// keep the last gang's state, from whose generation the numbers go on.
+func attemptKey(run string) string { return run + "/attempt" }
+
+type attemptRecord struct {
+	Attempt string `json:"attempt"`
+	First   uint64 `json:"first_generation"`
+}
+
+// firstGeneration returns the first generation of this attempt at the
+// run: the one recorded at attemptKey, or gen, which it records there in
+// place of another attempt's record. When the store cannot tell, it is 1,
+// and every generation counts, as if the store were fresh.
+func (w *worker) firstGeneration(ctx context.Context, gen uint64) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	key := attemptKey(w.env.RunName)
+	mine, err := json.Marshal(attemptRecord{Attempt: w.attempt, First: gen})
+	if err != nil {
+		return 1
+	}
+	for range 3 { // a lost compare-and-set: another member of ours won
+		v, err := w.store.Get(ctx, key)
+		if err != nil {
+			break
+		}
+		var rec attemptRecord
+		if v.Version > 0 && json.Unmarshal(v.Data, &rec) == nil && rec.Attempt == w.attempt && rec.First <= gen {
+			return rec.First
+		}
+		_, ok, err := w.store.CompareAndSet(ctx, key, mine, v.Version)
+		if err != nil {
+			break
+		}
+		if ok {
+			return gen
+		}
+	}
+	w.log.Debug("cannot tell this attempt's first generation; counting from 1")
+	return 1
 }
 
 // publishProgress hands rank 0's latest report to the publisher, which
@@ -454,8 +526,8 @@ func (w *worker) generation(ctx context.Context) error {
 	defer rdzv.Leave(context.Background())
 	a := rdzv.Assignment()
 	log := w.log.With("rank", a.Rank, "gen", a.Generation)
-	// Every generation after the first is one gang failure.
-	if used := int(a.Generation) - 1; env.MaxFailures >= 0 && used > env.MaxFailures {
+	// Every generation after this attempt's first is one gang failure.
+	if used := int(a.Generation - w.firstGeneration(ctx, a.Generation)); env.MaxFailures >= 0 && used > env.MaxFailures {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
 		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
 		w.markFailed(err, ExitBudgetExhausted)

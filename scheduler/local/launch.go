@@ -195,7 +195,7 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	}
 
 	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout},
-		envs: make([][]string, o.NumWorkers), store: mem, secret: secretFile}
+		envs: make([][]string, o.NumWorkers), store: mem, secret: secretFile, attempt: storage.AttemptID([]byte(secret))}
 	g.stderr = g.stdout
 	if o.Stderr != o.Stdout {
 		g.stderr = &syncWriter{w: o.Stderr}
@@ -256,8 +256,9 @@ type gang struct {
 	envs           [][]string // each rank's environment
 	done           chan int   // rank of each worker process as it is reaped
 
-	store  *rendezvous.MemStore
-	secret *os.File // handed to each worker as its descriptor 3 (secretFD)
+	store   *rendezvous.MemStore
+	secret  *os.File // handed to each worker as its descriptor 3 (secretFD)
+	attempt string   // storage.AttemptID of the run's secret
 
 	// Owned by Launch's goroutine.
 	restarts        []RankOutcome
@@ -388,12 +389,12 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 				r.Err = lastFailure(eventsPath(tmp, rank))
 			}
 			// A run its workers marked failed for good gets no replacement.
-			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.RunName)
+			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.RunName, g.attempt)
 			if failed || !restartable(r) || !g.withinBudget() {
 				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
 				if g.exhausted != "" {
 					g.stderr.printf("==> %s\n", g.exhausted)
-					f := storage.Failure{Reason: g.exhausted, ExitCode: workerenv.ExitBudgetExhausted, Time: time.Now().UTC()}
+					f := storage.Failure{Reason: g.exhausted, ExitCode: workerenv.ExitBudgetExhausted, Time: time.Now().UTC(), Attempt: g.attempt}
 					if err := storage.MarkFailed(g.opts.StoragePath, g.opts.RunName, f); err != nil {
 						g.opts.Logger.Warn("cannot mark the run failed", "error", err)
 					}

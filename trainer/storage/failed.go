@@ -1,6 +1,9 @@
 package storage
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +25,29 @@ type Failure struct {
 	Reason   string    `json:"reason"`
 	ExitCode int       `json:"exit_code"`
 	Time     time.Time `json:"time"`
+	// Attempt is the AttemptID of the attempt at the run that failed.
+	Attempt string `json:"attempt,omitempty"`
+}
+
+// AttemptID names one attempt at a run by its secret, which is fresh for
+// each submission (`nomad-train run`, a tuner's trial, a local launch): a
+// record stamped with another attempt's ID was left by an earlier attempt
+// at a run of the same name, which did not clear it. Without a secret it
+// is "", which matches every attempt.
+func AttemptID(secret []byte) string {
+	if len(secret) == 0 {
+		return ""
+	}
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte("nomad-train/attempt/v1"))
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Concerns reports whether the failure was the attempt's own: one of an
+// earlier attempt does not stop this one. Records without an attempt (and
+// attempts without one) concern every attempt.
+func (f Failure) Concerns(attempt string) bool {
+	return f.Attempt == "" || attempt == "" || f.Attempt == attempt
 }
 
 // MarkFailed records that the run under root/run failed for good. It
@@ -56,8 +82,9 @@ func MarkFailed(root, run string, f Failure) error {
 	return nil
 }
 
-// FailedForGood returns the run's failure record when it failed for good.
-func FailedForGood(root, run string) (Failure, bool, error) {
+// FailedForGood returns the run's failure record when it failed for good
+// in the given attempt (see Failure.Concerns).
+func FailedForGood(root, run, attempt string) (Failure, bool, error) {
 	dir, err := runDir(root, run)
 	if err != nil {
 		return Failure{}, false, err
@@ -73,7 +100,7 @@ func FailedForGood(root, run string) (Failure, bool, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return Failure{}, false, fmt.Errorf("read failure mark %s: %w", filepath.Join(dir, FailedFile), err)
 	}
-	return f, true, nil
+	return f, f.Concerns(attempt), nil
 }
 
 // ClearFailed removes the mark, for a deliberate new attempt at the run.
