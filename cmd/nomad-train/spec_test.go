@@ -137,7 +137,7 @@ func TestCompileVariables(t *testing.T) {
 	must.Eq(t, 1, code)
 	must.Eq(t, "", out)
 	must.StrContains(t, errOut, "num_workers must be at least 1; got 0.")
-	must.StrContains(t, errOut, "on "+gpuExample+" line 41")
+	must.StrContains(t, errOut, "on "+gpuExample+" line 42")
 	must.StrContains(t, errOut, "with var.workers as 0.")
 }
 

@@ -9,10 +9,10 @@ variable "workers" {
 
 variable "lr" {
   type    = number
-  default = 0.001
+  default = 0.002
 }
 
-train "resnet-gpu" {
+train "mnist-gpu" {
   datacenters = ["dc1", "dc2"]
   namespace   = "ml"
   node_pool   = "gpu"
@@ -27,14 +27,15 @@ train "resnet-gpu" {
   }
 
   entrypoint {
-    builtin = "quickstart"
+    builtin = "mnist-cnn" # builtins compute on the CPU; a command (python3 train.py) gets the GPUs
   }
 
   config = {
-    learning_rate = var.lr
-    epochs        = 90
-    model         = "resnet50"
-    schedule      = { warmup = 5, decay = [30, 60, 80] }
+    lr         = var.lr
+    epochs     = 10
+    batch_size = 512
+    channels   = 16
+    data_dir   = "/mnt/shared/mnist" # MNIST's IDX files (see examples/mnist/train.hcl)
   }
 
   scaling {
@@ -72,7 +73,7 @@ train "resnet-gpu" {
 
     checkpoint {
       num_to_keep     = 3
-      score_attribute = "accuracy"
+      score_attribute = "test_accuracy"
       score_order     = "max"
     }
 

@@ -1,4 +1,4 @@
-job "resnet-gpu" {
+job "mnist-gpu" {
   type        = "batch"
   namespace   = "ml"
   datacenters = ["dc1", "dc2"]
@@ -6,8 +6,8 @@ job "resnet-gpu" {
   priority    = 70
 
   meta {
-    nomad_train_run          = "resnet-gpu"
-    nomad_train_spec_sha256  = "d3d97f970d558abd37c1ca27fc68561aa37e1362fe432295c72a4d1e2e27f7fb"
+    nomad_train_run          = "mnist-gpu"
+    nomad_train_spec_sha256  = "6d66e7ff7bf685c8b3233f1e7510e5b70355e3034a00f2e3f389ce9bf05c06a5"
     nomad_train_storage_path = "/mnt/shared/results"
     team                     = "vision"
   }
@@ -22,10 +22,10 @@ job "resnet-gpu" {
     }
 
     service {
-      name     = "resnet-gpu-worker"
+      name     = "mnist-gpu-worker"
       port     = "train"
       provider = "consul"
-      tags     = ["nomad-train", "run=resnet-gpu"]
+      tags     = ["nomad-train", "run=mnist-gpu"]
       check {
         name     = "collective port"
         type     = "tcp"
@@ -60,15 +60,15 @@ job "resnet-gpu" {
       kill_timeout = "30s"
 
       config {
-        builtin      = "quickstart"
+        builtin      = "mnist-cnn"
         port         = "train"
-        run_name     = "resnet-gpu"
+        run_name     = "mnist-gpu"
         storage_path = "/mnt/shared/results"
-        train_config = "{\"epochs\":90,\"learning_rate\":0.001,\"model\":\"resnet50\",\"schedule\":{\"decay\":[30,60,80],\"warmup\":5}}"
+        train_config = "{\"batch_size\":512,\"channels\":16,\"data_dir\":\"/mnt/shared/mnist\",\"epochs\":10,\"lr\":0.002}"
         world_size   = 8
         checkpoint {
           num_to_keep     = 3
-          score_attribute = "accuracy"
+          score_attribute = "test_accuracy"
           score_order     = "max"
         }
         failure {
@@ -86,7 +86,7 @@ job "resnet-gpu" {
       }
 
       template {
-        data        = "{{ with nomadVar \"nomad/jobs/resnet-gpu\" }}{{ .secret }}{{ end }}"
+        data        = "{{ with nomadVar \"nomad/jobs/mnist-gpu\" }}{{ .secret }}{{ end }}"
         destination = "secrets/nomad-train.secret"
         change_mode = "restart"
         perms       = "0400"
