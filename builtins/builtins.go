@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"sort"
+	"strings"
 
 	"github.com/nomad-train/nomad-train/examples/mnist"
 	"github.com/nomad-train/nomad-train/examples/quickstart"
@@ -28,6 +30,44 @@ var table = map[string]trainer.TrainFunc{
 	"mnist-cnn":          mnist.TrainCNN,
 	"mnist-logreg":       mnist.TrainLogReg,
 	external.BuiltinName: external.Train,
+}
+
+// configs makes, for each builtin that reads a config, the value its
+// training function decodes the config into.
+var configs = map[string]func() any{
+	"quickstart":   func() any { c := quickstart.DefaultConfig(); return &c },
+	"mnist-mlp":    func() any { c := mnist.DefaultConfig(); return &c },
+	"mnist-cnn":    func() any { c := mnist.CNNConfig(); return &c },
+	"mnist-logreg": func() any { c := mnist.LogRegConfig(); return &c },
+}
+
+// CheckConfig reports whether the builtin called name can decode config
+// (JSON) as its workers will (trainer.DecodeConfig), so that a misspelt
+// or foreign setting is found before the run, not by every worker. A
+// builtin without a config of its own (a command's) accepts any.
+func CheckConfig(name string, config []byte) error {
+	mk, ok := configs[name]
+	if !ok {
+		return nil
+	}
+	v := mk()
+	err := trainer.DecodeConfig(config, v)
+	if err != nil && strings.Contains(err.Error(), "unknown field") {
+		return fmt.Errorf("%w (its settings: %s)", err, strings.Join(settings(v), ", "))
+	}
+	return err
+}
+
+// settings lists the JSON names of the fields of the struct v points to.
+func settings(v any) []string {
+	t := reflect.TypeOf(v).Elem()
+	var out []string
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Lookup returns the builtin training function called name.

@@ -66,7 +66,7 @@ var rootSchema = &hcl.BodySchema{
 }
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
-	d := &decoder{builtins: opts.Builtins}
+	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig}
 	if d.builtins == nil {
 		d.builtins = KnownBuiltins()
 	}
@@ -218,11 +218,31 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
 	}
 	if t := d.single(c, "tune"); t != nil {
-		s.Tune = d.tune(t)
+		s.Tune, s.ranges.tune = d.tune(t), t.DefRange
 	} else if attr := a["config"]; attr != nil {
 		d.noSearchSpace(attr, s.ConfigJSON)
+		d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON)
 	}
 	return s
+}
+
+// builtinConfig checks config (JSON) against the builtin that will decode
+// it, when the caller can (ParseOptions.CheckConfig): every worker would
+// otherwise fail on it at start, and again on each restart.
+func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []byte) {
+	if d.checkConfig == nil || builtin == "" || len(config) == 0 || d.diags.HasErrors() {
+		return
+	}
+	err := d.checkConfig(builtin, config)
+	if err == nil {
+		return
+	}
+	// Point at the setting the builtin does not know, when it is one of
+	// the config's own keys.
+	_, key, _ := strings.Cut(err.Error(), `unknown field "`)
+	key, _, _ = strings.Cut(key, `"`)
+	d.keyErrorf(attr, key, "Config the builtin cannot use",
+		"The %s builtin's workers would fail on this config: %v.", builtin, err)
 }
 
 // config converts the train loop config to JSON.

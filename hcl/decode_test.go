@@ -1,6 +1,7 @@
 package hcl
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,4 +300,44 @@ func TestBuiltinsOption(t *testing.T) {
 	}, diagLines(diags))
 	s := mustParse(t, src, ParseOptions{Builtins: []string{"mnist", "quickstart"}})
 	must.Eq(t, "mnist", s.Entrypoint.Builtin)
+}
+
+// A builtin's config is checked by the caller's CheckConfig, and the error
+// points at the key the builtin does not know; a command's config and a
+// tune spec's search space are not checked.
+func TestCheckConfigOption(t *testing.T) {
+	var checked []string
+	opts := ParseOptions{CheckConfig: func(builtin string, config []byte) error {
+		checked = append(checked, builtin+" "+string(config))
+		if strings.Contains(string(config), "learning_rate") {
+			return errors.New(`decode train config: json: unknown field "learning_rate"`)
+		}
+		return nil
+	}}
+	src := `train "m" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    epochs        = 3
+    learning_rate = 0.1
+  }
+}`
+	_, diags := Parse([]byte(src), "train.hcl", opts)
+	must.Eq(t, []string{
+		`train.hcl:5:5-5:18: error: Config the builtin cannot use; The quickstart builtin's workers would fail on this config: decode train config: json: unknown field "learning_rate".`,
+	}, diagLines(diags))
+
+	mustParse(t, `train "m" {
+  entrypoint { builtin = "quickstart" }
+  config = { epochs = 3 }
+}`, opts)
+	mustParse(t, `train "m" {
+  entrypoint { command = "/bin/train" }
+  config = { learning_rate = 0.1 }
+}`, opts)
+	mustParse(t, `train "m" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = loguniform(0.001, 0.1) }
+  tune { num_samples = 2 }
+}`, opts)
+	must.Eq(t, []string{"quickstart {\"epochs\":3,\"learning_rate\":0.1}", "quickstart {\"epochs\":3}"}, checked)
 }

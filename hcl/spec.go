@@ -96,6 +96,7 @@ type specRanges struct {
 	block   hcl.Range // train "name" header
 	backend hcl.Range
 	storage hcl.Range
+	tune    hcl.Range
 }
 
 // rangeOr is r, or the train block's header when r was not recorded (a

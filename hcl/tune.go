@@ -2,6 +2,7 @@ package hcl
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -273,6 +274,22 @@ func TrialJobID(experiment, trial string) string { return experiment + "-" + tri
 // reschedule policies are the spec's failure block, as for `nomad-train
 // run`, so each trial has the spec's failure budget of its own. The spec
 // is not changed.
+// OneRun returns an error diagnostic when s is an experiment (it has a
+// tune block), for the commands that train its config once: the config
+// is a search space, which only a tuner samples.
+func OneRun(s *Spec, command string) hcl.Diagnostics {
+	if s.Tune == nil {
+		return nil
+	}
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Spec with a tune block",
+		Detail: fmt.Sprintf("This spec is an experiment: its config is a search space, which `nomad-train tune` samples into trials; %s trains one config. Run `nomad-train tune %s`, or drop the tune block and give plain values.",
+			command, s.ranges.tune.Filename),
+		Subject: s.ranges.rangeOr(s.ranges.tune),
+	}}
+}
+
 func CompileTrial(s *Spec, trial, storageDir string, config []byte) (*api.Job, hcl.Diagnostics) {
 	t := *s
 	t.Name, t.ConfigJSON, t.Tune = trial, config, nil

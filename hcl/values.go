@@ -15,9 +15,10 @@ import (
 // decoder evaluates attributes in one evaluation context and accumulates
 // every diagnostic, so that a spec's errors are all reported together.
 type decoder struct {
-	ctx      *hcl.EvalContext
-	builtins []string // accepted entrypoint builtins
-	diags    hcl.Diagnostics
+	ctx         *hcl.EvalContext
+	builtins    []string                                  // accepted entrypoint builtins
+	checkConfig func(builtin string, config []byte) error // ParseOptions.CheckConfig
+	diags       hcl.Diagnostics
 }
 
 // content decodes body against schema, recording diagnostics.

@@ -35,6 +35,10 @@ type ParseOptions struct {
 	// means KnownBuiltins(). A binary that carries more builtins passes its
 	// own list.
 	Builtins []string
+	// CheckConfig, when set, checks the config of a spec whose entrypoint
+	// is a builtin (not a tune spec's search space): the binary that
+	// carries the builtins knows their settings.
+	CheckConfig func(builtin string, config []byte) error
 	// Parser, when set, is the parser the spec and variable files are read
 	// with, so that the caller can print diagnostics with source snippets
 	// from Parser.Files(). Nil uses a fresh one.

@@ -85,13 +85,17 @@ func (s *Session) Generation() uint64 { return s.generation }
 // Config is the training loop config as JSON ("null" when none was given).
 func (s *Session) Config() json.RawMessage { return s.config }
 
-// DecodeConfig decodes the training loop config into v. A key that v has
-// no field for is an error, so a misspelt setting is not silently ignored.
-func (s *Session) DecodeConfig(v any) error {
-	if len(s.config) == 0 {
+// DecodeConfig decodes the training loop config into v (see DecodeConfig).
+func (s *Session) DecodeConfig(v any) error { return DecodeConfig(s.config, v) }
+
+// DecodeConfig decodes a training loop config (JSON) into v as a Session
+// does. A key that v has no field for is an error, so a misspelt setting
+// is not silently ignored.
+func DecodeConfig(config []byte, v any) error {
+	if len(config) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(s.config))
+	dec := json.NewDecoder(bytes.NewReader(config))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("decode train config: %w", err)

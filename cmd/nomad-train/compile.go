@@ -25,7 +25,7 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if code >= 0 {
 		return code
 	}
-	spec, hclOut, jsonOut, ok := loadSpec(path, &sf, true, stderr)
+	spec, hclOut, jsonOut, ok := loadSpecFor("nomad-train compile", path, &sf, true, stderr)
 	if !ok {
 		return exitSpec
 	}

@@ -34,7 +34,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	// Compile-time warnings are about Nomad: a local run skips them.
-	spec, _, _, ok := loadSpec(path, &sf, cf.address != "", stderr)
+	spec, _, _, ok := loadSpecFor("nomad-train run", path, &sf, cf.address != "", stderr)
 	if !ok {
 		return 1
 	}

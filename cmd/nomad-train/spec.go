@@ -115,14 +115,24 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) 
 // printing diagnostics (with source snippets) to stderr. The rendered job is
 // nil when there were errors or forNomad is false.
 func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
+	return loadSpecFor("", path, f, forNomad, stderr)
+}
+
+// loadSpecFor is loadSpec for a command that trains the spec's config
+// once (run, compile): it refuses an experiment (a tune block).
+func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
 	parser := hclparse.NewParser()
 	spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{
-		Vars:     f.vars,
-		VarFiles: f.varFiles,
-		Getenv:   os.Getenv,
-		Builtins: builtins.Names(),
-		Parser:   parser,
+		Vars:        f.vars,
+		VarFiles:    f.varFiles,
+		Getenv:      os.Getenv,
+		Builtins:    builtins.Names(),
+		CheckConfig: builtins.CheckConfig,
+		Parser:      parser,
 	})
+	if command != "" && !diags.HasErrors() {
+		diags = append(diags, trainhcl.OneRun(spec, command)...)
+	}
 	var hclOut, jsonOut []byte
 	if forNomad && !diags.HasErrors() {
 		job, cdiags := trainhcl.Compile(spec)

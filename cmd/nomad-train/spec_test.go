@@ -71,6 +71,43 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// A builtin's config is checked before any worker starts: a misspelt
+// setting is a diagnostic at its line, naming the builtin's settings.
+func TestValidateBuiltinConfig(t *testing.T) {
+	bad := writeFile(t, t.TempDir(), "bad.hcl", `train "x" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    epochs        = 3
+    learning_rate = 0.1
+  }
+}
+`)
+	for _, cmd := range []string{"validate", "run", "compile"} {
+		code, out, errOut := runCLI(t, cmd, bad)
+		must.Eq(t, 1, code, must.Sprint(cmd))
+		must.StrNotContains(t, out, "valid")
+		must.StrContains(t, errOut, "on "+bad+" line 5, in train \"x\":")
+		must.StrContains(t, errOut, `unknown field "learning_rate"`)
+		must.StrContains(t, errOut, "its settings: lr,")
+	}
+}
+
+// An experiment (a tune block) is valid, and tune runs it; run and
+// compile, which train one config, refuse it at its tune block.
+func TestRunRefusesAnExperiment(t *testing.T) {
+	const experiment = "../../examples/tune/train.hcl"
+	code, _, errOut := runCLI(t, "validate", experiment)
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	for _, cmd := range []string{"run", "compile"} {
+		code, out, errOut := runCLI(t, cmd, experiment)
+		must.Eq(t, 1, code, must.Sprint(cmd))
+		must.Eq(t, "", out)
+		must.StrContains(t, errOut, "Error: Spec with a tune block")
+		must.StrContains(t, errOut, "on "+experiment+" line 23")
+		must.StrContains(t, errOut, "nomad-train "+cmd+" trains one config")
+	}
+}
+
 func TestValidateUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"validate"},
