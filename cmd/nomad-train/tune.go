@@ -163,7 +163,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "==> results %s, %s\n", filepath.Join(grid.Path, "results.csv"), filepath.Join(grid.Path, "results.json"))
 		if best, berr := grid.Best("", ""); berr == nil {
-			fmt.Fprintf(stdout, "==> best trial %s: %s %v, config %v\n", best.ID, cfg.Metric, best.Metrics[cfg.Metric], best.Config)
+			fmt.Fprintf(stdout, "==> best trial %s: %s %v, config %s\n", best.ID, cfg.Metric, best.Metrics[cfg.Metric], tune.FormatConfig(best.Config))
 			if best.BestCheckpoint != "" {
 				fmt.Fprintf(stdout, "    checkpoint %s\n", best.BestCheckpoint)
 			}

@@ -57,3 +57,15 @@ func short(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// FormatConfig renders a trial's config on one line: key=value with the
+// keys sorted, each value as results.csv writes it (numbers in full,
+// strings as they are, lists and maps as JSON).
+func FormatConfig(config map[string]any) string {
+	keys := sortedTrials(config)
+	kv := make([]string, len(keys))
+	for i, k := range keys {
+		kv[i] = k + "=" + cell(config[k])
+	}
+	return strings.Join(kv, " ")
+}
