@@ -96,7 +96,8 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"into the experiment directory. On Nomad, storage_path must be shared storage\n"+
 		"mounted at the same path here and on the clients: the tuner reads the trials'\n"+
 		"reports there. Running it again after a crash or Ctrl-C resumes the unfinished\n"+
-		"trials (on Nomad, adopting trial jobs still running).", stderr)
+		"trials (on Nomad, adopting trial jobs still running). It exits with status 1\n"+
+		"when a trial failed beyond its max_failures.", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
 	verbose := fs.Bool("v", false, "show the workers' output and errors, each line prefixed with its trial and rank")
 	var sf specFlags
@@ -151,6 +152,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, filepath.Join(cfg.StoragePath, cfg.Name))
 	}
 	grid, err := tune.New(backend, x.space, cfg).Fit(ctx)
+	failed := 0
 	if grid != nil {
 		if werr := writeGrid(grid); werr != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
@@ -161,6 +163,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "nomad-train tune: %s failed: %s\n", tr.ID, tr.Reason)
 			}
 		}
+		failed = grid.NumErrors()
 		fmt.Fprintf(stdout, "==> results %s, %s\n", filepath.Join(grid.Path, "results.csv"), filepath.Join(grid.Path, "results.json"))
 		if best, berr := grid.Best("", ""); berr == nil {
 			fmt.Fprintf(stdout, "==> best trial %s: %s %v, config %s\n", best.ID, cfg.Metric, best.Metrics[cfg.Metric], tune.FormatConfig(best.Config))
@@ -175,9 +178,25 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
+	}
+	if failed > 0 {
+		// Like a failed run (and Ray's tune.run, which raises TuneError):
+		// a script or CI job must not take an experiment with failed
+		// trials for a good one.
+		fmt.Fprintf(stderr, "nomad-train tune: %d of %d %s failed (see the table above)\n",
+			failed, len(grid.Trials), plural(len(grid.Trials), "trial", "trials"))
+	}
+	if err != nil || failed > 0 {
 		return 1
 	}
 	return exitOK
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // localBackend places the trials as local worker processes; code is the

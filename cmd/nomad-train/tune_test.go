@@ -121,7 +121,8 @@ func TestTuneInterrupted(t *testing.T) {
 }
 
 // A trial whose workers fail beyond its failure budget ends in ERROR, and
-// the command names it with the worker's error.
+// the command names it with the worker's error, and ends as a failed run
+// does (exit status 1), saying how many trials failed.
 func TestTuneTrialError(t *testing.T) {
 	bin := buildCLI(t)
 	dir := t.TempDir()
@@ -134,10 +135,13 @@ func TestTuneTrialError(t *testing.T) {
 }`), 0o644))
 	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
-	must.NoError(t, err, must.Sprint(string(out)))
+	must.Error(t, err, must.Sprint(string(out)))
+	must.EqOp(t, 1, cmd.ProcessState.ExitCode(), must.Sprint(string(out)))
+	must.StrContains(t, string(out), "== bad: 2 trials (1 TERMINATED, 1 ERROR)")
 	must.StrContains(t, string(out), "trial_0000 failed: ")
 	must.StrContains(t, string(out), "does not split evenly over 2 workers")
 	must.StrNotContains(t, string(out), "trial_0001 failed")
+	must.StrHasSuffix(t, "nomad-train tune: 1 of 2 trials failed (see the table above)\n", string(out))
 }
 
 // `nomad-train tune train.hcl` reads the tune block and the search-space

@@ -102,6 +102,18 @@ func (g *ResultGrid) TotalIterations() int {
 	return n
 }
 
+// NumErrors is how many trials ended in ERROR, having failed more often
+// than their failure budget allows (Ray's ResultGrid.num_errors).
+func (g *ResultGrid) NumErrors() int {
+	n := 0
+	for _, t := range g.Trials {
+		if t.Status == StatusError {
+			n++
+		}
+	}
+	return n
+}
+
 // Scopes of BestOf, as in Ray's get_best_result.
 const (
 	ScopeLast = "last" // each trial's last report
