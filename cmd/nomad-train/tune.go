@@ -96,8 +96,9 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"into the experiment directory. On Nomad, storage_path must be shared storage\n"+
 		"mounted at the same path here and on the clients: the tuner reads the trials'\n"+
 		"reports there. Running it again after a crash or Ctrl-C resumes the unfinished\n"+
-		"trials (on Nomad, adopting trial jobs still running). It exits with status 1\n"+
-		"when a trial failed beyond its max_failures.", stderr)
+		"trials (on Nomad, adopting trial jobs still running), and retries the failed\n"+
+		"ones from their checkpoints. It exits with status 1 when a trial failed beyond\n"+
+		"its max_failures.", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s)")
 	verbose := fs.Bool("v", false, "show the workers' output and errors, each line prefixed with its trial and rank")
 	var sf specFlags

@@ -142,6 +142,20 @@ func TestTuneTrialError(t *testing.T) {
 	must.StrContains(t, string(out), "does not split evenly over 2 workers")
 	must.StrNotContains(t, string(out), "trial_0001 failed")
 	must.StrHasSuffix(t, "nomad-train tune: 1 of 2 trials failed (see the table above)\n", string(out))
+
+	// Running it again retries the failed trial (here it fails the same
+	// way) and leaves the finished one alone.
+	done := filepath.Join(dir, "results", "bad", "trial_0001", "progress.jsonl")
+	before, err := os.ReadFile(done)
+	must.NoError(t, err)
+	cmd = localTune(bin, dir, spec)
+	out, err = cmd.CombinedOutput()
+	must.Error(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "== bad: retrying 1 trial that failed before\n")
+	must.StrContains(t, string(out), "trial_0000 failed: ")
+	after, err := os.ReadFile(done)
+	must.NoError(t, err)
+	must.Eq(t, before, after)
 }
 
 // `nomad-train tune train.hcl` reads the tune block and the search-space

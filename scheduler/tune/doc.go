@@ -43,9 +43,10 @@
 //     (experiment_state.json) atomically after every change, through a
 //     background writer, once per round of the loop after the round's
 //     trials have started. A Fit on an experiment directory that holds a
-//     state resumes it: finished trials are kept, unfinished ones restart
-//     from their checkpoints, and the scheduler is rebuilt by replaying the
-//     recorded results.
+//     state resumes it: finished trials are kept, unfinished and failed
+//     (ERROR) ones restart from their checkpoints, the failed ones with
+//     their whole failure budget, and the scheduler is rebuilt by replaying
+//     the recorded results.
 //
 // Storage layout: <storage_path>/<experiment>/experiment_state.json and one
 // run directory per trial, <storage_path>/<experiment>/trial_0003/, holding

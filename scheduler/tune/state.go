@@ -20,7 +20,7 @@ const (
 	StatusRunning    = "RUNNING"    // placed by the backend
 	StatusTerminated = "TERMINATED" // the training function finished
 	StatusStopped    = "STOPPED"    // stopped by the scheduler or the time budget
-	StatusError      = "ERROR"      // failed more often than its budget allows
+	StatusError      = "ERROR"      // failed more often than its budget allows (retried by the next Fit)
 )
 
 // finished reports whether a status is final.
@@ -35,8 +35,12 @@ type TrialState struct {
 	// Params are the sampled values, by path, for tables.
 	Params map[string]any `json:"params,omitempty"`
 	Status string         `json:"status"`
-	// Failures counts failed attempts (the trial's failure budget).
-	Failures int `json:"failures,omitempty"`
+	// Failures counts failed attempts. The failure budget (MaxFailures)
+	// counts those after the first FailuresForgiven: when a Fit retries a
+	// trial that an earlier one left in ERROR, the trial starts with its
+	// whole budget again and Failures keeps the history.
+	Failures         int `json:"failures,omitempty"`
+	FailuresForgiven int `json:"failures_forgiven,omitempty"`
 	// Reason says why a trial stopped or failed.
 	Reason string `json:"reason,omitempty"`
 	// Iterations counts the trial's own reports (cloned ones excluded).

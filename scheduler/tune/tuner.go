@@ -61,9 +61,12 @@ var ErrLocked = errors.New("experiment is being run by another tuner")
 
 // Fit runs the experiment until every trial has finished, the time budget
 // is spent or ctx ends, and returns the result grid. When the experiment
-// directory already holds a state (an earlier Fit crashed or was stopped),
-// Fit resumes it (Ray's Tuner.restore): finished trials are kept as they
-// are and unfinished ones restart from their latest checkpoints.
+// directory already holds a state (an earlier Fit crashed, was stopped or
+// ended with failed trials), Fit resumes it (Ray's Tuner.restore with
+// resume_errored): trials that finished (TERMINATED, STOPPED) are kept as
+// they are, and unfinished ones and those that failed (ERROR) restart from
+// their latest checkpoints, the failed ones with their whole failure
+// budget.
 //
 // With the Processes backend, a copy of this program started as a worker
 // runs the training function in Fit and exits.
@@ -205,6 +208,7 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 	} else {
 		e.state = st
 		e.log.Info("restoring experiment", "trials", len(st.Trials))
+		e.resume()
 	}
 	for _, ts := range e.state.Trials {
 		e.rt[ts.ID] = &trialRuntime{}
@@ -216,6 +220,43 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		}
 	}
 	return e.save()
+}
+
+// resume makes the restored trials that are to run again pending: those
+// that were running when the last Fit ended, and those it left in ERROR
+// (a failure for good may have been an outage that is over: Ray's
+// resume_errored), which start with a fresh failure budget. The trials
+// that finished stay as they are.
+func (e *experiment) resume() {
+	retried := 0
+	for _, ts := range e.state.Trials {
+		switch ts.Status {
+		case StatusRunning:
+			ts.Status = StatusPending
+		case StatusError:
+			ts.Status, ts.FailuresForgiven = StatusPending, ts.Failures
+			retried++
+		}
+	}
+	if retried > 0 {
+		e.log.Info("retrying trials that failed before", "trials", retried)
+		e.note("retrying %d %s that failed before", retried, plural(retried, "trial", "trials"))
+	}
+}
+
+// note tells the user something about the experiment, on the Progress
+// writer, where the trial table goes.
+func (e *experiment) note(format string, args ...any) {
+	if e.cfg.Progress != nil {
+		fmt.Fprintf(e.cfg.Progress, "== %s: %s\n", e.cfg.Name, fmt.Sprintf(format, args...))
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // replay feeds every trial's recorded results to the fresh scheduler in the
@@ -243,9 +284,6 @@ func (e *experiment) replay() error {
 			ts.Iterations++
 			ts.LastResult = rec.Metrics
 			all = append(all, item{ts, rec})
-		}
-		if ts.Status == StatusRunning {
-			ts.Status = StatusPending
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].rec.Time.Before(all[j].rec.Time) })
@@ -535,7 +573,7 @@ func (e *experiment) handle(ev event) error {
 	default:
 		ts.Failures++
 		ts.Reason = ev.err.Error()
-		if e.cfg.MaxFailures < 0 || ts.Failures <= e.cfg.MaxFailures {
+		if e.cfg.MaxFailures < 0 || ts.Failures-ts.FailuresForgiven <= e.cfg.MaxFailures {
 			e.log.Warn("trial failed, restarting from its checkpoint", "trial", ts.ID, "failures", ts.Failures, "error", ev.err)
 			ts.Status = StatusPending
 		} else {

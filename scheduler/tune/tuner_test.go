@@ -453,3 +453,64 @@ func TestRollbackAfterFailure(t *testing.T) {
 	must.EqOp(t, 4, st.Trials[0].Iterations)
 	must.EqOp(t, 1, st.Trials[0].Failures)
 }
+
+// Trials that ended in ERROR (say, while what they train against was
+// unreachable) are retried when the experiment is run again: each from its
+// latest checkpoint, with a fresh failure budget, while its failure count
+// keeps the history. Finished trials stay as they are.
+func TestResumeRetriesErrored(t *testing.T) {
+	dir := t.TempDir()
+	var outage atomic.Int32 // failures still to inject into trial_0000
+	var mu sync.Mutex
+	startedAt := map[string][]int64{} // trial -> the iteration each attempt started from
+	fn := func(ctx context.Context, tr *Trial) error {
+		var cfg synthConfig
+		if err := tr.DecodeConfig(&cfg); err != nil {
+			return err
+		}
+		mu.Lock()
+		startedAt[tr.ID()] = append(startedAt[tr.ID()], tr.Iteration())
+		mu.Unlock()
+		for epoch := tr.Iteration(); epoch < int64(cfg.Epochs); epoch++ {
+			d, err := tr.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			if err := tr.Report(ctx, trainer.Metrics{"loss": synthLoss(cfg.LR, epoch)}, d); err != nil {
+				return err
+			}
+			if tr.ID() == "trial_0000" && outage.Add(-1) >= 0 {
+				return errors.New("dial tcp 127.0.0.1:4646: connection refused")
+			}
+		}
+		return nil
+	}
+	space := map[string]any{"lr": GridSearch(0.01, 0.1), "epochs": 4}
+	cfg := Config{Name: "retry", StoragePath: dir, Metric: "loss", Mode: ModeMin, MaxFailures: 1}
+
+	outage.Store(2) // beyond the budget: trial_0000 fails twice and ends in ERROR
+	g, err := New(&InProcess{Fn: fn}, space, cfg).Fit(context.Background())
+	must.NoError(t, err)
+	must.EqOp(t, 1, g.NumErrors())
+	must.EqOp(t, StatusError, g.Trials[0].Status)
+	must.EqOp(t, 2, g.Trials[0].Failures)
+	must.StrContains(t, g.Trials[0].Reason, "connection refused")
+	must.EqOp(t, StatusTerminated, g.Trials[1].Status)
+
+	// One more failure, within the fresh budget of the second run.
+	outage.Store(1)
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	g, err = New(&InProcess{Fn: fn}, space, cfg).Fit(context.Background())
+	must.NoError(t, err)
+	must.StrContains(t, progress.String(), "== retry: retrying 1 trial that failed before\n")
+	must.EqOp(t, 0, g.NumErrors())
+	must.EqOp(t, StatusTerminated, g.Trials[0].Status, must.Sprint(g.Trials[0].Reason))
+	must.EqOp(t, 4, g.Trials[0].Iterations)
+	must.EqOp(t, 3, g.Trials[0].Failures)
+	must.EqOp(t, StatusTerminated, g.Trials[1].Status)
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, []int64{0, 1, 2, 3}, startedAt["trial_0000"]) // each attempt from the latest checkpoint
+	must.Eq(t, []int64{0}, startedAt["trial_0001"])          // finished: not run again
+}
