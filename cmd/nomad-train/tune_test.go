@@ -24,9 +24,7 @@ import (
 // writes the result grid as CSV and JSON.
 func TestTuneQuickstartSpec(t *testing.T) {
 	bin := buildCLI(t)
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "tune.json")
-	must.NoError(t, os.WriteFile(spec, []byte(`{
+	dir, spec := jsonSpec(t, `{
   "name": "qs-tune",
   "builtin": "quickstart",
   "storage_path": "./results",
@@ -34,7 +32,7 @@ func TestTuneQuickstartSpec(t *testing.T) {
   "checkpoint": {"num_to_keep": 1},
   "tune": {"num_samples": 2, "max_concurrent_trials": 2, "metric": "loss", "mode": "min", "seed": 3,
            "scheduler": {"type": "asha", "max_t": 4, "grace_period": 1, "reduction_factor": 2}}
-}`), 0o644))
+}`)
 	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
@@ -71,13 +69,11 @@ func TestTuneQuickstartSpec(t *testing.T) {
 // unfinished (PENDING) with their progress, to resume on the next run.
 func TestTuneInterrupted(t *testing.T) {
 	bin := buildCLI(t)
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "tune.json")
-	must.NoError(t, os.WriteFile(spec, []byte(`{
+	dir, spec := jsonSpec(t, `{
   "name": "long", "builtin": "quickstart",
   "config": {"lr": {"grid_search": [0.01, 0.02]}, "epochs": 100000, "samples": 200},
   "tune": {"max_concurrent_trials": 2, "metric": "loss", "mode": "min"}
-}`), 0o644))
+}`)
 	cmd := localTune(bin, dir, spec)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -125,14 +121,12 @@ func TestTuneInterrupted(t *testing.T) {
 // does (exit status 1), saying how many trials failed.
 func TestTuneTrialError(t *testing.T) {
 	bin := buildCLI(t)
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "tune.json")
 	// batch_size 3 does not split over 2 workers: the quickstart refuses it.
-	must.NoError(t, os.WriteFile(spec, []byte(`{
+	dir, spec := jsonSpec(t, `{
   "name": "bad", "builtin": "quickstart", "num_workers": 2,
   "config": {"batch_size": {"grid_search": [3, 4]}, "epochs": 1, "samples": 64},
   "tune": {"max_concurrent_trials": 2}
-}`), 0o644))
+}`)
 	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
 	must.Error(t, err, must.Sprint(string(out)))
@@ -156,6 +150,25 @@ func TestTuneTrialError(t *testing.T) {
 	after, err := os.ReadFile(done)
 	must.NoError(t, err)
 	must.Eq(t, before, after)
+}
+
+// A metric no trial reports (a typo for loss) is named with the metrics the
+// trials did report, and the command exits with status 1.
+func TestTuneMetricTypo(t *testing.T) {
+	bin := buildCLI(t)
+	dir, spec := jsonSpec(t, `{
+  "name": "typo", "builtin": "quickstart",
+  "config": {"lr": {"grid_search": [0.01, 0.1]}, "epochs": 2, "samples": 64},
+  "tune": {"metric": "los", "mode": "min", "scheduler": {"type": "median", "grace_period": 1}}
+}`)
+	cmd := localTune(bin, dir, spec)
+	out, err := cmd.CombinedOutput()
+	must.Error(t, err, must.Sprint(string(out)))
+	must.EqOp(t, 1, cmd.ProcessState.ExitCode(), must.Sprint(string(out)))
+	text := string(out)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^== typo: warning: metric "los" is not among the reported metrics \(.*\bloss\b.*\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^nomad-train tune: metric "los" is not among the reported metrics \(.*\bloss\b.*\)$`), text)
+	must.StrNotContains(t, text, "best trial")
 }
 
 // `nomad-train tune train.hcl` reads the tune block and the search-space
@@ -200,6 +213,14 @@ train "qs-hcl" {
 	out, err = localTune(bin, dir, plain).CombinedOutput()
 	must.Error(t, err)
 	must.StrContains(t, string(out), "has no tune block")
+}
+
+// jsonSpec writes a JSON experiment spec into a fresh directory.
+func jsonSpec(t *testing.T, body string) (dir, spec string) {
+	dir = t.TempDir()
+	spec = filepath.Join(dir, "tune.json")
+	must.NoError(t, os.WriteFile(spec, []byte(body), 0o644))
+	return dir, spec
 }
 
 // localTune is `nomad-train tune args...` in dir, on this machine whatever

@@ -48,7 +48,9 @@ type Config struct {
 	// read (default 200ms).
 	PollInterval time.Duration
 	// Progress receives the live trial table every ProgressInterval
-	// (default 5s) and at the end; nil prints nothing.
+	// (default 5s) and at the end, and the tuner's notes to the user (the
+	// failed trials it retries, a metric the reports lack); nil prints
+	// nothing.
 	Progress         io.Writer
 	ProgressInterval time.Duration
 	// Logger receives the tuner's log lines.

@@ -9,8 +9,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-
 	"strconv"
+	"strings"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
@@ -45,6 +45,41 @@ type ResultGrid struct {
 
 // ErrNoResult is returned by Best when no trial reported the metric.
 var ErrNoResult = errors.New("no trial reported the metric")
+
+// MetricError is Fit's error when trials reported results but none of the
+// reports holds the experiment's metric (a misspelt name, most likely):
+// the scheduler had nothing to go by and no trial is best.
+type MetricError struct {
+	Metric   string
+	Reported []string // the metrics the trials did report, sorted
+}
+
+func (e *MetricError) Error() string {
+	return fmt.Sprintf("metric %q is not among the reported metrics (%s)", e.Metric, strings.Join(e.Reported, ", "))
+}
+
+// metricReported returns a *MetricError when the trials reported results
+// and none of them holds the grid's metric.
+func (g *ResultGrid) metricReported() error {
+	if g.Metric == "" {
+		return nil
+	}
+	reported := map[string]bool{}
+	for _, t := range g.Trials {
+		for _, m := range t.History {
+			if _, ok := m[g.Metric]; ok {
+				return nil
+			}
+			for k := range m {
+				reported[k] = true
+			}
+		}
+	}
+	if len(reported) == 0 {
+		return nil
+	}
+	return &MetricError{Metric: g.Metric, Reported: sortedTrials(reported)}
+}
 
 // LoadResultGrid reads an experiment directory: its state and every
 // trial's storage.

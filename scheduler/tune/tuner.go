@@ -66,7 +66,8 @@ var ErrLocked = errors.New("experiment is being run by another tuner")
 // resume_errored): trials that finished (TERMINATED, STOPPED) are kept as
 // they are, and unfinished ones and those that failed (ERROR) restart from
 // their latest checkpoints, the failed ones with their whole failure
-// budget.
+// budget. When trials reported results and none of them holds the
+// metric, Fit returns the grid with a *MetricError.
 //
 // With the Processes backend, a copy of this program started as a worker
 // runs the training function in Fit and exits.
@@ -110,6 +111,9 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	if err != nil {
 		return nil, errors.Join(runErr, err)
 	}
+	if err := grid.metricReported(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	if e.cfg.Progress != nil {
 		WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
 	}
@@ -145,6 +149,9 @@ type experiment struct {
 	// set was stopped by the interruption, whether or not the loop has
 	// seen it yet.
 	interrupted func() error
+	// metricSeen is set once a report holds the metric; metricWarned once
+	// the user was told that one did not, before any did.
+	metricSeen, metricWarned bool
 }
 
 type trialRuntime struct {
@@ -287,6 +294,14 @@ func (e *experiment) replay() error {
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].rec.Time.Before(all[j].rec.Time) })
+	// The history is whole: a warning only if none of it holds the metric.
+	for _, it := range all {
+		_, held := it.rec.Metrics[e.cfg.Metric]
+		e.metricSeen = e.metricSeen || held
+	}
+	if len(all) > 0 {
+		e.checkMetric(all[0].ts.ID, all[0].rec.Metrics)
+	}
 	done := map[string]bool{}
 	for _, it := range all {
 		if done[it.ts.ID] {
@@ -617,6 +632,7 @@ func (e *experiment) poll(id string) {
 		}
 		ts.Iterations++
 		ts.LastResult = rec.Metrics
+		e.checkMetric(id, rec.Metrics)
 		if rt.stopping || rt.cancel == nil {
 			continue
 		}
@@ -631,6 +647,26 @@ func (e *experiment) poll(id string) {
 			rt.stopping, rt.exploit = true, &d
 			rt.cancel()
 		}
+	}
+}
+
+// checkMetric warns, once, when a trial reports results without the
+// metric before any report held it: a misspelt metric leaves the scheduler
+// nothing to go by, and Fit ends with a MetricError if no report ever
+// holds it.
+func (e *experiment) checkMetric(id string, metrics map[string]any) {
+	if e.cfg.Metric == "" || e.metricSeen {
+		return
+	}
+	if _, ok := metrics[e.cfg.Metric]; ok {
+		e.metricSeen = true
+		return
+	}
+	if !e.metricWarned {
+		e.metricWarned = true
+		err := &MetricError{Metric: e.cfg.Metric, Reported: sortedTrials(metrics)}
+		e.log.Warn("a trial reported results without the metric", "trial", id, "error", err)
+		e.note("warning: %v", err)
 	}
 }
 

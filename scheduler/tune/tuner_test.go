@@ -514,3 +514,58 @@ func TestResumeRetriesErrored(t *testing.T) {
 	must.Eq(t, []int64{0, 1, 2, 3}, startedAt["trial_0000"]) // each attempt from the latest checkpoint
 	must.Eq(t, []int64{0}, startedAt["trial_0001"])          // finished: not run again
 }
+
+// A metric that no trial reports (a misspelt name) is no silent no-op: the
+// first report without it brings a warning naming the metrics reported,
+// and Fit ends with a MetricError, also when it resumes the experiment.
+// A metric that only later reports hold is fine.
+func TestMetricNotReported(t *testing.T) {
+	dir := t.TempDir()
+	run := func(metric string) (string, error) {
+		var progress bytes.Buffer
+		_, err := New(&InProcess{Fn: synthetic(0, false, nil)}, map[string]any{"lr": GridSearch(0.01, 0.1, 1.0), "epochs": 3},
+			Config{Name: "typo", StoragePath: dir, Metric: metric, Mode: ModeMin, Progress: &progress,
+				Scheduler: SchedulerConfig{Type: SchedulerMedian, GracePeriod: 1, MinSamplesRequired: 1}}).Fit(context.Background())
+		return progress.String(), err
+	}
+	const warning = `== typo: warning: metric "los" is not among the reported metrics (epoch, loss)` + "\n"
+	for _, what := range []string{"run", "resumed"} {
+		out, err := run("los")
+		var me *MetricError
+		must.True(t, errors.As(err, &me), must.Sprintf("%s: %v", what, err))
+		must.EqOp(t, `metric "los" is not among the reported metrics (epoch, loss)`, err.Error())
+		must.Eq(t, []string{"epoch", "loss"}, me.Reported)
+		must.EqOp(t, 1, strings.Count(out, warning), must.Sprint(what, "\n", out))
+	}
+	out, err := run("loss")
+	must.NoError(t, err)
+	must.StrNotContains(t, out, "warning")
+
+	// A metric some reports hold: a warning at the first report without
+	// it, and no error.
+	fn := func(ctx context.Context, tr *Trial) error {
+		for step := tr.Iteration(); step < 3; step++ {
+			m := trainer.Metrics{"loss": 1.0}
+			if step == 2 {
+				m["val_loss"] = 2.0
+			}
+			if err := tr.Report(ctx, m, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var progress bytes.Buffer
+	g, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "later", StoragePath: dir,
+		Metric: "val_loss", Mode: ModeMin, Progress: &progress}).Fit(context.Background())
+	must.NoError(t, err)
+	must.StrContains(t, progress.String(), `warning: metric "val_loss" is not among the reported metrics (loss)`)
+	_, err = g.Best("", "")
+	must.NoError(t, err)
+	// Resumed, it knows the whole history: no warning.
+	progress.Reset()
+	_, err = New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "later", StoragePath: dir,
+		Metric: "val_loss", Mode: ModeMin, Progress: &progress}).Fit(context.Background())
+	must.NoError(t, err)
+	must.StrNotContains(t, progress.String(), "warning")
+}
