@@ -235,12 +235,18 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 // resume_errored), which start with a fresh failure budget. The trials
 // that finished stay as they are.
 func (e *experiment) resume() {
+	// With the time budget spent no trial runs again, and a failed one
+	// stays failed rather than pending for ever.
+	spent := e.cfg.TimeBudget > 0 && e.state.Elapsed >= e.cfg.TimeBudget
 	retried := 0
 	for _, ts := range e.state.Trials {
 		switch ts.Status {
 		case StatusRunning:
 			ts.Status = StatusPending
 		case StatusError:
+			if spent {
+				continue
+			}
 			ts.Status, ts.FailuresForgiven = StatusPending, ts.Failures
 			retried++
 		}

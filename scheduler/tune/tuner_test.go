@@ -497,6 +497,15 @@ func TestResumeRetriesErrored(t *testing.T) {
 	must.StrContains(t, g.Trials[0].Reason, "connection refused")
 	must.EqOp(t, StatusTerminated, g.Trials[1].Status)
 
+	// With the time budget spent, nothing runs again, and the failed
+	// trial stays failed, not pending.
+	spent := cfg
+	spent.TimeBudget = time.Nanosecond
+	g, err = New(&InProcess{Fn: fn}, space, spent).Fit(context.Background())
+	must.NoError(t, err)
+	must.EqOp(t, 1, g.NumErrors())
+	must.EqOp(t, StatusError, g.Trials[0].Status)
+
 	// One more failure, within the fresh budget of the second run.
 	outage.Store(1)
 	var progress bytes.Buffer
