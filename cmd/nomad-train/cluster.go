@@ -37,6 +37,30 @@ const progressEvery = 2 * time.Second
 type clusterFlags struct {
 	address, token, namespace, region string
 	waitForCapacity                   bool
+	local                             bool // -local
+}
+
+// registerLocal adds -local, for the commands that run on Nomad when an
+// address is given (NOMAD_ADDR too) and on this machine otherwise.
+func (f *clusterFlags) registerLocal(fs *flag.FlagSet) {
+	fs.BoolVar(&f.local, "local", false, "run on this machine (the embedded default) even when NOMAD_ADDR is set")
+}
+
+// resolveLocal applies -local after parsing: no address, so the command
+// runs on this machine. -local with an explicit -address is a usage error
+// (code 2); code is -1 otherwise.
+func (f *clusterFlags) resolveLocal(fs *flag.FlagSet, stderr io.Writer) (code int) {
+	if !f.local {
+		return -1
+	}
+	explicit := false
+	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "address" })
+	if explicit {
+		fmt.Fprintf(stderr, "nomad-train %s: -local and -address contradict each other\n", fs.Name())
+		return exitUsage
+	}
+	f.address = ""
+	return -1
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {

@@ -33,7 +33,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == builtins.WorkerArg {
 		os.Exit(builtins.WorkerMain()) // before any signal handling of ours
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A reader of our output that goes away (| head, a closed terminal)
+	// stops a run as Ctrl-C does: by default SIGPIPE would kill the
+	// launcher before it stopped its workers in order. Writes to the
+	// closed pipe then fail, and are dropped.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	defer stop()
 	os.Exit(dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

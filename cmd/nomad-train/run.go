@@ -23,14 +23,21 @@ func init() {
 }
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", "run [flags] train.hcl", stderr)
+	fs := newFlagSet("run", "run [flags] train.hcl\n\n"+
+		"Trains the spec's config once: as a Nomad job when a Nomad address is given\n"+
+		"(-address, or NOMAD_ADDR in the environment), else on this machine (the\n"+
+		"embedded default; -local insists on it).", stderr)
 	var sf specFlags
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs on Nomad, none locally
 	cf.register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing (not when no node could ever run a worker)")
+	cf.registerLocal(fs)
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
+		return code
+	}
+	if code := cf.resolveLocal(fs, stderr); code >= 0 {
 		return code
 	}
 	// Compile-time warnings are about Nomad: a local run skips them.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,68 +53,124 @@ func TestRunQuickstartSpec(t *testing.T) {
 	must.DirExists(t, filepath.Join(cmd.Dir, "results", "quickstart"))
 }
 
-// Ctrl-C stops every worker and the run ends with 130, leaving no process
-// and a checkpoint of where it stopped (the workers stop between steps).
-func TestRunInterrupted(t *testing.T) {
-	bin := buildCLI(t)
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "long.hcl")
-	must.NoError(t, os.WriteFile(spec, []byte(`
-train "long" {
+// quickstartSpec writes dir/name.hcl: the quickstart builtin for epochs on
+// workers, storing into ./results.
+func quickstartSpec(t *testing.T, dir, name string, epochs, workers int) string {
+	return writeFile(t, dir, name+".hcl", fmt.Sprintf(`
+train %q {
   entrypoint { builtin = "quickstart" }
-  config = { epochs = 100000 }
-  scaling { num_workers = 4 }
+  config = { epochs = %d }
+  scaling { num_workers = %d }
   run { storage_path = "./results" }
 }
-`), 0o644))
-	cmd := exec.Command(bin, "run", spec)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NOMAD_ADDR=")
-	stdout, err := cmd.StdoutPipe()
+`, name, epochs, workers))
+}
+
+// longRun is a local run of a long quickstart, started from the built CLI.
+type longRun struct {
+	bin, dir string
+	cmd      *exec.Cmd
+	stdout   io.ReadCloser
+	stderr   bytes.Buffer
+	seen     []string // stdout lines read
+}
+
+// startLongRun starts it and reads its output until epoch 1 is reported.
+func startLongRun(t *testing.T) *longRun {
+	t.Helper()
+	r := &longRun{bin: buildCLI(t), dir: t.TempDir()}
+	spec := quickstartSpec(t, r.dir, "long", 100000, 4)
+	r.cmd = exec.Command(r.bin, "run", spec)
+	r.cmd.Dir = r.dir
+	r.cmd.Env = append(os.Environ(), "NOMAD_ADDR=")
+	var err error
+	r.stdout, err = r.cmd.StdoutPipe()
 	must.NoError(t, err)
-	var errBuf bytes.Buffer
-	cmd.Stderr = &errBuf
-	must.NoError(t, cmd.Start())
-	sc := bufio.NewScanner(stdout)
-	var seen []string
+	r.cmd.Stderr = &r.stderr
+	must.NoError(t, r.cmd.Start())
+	sc := bufio.NewScanner(r.stdout)
 	for sc.Scan() {
-		seen = append(seen, sc.Text())
+		r.seen = append(r.seen, sc.Text())
 		if strings.Contains(sc.Text(), "epoch 1: loss") {
 			break
 		}
 	}
-	must.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	go func() {
-		for sc.Scan() {
-		}
-	}()
+	return r
+}
+
+// stoppedCleanly waits for the run to end and checks that it ended as
+// stopped (130), each worker checkpointed and stopped, none cut off
+// mid-step, and no worker (a copy of the CLI) is left.
+func (r *longRun) stoppedCleanly(t *testing.T) {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- r.cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("run did not stop after SIGINT:\n%s\n%s", strings.Join(seen, "\n"), errBuf.String())
+		r.cmd.Process.Kill()
+		t.Fatalf("run did not stop:\n%s\n%s", strings.Join(r.seen, "\n"), r.stderr.String())
 	}
 	must.Error(t, err)
-	must.Eq(t, 130, cmd.ProcessState.ExitCode(), must.Sprint(errBuf.String()))
-	st, err := storage.OpenReadOnly(filepath.Join(dir, "results"), "long", storage.Policy{})
+	must.Eq(t, 130, r.cmd.ProcessState.ExitCode(), must.Sprint(r.stderr.String()))
+	st, err := storage.OpenReadOnly(filepath.Join(r.dir, "results"), "long", storage.Policy{})
 	must.NoError(t, err)
 	recs, err := st.Records()
 	must.NoError(t, err)
 	must.SliceNotEmpty(t, recs)
-	must.NotEq(t, "", recs[len(recs)-1].Checkpoint, must.Sprint("no checkpoint at the stop\n", errBuf.String()))
-	// Each worker checkpointed and stopped; none was cut off mid-step.
+	must.NotEq(t, "", recs[len(recs)-1].Checkpoint, must.Sprint("no checkpoint at the stop\n", r.stderr.String()))
 	for rank := range 4 {
-		must.StrContains(t, errBuf.String(), fmt.Sprintf("[rank %d] nomad-train worker: stopped\n", rank))
+		must.StrContains(t, r.stderr.String(), fmt.Sprintf("[rank %d] nomad-train worker: stopped\n", rank))
 	}
-	// No worker (a copy of bin) is left.
 	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, p := range procs {
-		if target, err := os.Readlink(p); err == nil && target == bin {
+		if target, err := os.Readlink(p); err == nil && target == r.bin {
 			t.Errorf("worker %s still running", p)
 		}
 	}
+}
+
+// Ctrl-C stops every worker and the run ends with 130, leaving no process
+// and a checkpoint of where it stopped (the workers stop between steps).
+func TestRunInterrupted(t *testing.T) {
+	r := startLongRun(t)
+	must.NoError(t, r.cmd.Process.Signal(syscall.SIGINT))
+	go io.Copy(io.Discard, r.stdout)
+	r.stoppedCleanly(t)
+}
+
+// A reader of the output that goes away (nomad-train run | head) stops
+// the run as Ctrl-C does: SIGPIPE killed the launcher before it stopped
+// its workers in order.
+func TestRunStopsWhenItsOutputCloses(t *testing.T) {
+	r := startLongRun(t)
+	r.stdout.Close()
+	r.stoppedCleanly(t)
+}
+
+// -local runs on this machine though NOMAD_ADDR names a cluster (here one
+// that is not there); with an explicit -address it is a usage error.
+func TestRunLocalDespiteNomadAddr(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	spec := quickstartSpec(t, dir, "short", 2, 1)
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(bin, append([]string{"run"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "NOMAD_ADDR=http://127.0.0.1:1")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	code, out := run("-local", spec)
+	must.Eq(t, 0, code, must.Sprint(out))
+	must.StrContains(t, out, `==> run "short": 1 workers on this machine`)
+	code, out = run(spec)
+	must.Eq(t, 1, code, must.Sprint(out))
+	must.StrContains(t, out, "127.0.0.1:1")
+	code, out = run("-local", "-address", "http://127.0.0.1:1", spec)
+	must.Eq(t, 2, code, must.Sprint(out))
+	must.StrContains(t, out, "-local and -address contradict each other")
 }
 
 // The spec language's list of builtins is the registry's.

@@ -106,8 +106,12 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cf clusterFlags // -address etc.: an address runs the trials on Nomad
 	cf.register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, a trial waits until its whole gang fits instead of failing")
+	cf.registerLocal(fs)
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
+		return code
+	}
+	if code := cf.resolveLocal(fs, stderr); code >= 0 {
 		return code
 	}
 	var x *experiment
