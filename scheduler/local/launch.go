@@ -132,6 +132,20 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if o.NumWorkers < 1 {
 		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
 	}
+	// The run's storage must be writable and not in use by another run of
+	// the same name. Found here, that is one clear error; found by the
+	// workers, each would fail on it and be replaced until the failure
+	// budget ran out.
+	st, err := storage.Open(o.StoragePath, o.RunName, storage.Policy{})
+	if errors.Is(err, storage.ErrLocked) {
+		return nil, fmt.Errorf("launch: %w (is another run of %s still going?)", err, o.RunName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	if err := st.Close(); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
 	// Launching is a deliberate new attempt: a run that failed for good
 	// before may try again (from its latest checkpoint).
 	if err := storage.ClearFailed(o.StoragePath, o.RunName); err != nil {

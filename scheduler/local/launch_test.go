@@ -20,6 +20,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/testtmp"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -206,6 +207,28 @@ func TestSecretIsNeverOnDisk(t *testing.T) {
 		sums = append(sums, sum)
 	}
 	must.Eq(t, sums[0], sums[1])
+}
+
+// A run's storage that cannot be written, or that another run of the
+// same name holds, is one error before any worker starts, not a failure
+// of every worker until the budget runs out.
+func TestStorageCheckedBeforeWorkersStart(t *testing.T) {
+	o, out, pids := opts(t, "echo", 2)
+	held, err := storage.Open(o.StoragePath, o.RunName, storage.Policy{})
+	must.NoError(t, err)
+	_, err = Launch(context.Background(), o)
+	must.ErrorIs(t, err, storage.ErrLocked)
+	must.ErrorContains(t, err, "is another run of t still going?")
+	must.NoError(t, held.Close())
+
+	o.StoragePath = filepath.Join(t.TempDir(), "a-file")
+	must.NoError(t, os.WriteFile(o.StoragePath, nil, 0o644))
+	_, err = Launch(context.Background(), o)
+	must.ErrorContains(t, err, "creating run directory")
+
+	must.Eq(t, "", out.String(), must.Sprint("a worker started"))
+	entries, _ := os.ReadDir(pids)
+	must.SliceEmpty(t, entries)
 }
 
 func TestFailedWorkerStopsTheRest(t *testing.T) {
