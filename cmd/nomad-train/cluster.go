@@ -73,7 +73,11 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *clusterFlags) client() (*nomad.Client, error) {
-	return nomad.NewClient(nomad.Config{Address: f.address, Token: f.token, Namespace: f.namespace, Region: f.region})
+	addr := f.address
+	if addr != "" && !strings.Contains(addr, "://") {
+		addr = "http://" + addr // host:port, as an agent's own address reads
+	}
+	return nomad.NewClient(nomad.Config{Address: addr, Token: f.token, Namespace: f.namespace, Region: f.region})
 }
 
 // runCluster submits the spec to Nomad and follows it until it ends.
@@ -377,7 +381,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if len(pos) == 0 {
-		return listRuns(ctx, c, stdout, stderr)
+		return listRuns(ctx, "status", c, stdout, stderr)
 	}
 	run, ok := oneRun("status", pos, stderr)
 	if !ok {
@@ -492,13 +496,15 @@ func listCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nomad-train list: takes no arguments")
 		return exitUsage
 	}
-	return listRuns(ctx, c, stdout, stderr)
+	return listRuns(ctx, "list", c, stdout, stderr)
 }
 
-func listRuns(ctx context.Context, c nomad.API, stdout, stderr io.Writer) int {
+// listRuns lists the runs, for the command cmd (list, or status with no
+// run).
+func listRuns(ctx context.Context, cmd string, c nomad.API, stdout, stderr io.Writer) int {
 	runs, err := nomad.ListRuns(ctx, c)
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train list: %v\n", err)
+		fmt.Fprintf(stderr, "nomad-train %s: %v\n", cmd, err)
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

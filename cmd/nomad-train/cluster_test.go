@@ -238,6 +238,15 @@ func TestClusterCommandsNeedAnAddress(t *testing.T) {
 	must.StrContains(t, errb.String(), "no Nomad address")
 }
 
+// An address without a scheme is an agent's host:port, as in its own
+// config; status with no run lists the runs, and its errors say status.
+func TestAddressWithoutScheme(t *testing.T) {
+	code, _, errs := runCLI(t, "status", "-address", "127.0.0.1:1")
+	must.Eq(t, 1, code)
+	must.StrHasPrefix(t, "nomad-train status: ", errs)
+	must.StrContains(t, errs, `"http://127.0.0.1:1/v1/jobs`)
+}
+
 // TestE2ENomadQuickstart runs the quickstart on a real cluster. It needs a
 // Nomad agent whose clients have nomad-driver-train, and Consul for the
 // rendezvous.

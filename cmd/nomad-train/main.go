@@ -70,4 +70,5 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].synopsis)
 	}
+	fmt.Fprintln(w, "\nnomad-train <command> -h shows a command's flags.")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"text/tabwriter"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
@@ -90,8 +91,8 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	} else {
 		opts.Command, opts.Args = spec.Entrypoint.Command, spec.Entrypoint.Args
 	}
-	fmt.Fprintf(stdout, "==> run %q: %d workers on this machine, storage %s\n",
-		spec.Name, spec.Scaling.NumWorkers, filepath.Join(spec.Run.StoragePath, spec.Name))
+	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
+		spec.Name, workers(spec.Scaling.NumWorkers), filepath.Join(spec.Run.StoragePath, spec.Name))
 	out, err := local.Launch(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
@@ -112,13 +113,23 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	return 0
 }
 
+// workers is "1 worker" or "n workers".
+func workers(n int) string {
+	if n == 1 {
+		return "1 worker"
+	}
+	return fmt.Sprintf("%d workers", n)
+}
+
 func printResult(w io.Writer, r *trainer.Result) {
 	fmt.Fprintln(w, "==> result")
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
-		fmt.Fprintf(w, "    %-12s %v\n", k, r.Metrics[k])
+		fmt.Fprintf(tw, "    %s\t%v\n", k, r.Metrics[k])
 	}
 	if r.Checkpoint != nil {
-		fmt.Fprintf(w, "    checkpoint   %s\n", r.Checkpoint.Path())
+		fmt.Fprintf(tw, "    checkpoint\t%s\n", r.Checkpoint.Path())
 	}
-	fmt.Fprintf(w, "    metrics      %s\n", r.MetricsPath)
+	fmt.Fprintf(tw, "    metrics\t%s\n", r.MetricsPath)
+	tw.Flush()
 }

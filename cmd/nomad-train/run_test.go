@@ -164,7 +164,7 @@ func TestRunLocalDespiteNomadAddr(t *testing.T) {
 	}
 	code, out := run("-local", spec)
 	must.Eq(t, 0, code, must.Sprint(out))
-	must.StrContains(t, out, `==> run "short": 1 workers on this machine`)
+	must.StrContains(t, out, `==> run "short": 1 worker on this machine`)
 	code, out = run(spec)
 	must.Eq(t, 1, code, must.Sprint(out))
 	must.StrContains(t, out, "127.0.0.1:1")

@@ -173,7 +173,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitSpec
 	}
-	fmt.Fprintf(stdout, "%s: train %q is valid (%d workers)\n", path, spec.Name, spec.Scaling.NumWorkers)
+	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, workers(spec.Scaling.NumWorkers))
 	return exitOK
 }
 
