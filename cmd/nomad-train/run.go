@@ -8,7 +8,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/nomad-train/nomad-train/builtins"
@@ -16,6 +18,7 @@ import (
 	"github.com/nomad-train/nomad-train/scheduler/local"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -93,10 +96,17 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), filepath.Join(spec.Run.StoragePath, spec.Name))
+	last := lastConfigPath(spec)
+	if note := configChange(last, spec.ConfigJSON); note != "" {
+		fmt.Fprintf(stdout, "    %s\n", note)
+	}
 	out, err := local.Launch(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
+	}
+	if last != "" { // best effort: it only feeds the note above
+		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
 	}
 	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
 	if res != nil {
@@ -111,6 +121,63 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 		return 1
 	}
 	return 0
+}
+
+// lastConfigFile, in a run's directory, holds the config (JSON) of its
+// last local launch, for configChange.
+const lastConfigFile = "last-config.json"
+
+// lastConfigPath is where the spec's run keeps lastConfigFile, or "" when
+// its storage is not a local directory.
+func lastConfigPath(spec *trainhcl.Spec) string {
+	dir, err := storage.LocalDir(spec.Run.StoragePath)
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, spec.Name, lastConfigFile)
+}
+
+// configChange says how config differs from the one the run last ran
+// with, or "" when it does not (or there was none): a run resumes from its
+// latest checkpoint whatever its config, so changing the config of a run
+// that is far along, or done, should not go unnoticed.
+func configChange(lastPath string, config []byte) string {
+	if lastPath == "" {
+		return ""
+	}
+	before, err := os.ReadFile(lastPath)
+	if err != nil {
+		return ""
+	}
+	var was, is map[string]any
+	if json.Unmarshal(before, &was) != nil || json.Unmarshal(config, &is) != nil {
+		return ""
+	}
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(is)) {
+		old, had := was[k]
+		switch {
+		case !had:
+			diffs = append(diffs, fmt.Sprintf("%s %s (new)", k, compactJSON(is[k])))
+		case !reflect.DeepEqual(old, is[k]):
+			diffs = append(diffs, fmt.Sprintf("%s %s → %s", k, compactJSON(old), compactJSON(is[k])))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(was)) {
+		if _, has := is[k]; !has {
+			diffs = append(diffs, fmt.Sprintf("%s %s (gone)", k, compactJSON(was[k])))
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the config changed since the last run (%s); training resumes from the latest checkpoint with it (delete %s to start afresh)",
+		strings.Join(diffs, ", "), filepath.Dir(lastPath))
+}
+
+func compactJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // workers is "1 worker" or "n workers".

@@ -165,12 +165,29 @@ func TestRunLocalDespiteNomadAddr(t *testing.T) {
 	code, out := run("-local", spec)
 	must.Eq(t, 0, code, must.Sprint(out))
 	must.StrContains(t, out, `==> run "short": 1 worker on this machine`)
+	must.StrNotContains(t, out, "the config changed")
+	// Run again with more epochs: it resumes, and says what changed.
+	spec = quickstartSpec(t, dir, "short", 3, 1)
+	code, out = run("-local", spec)
+	must.Eq(t, 0, code, must.Sprint(out))
+	must.StrContains(t, out, "the config changed since the last run (epochs 2 → 3)")
 	code, out = run(spec)
 	must.Eq(t, 1, code, must.Sprint(out))
 	must.StrContains(t, out, "127.0.0.1:1")
 	code, out = run("-local", "-address", "http://127.0.0.1:1", spec)
 	must.Eq(t, 2, code, must.Sprint(out))
 	must.StrContains(t, out, "-local and -address contradict each other")
+}
+
+func TestConfigChange(t *testing.T) {
+	last := filepath.Join(t.TempDir(), lastConfigFile)
+	must.Eq(t, "", configChange(last, []byte(`{"lr":0.1}`)), must.Sprint("no last config"))
+	must.NoError(t, os.WriteFile(last, []byte(`{"lr":0.1,"epochs":20,"seed":1,"layers":[8,8]}`), 0o644))
+	must.Eq(t, "", configChange(last, []byte(`{"epochs":20,"layers":[8,8],"lr":0.1,"seed":1}`)))
+	note := configChange(last, []byte(`{"lr":0.01,"epochs":20,"momentum":0.9,"layers":[8,16]}`))
+	must.StrContains(t, note, "(layers [8,8] → [8,16], lr 0.1 → 0.01, momentum 0.9 (new), seed 1 (gone))")
+	must.StrContains(t, note, "delete "+filepath.Dir(last)+" to start afresh")
+	must.Eq(t, "", configChange("", []byte(`{}`)))
 }
 
 // The spec language's list of builtins is the registry's.
