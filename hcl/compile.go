@@ -25,11 +25,16 @@ const (
 	SpreadAttribute = "${node.unique.id}"
 )
 
-// Job meta keys set by Compile.
+// Job meta keys set by Compile (and MetaAttempt, set at submission).
 const (
 	MetaRun         = ReservedMetaPrefix + "run"
 	MetaStoragePath = ReservedMetaPrefix + "storage_path"
 	MetaSpecSHA256  = ReservedMetaPrefix + "spec_sha256"
+	// MetaAttempt is set at submission (not by Compile): the attempt ID of
+	// the run's fresh secret (storage.AttemptID). Each submission so is a
+	// new version of the job, which Nomad runs even when the spec is the
+	// one it ran before.
+	MetaAttempt = ReservedMetaPrefix + "attempt"
 )
 
 // The run secret authenticates the workers to each other (rendezvous and

@@ -141,7 +141,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	}
 	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
 	st, err := nomad.Follow(ctx, c, nomad.FollowOptions{
-		JobID: sub.JobID, Namespace: cf.namespace, Count: spec.Scaling.NumWorkers,
+		JobID: sub.JobID, Namespace: cf.namespace, Count: spec.Scaling.NumWorkers, Since: sub.Index,
 		WaitForCapacity: cf.waitForCapacity, OnStatus: printer.print, Settle: followSettle,
 	})
 	stopProgress()
@@ -365,6 +365,11 @@ func runState(ctx context.Context, c nomad.API, run string) (*nomadRun, error) {
 		return nil, err
 	}
 	t := nomad.NewTracker(trainhcl.WorkerGroup, count, true)
+	// The run is the job's latest submission: what earlier ones ran is
+	// not its workers (nor their failures and restarts).
+	if job.JobModifyIndex != nil {
+		t.Since(*job.JobModifyIndex)
+	}
 	t.Observe(snap)
 	return &nomadRun{job: job, count: count, status: t.Status()}, nil
 }

@@ -51,6 +51,10 @@ type FollowOptions struct {
 	Logger   hclog.Logger
 	// Jitter scales a backoff delay; nil picks uniformly in [d/2, d).
 	Jitter func(time.Duration) time.Duration
+	// Since is the Raft index the job was registered at (Submission.Index):
+	// allocations and evaluations created before it are an earlier
+	// submission's, not this run's. 0 follows them all.
+	Since uint64
 	// Settle is how long a failed or stopped run is followed further while
 	// workers' allocations are still running or pending (the client marks a
 	// task's allocation failed a few seconds after it gave up on it; stopped
@@ -101,6 +105,7 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 	}()
 
 	t := NewTracker(o.Group, o.Count, o.WaitForCapacity)
+	t.Since(o.Since)
 	var last Status
 	var haveAllocs, haveEvals, reported bool
 	var settle <-chan time.Time // set once the run has failed or stopped

@@ -254,11 +254,58 @@ func TestFollowStopWaitsForWorkersToExit(t *testing.T) {
 // followSteps follows a 2-worker job through steps on the fake agent, with
 // a settle time the steps never need to run out.
 func followSteps(t *testing.T, steps []nomadtest.Step) (Status, error) {
+	return followStepsSince(t, steps, 0)
+}
+
+func followStepsSince(t *testing.T, steps []nomadtest.Step, since uint64) (Status, error) {
 	t.Helper()
 	srv, c := newTestClient(t)
 	srv.AddJob(testJob("mnist", 2))
 	srv.Script("mnist", steps)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 2, Settle: 3 * time.Second})
+	return Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 2, Settle: 3 * time.Second, Since: since})
+}
+
+// A job submitted again still lists what its earlier submission ran: a
+// completed (or failed) gang. Follow, told where this submission begins,
+// follows only the new allocations, so the earlier gang's end is not this
+// run's.
+func TestFollowIgnoresAnEarlierSubmission(t *testing.T) {
+	earlier := nomadtest.Allocations("mnist", 2, 5, api.AllocClientStatusFailed, api.AllocDesiredStatusRun)
+	with := func(next nomadtest.Step) nomadtest.Step {
+		next.Allocations = append(slices.Clone(earlier.Allocations), next.Allocations...)
+		return next
+	}
+	steps := []nomadtest.Step{
+		with(nomadtest.Step{Evaluations: []*api.Evaluation{}}), // registered, nothing placed yet
+		with(nomadtest.Allocations("mnist", 2, 20, api.AllocClientStatusPending, api.AllocDesiredStatusRun)),
+		with(nomadtest.Allocations("mnist", 2, 20, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)),
+		with(nomadtest.Allocations("mnist", 2, 20, api.AllocClientStatusComplete, api.AllocDesiredStatusRun)),
+	}
+	st, err := followStepsSince(t, steps, 18)
+	must.NoError(t, err)
+	must.Eq(t, PhaseComplete, st.Phase)
+	must.Eq(t, 0, st.Restarts())
+	must.SliceEmpty(t, st.Failures)
+
+	// An earlier gang that completed is not this run completing: the first
+	// status is pending, and the end comes with the new gang's.
+	done := nomadtest.Allocations("mnist", 2, 5, api.AllocClientStatusComplete, api.AllocDesiredStatusRun)
+	srv, c := newTestClient(t)
+	srv.AddJob(testJob("mnist", 2))
+	var after []nomadtest.Step
+	for _, st := range steps {
+		st.Allocations = append(slices.Clone(done.Allocations), st.Allocations[2:]...)
+		after = append(after, st)
+	}
+	srv.Script("mnist", after)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var phases []Phase
+	st, err = Follow(ctx, c, FollowOptions{JobID: "mnist", Count: 2, Since: 18,
+		OnStatus: func(s Status) { phases = append(phases, s.Phase) }})
+	must.NoError(t, err)
+	must.Eq(t, PhaseComplete, st.Phase)
+	must.Eq(t, PhasePending, phases[0])
 }

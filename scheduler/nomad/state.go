@@ -157,7 +157,33 @@ type Tracker struct {
 	// replacement that cannot be placed after that is waited for (the
 	// workers' failure budget decides), never a reason to stop the run.
 	ranWhole bool
+	// since: allocations and evaluations created before it are an
+	// earlier submission's (Since).
+	since uint64
 }
+
+// Since makes the tracker ignore allocations and evaluations created
+// before index, the Raft index the job was registered at: they belong to
+// an earlier submission of the same job (its workers ran, and may have
+// failed, before this run began).
+func (t *Tracker) Since(index uint64) { t.since = index }
+
+// current drops what an earlier submission left.
+func current[T any](t *Tracker, items []T, created func(T) uint64) []T {
+	if t.since == 0 {
+		return items
+	}
+	var out []T
+	for _, it := range items {
+		if created(it) >= t.since {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func allocCreated(a *api.AllocationListStub) uint64 { return a.CreateIndex }
+func evalCreated(e *api.Evaluation) uint64          { return e.CreateIndex }
 
 // NewTracker follows group (count workers) of a job. Until the gang has run
 // whole, a blocked evaluation means wait with waitForCapacity, and stop the
@@ -168,20 +194,22 @@ func NewTracker(group string, count int, waitForCapacity bool) *Tracker {
 
 // Allocations replaces the tracker's view of the job's allocations.
 func (t *Tracker) Allocations(allocs []*api.AllocationListStub) {
-	t.allocs, t.failedBefore = allocs, nil
+	t.allocs, t.failedBefore = current(t, allocs, allocCreated), nil
 }
 
 // Evaluations replaces the tracker's view of the job's evaluations.
-func (t *Tracker) Evaluations(evals []*api.Evaluation) { t.evals, t.failedBefore = evals, nil }
+func (t *Tracker) Evaluations(evals []*api.Evaluation) {
+	t.evals, t.failedBefore = current(t, evals, evalCreated), nil
+}
 
 // Observe replaces both views with a consistent read (see Snapshot). Only
 // such a read can tell that a failed worker will not be replaced: two
 // lists streamed separately can show the failure and neither the
 // evaluation that reschedules it nor that evaluation's outcome.
 func (t *Tracker) Observe(s Snapshot) {
-	t.allocs, t.evals = s.Allocations, s.Evaluations
+	t.allocs, t.evals = current(t, s.Allocations, allocCreated), current(t, s.Evaluations, evalCreated)
 	t.failedBefore = map[string]bool{}
-	for _, a := range s.Before {
+	for _, a := range current(t, s.Before, allocCreated) {
 		if a.ClientStatus == api.AllocClientStatusFailed {
 			t.failedBefore[a.ID] = true
 		}

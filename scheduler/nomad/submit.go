@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // The per-run secret lives in the Nomad Variable trainhcl.SecretVariablePath
@@ -171,6 +172,9 @@ type Submission struct {
 	JobID    string
 	EvalID   string
 	Warnings string
+	// Index is the Raft index the job was registered at: what the job
+	// runs from then on (FollowOptions.Since).
+	Index uint64
 }
 
 // Submit admits and registers job: it plans it first and refuses (or, with
@@ -192,6 +196,20 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 	}
 	log := o.Logger.Named("submit").With("job", *job.ID)
 	AddSecretTemplate(job)
+	secret := o.Secret
+	if secret == "" {
+		var err error
+		if secret, err = NewSecret(); err != nil {
+			return nil, err
+		}
+	}
+	// A fresh attempt: its workers tell what an earlier submission left in
+	// Consul and storage by the secret, and Nomad runs the job again even
+	// when its spec is the one it ran (a new version).
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta[trainhcl.MetaAttempt] = storage.AttemptID([]byte(secret))
 	delay := o.PlanInterval
 	for {
 		plan, err := c.Plan(ctx, job)
@@ -214,13 +232,6 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 		}
 		delay = min(2*delay, time.Minute)
 	}
-	secret := o.Secret
-	if secret == "" {
-		var err error
-		if secret, err = NewSecret(); err != nil {
-			return nil, err
-		}
-	}
 	v := &api.Variable{Path: trainhcl.SecretVariablePath(*job.ID), Items: api.VariableItems{trainhcl.SecretItem: secret}}
 	if job.Namespace != nil {
 		v.Namespace = *job.Namespace
@@ -232,7 +243,7 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 	if err != nil {
 		return nil, fmt.Errorf("registering job %q: %w", *job.ID, err)
 	}
-	return &Submission{JobID: *job.ID, EvalID: resp.EvalID, Warnings: resp.Warnings}, nil
+	return &Submission{JobID: *job.ID, EvalID: resp.EvalID, Warnings: resp.Warnings, Index: resp.JobModifyIndex}, nil
 }
 
 // Stop stops a run's job; purge also removes the job and its secret.

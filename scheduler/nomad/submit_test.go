@@ -14,6 +14,7 @@ import (
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -91,6 +92,15 @@ func TestSubmit(t *testing.T) {
 		must.Eq(t, "secrets/nomad-train.secret", *task.Templates[0].DestPath)
 		must.MapNotContainsKey(t, task.Env, workerenv.SecretFile) // the driver's to set
 		must.Eq(t, "0400", *task.Templates[0].Perms)
+
+		// The attempt is the secret's, so each submission is a new version
+		// of the job; Follow starts at its registration.
+		must.Eq(t, storage.AttemptID([]byte("s3cr3t-value")), job.Meta[trainhcl.MetaAttempt])
+		must.Eq(t, *job.JobModifyIndex, sub.Index)
+		again, err := Submit(context.Background(), c, testJob("mnist", 2), SubmitOptions{})
+		must.NoError(t, err)
+		must.Greater(t, sub.Index, again.Index)
+		must.NotEq(t, job.Meta[trainhcl.MetaAttempt], srv.Job("mnist").Meta[trainhcl.MetaAttempt])
 	})
 	t.Run("a job renamed after compile reads its own variable", func(t *testing.T) {
 		job := testJob("trial-0001", 1)

@@ -86,6 +86,7 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 	if err != nil {
 		return b.ended(ctx, t.ID, jobID, ns, err)
 	}
+	var since uint64 // an adopted job's allocations are all the trial's
 	if !adopt {
 		// A restart is a deliberate new attempt: a trial marked failed for
 		// good may try again.
@@ -97,16 +98,18 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 				return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("trial %s: %w", t.ID, err))
 			}
 		}
-		if _, err := nomad.Submit(ctx, b.API, job, nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity,
-			Logger: log, PlanInterval: b.PlanInterval}); err != nil {
+		sub, err := nomad.Submit(ctx, b.API, job, nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity,
+			Logger: log, PlanInterval: b.PlanInterval})
+		if err != nil {
 			return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("submit trial %s: %w", t.ID, err))
 		}
+		since = sub.Index
 	}
 	var onStatus func(nomad.Status)
 	if b.OnStatus != nil {
 		onStatus = func(st nomad.Status) { b.OnStatus(t.ID, st) }
 	}
-	_, err = nomad.Follow(ctx, b.API, nomad.FollowOptions{JobID: jobID, Namespace: ns,
+	_, err = nomad.Follow(ctx, b.API, nomad.FollowOptions{JobID: jobID, Namespace: ns, Since: since,
 		Count: b.Spec.Scaling.NumWorkers, WaitForCapacity: b.WaitForCapacity, OnStatus: onStatus, Logger: log})
 	if err != nil {
 		err = fmt.Errorf("trial %s: %w", t.ID, err)

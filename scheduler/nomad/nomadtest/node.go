@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -46,7 +47,7 @@ type Node struct {
 	wg  sync.WaitGroup
 
 	mu     sync.Mutex
-	gen    uint64                        // guarded by mu: allocation generations
+	gen    uint64                        // guarded by mu: the create index of the latest start
 	cancel map[string]context.CancelFunc // guarded by mu: running jobs
 }
 
@@ -72,9 +73,18 @@ func NewNode(t testing.TB, srv *Server, run RunFunc) *Node {
 				http.Error(w, "bad job", http.StatusBadRequest)
 				return
 			}
+			// Registered first, then placed: its allocations are created
+			// after the registration's index, and exist before Register
+			// answers.
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			n.start(req.Job) // its allocations exist before Register answers
-			proxy.ServeHTTP(w, r)
+			rec := httptest.NewRecorder()
+			proxy.ServeHTTP(rec, r)
+			if rec.Code == http.StatusOK {
+				n.start(req.Job)
+			}
+			maps.Copy(w.Header(), rec.Header())
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
 		case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/job/"):
 			proxy.ServeHTTP(w, r)
 			n.mu.Lock()
@@ -123,9 +133,9 @@ func Allocations(job string, n int, gen uint64, client, desired string) Step {
 
 func (n *Node) start(job *api.Job) {
 	id, count := *job.ID, WorkerCount(job)
+	gen := n.srv.nextIndex() // created after the job's registration
 	n.mu.Lock()
-	n.gen++
-	gen := n.gen
+	n.gen = gen
 	if old := n.cancel[id]; old != nil {
 		old()
 	}

@@ -74,7 +74,14 @@ type Server struct {
 	requests     []string
 	tokens       map[string]bool // X-Nomad-Token values seen
 	namespaces   map[string]bool // namespace parameters seen
+	// index is the Raft index of the last registration. It starts below
+	// the create indexes of the recordings, and what a Node places after
+	// a registration is created past it, as on a real agent.
+	index uint64
 }
+
+// firstIndex is the index before the first registration.
+const firstIndex = 9
 
 type script struct {
 	steps []Step
@@ -90,7 +97,7 @@ func New(t testing.TB) *Server {
 	s := &Server{
 		jobs: map[string]*api.Job{}, stopped: map[string]bool{}, vars: map[string]*api.Variable{},
 		finished: map[string]map[string]api.TaskGroupSummary{}, scripts: map[string]*script{}, logs: map[string]string{},
-		tokens: map[string]bool{}, namespaces: map[string]bool{},
+		tokens: map[string]bool{}, namespaces: map[string]bool{}, index: firstIndex,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs", s.listJobs)
@@ -249,10 +256,21 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	s.index++
+	index := s.index
+	req.Job.JobModifyIndex = &index
 	s.jobs[*req.Job.ID] = req.Job
 	delete(s.stopped, *req.Job.ID)
 	s.mu.Unlock()
-	reply(w, 10, api.JobRegisterResponse{EvalID: "eval-" + *req.Job.ID, JobModifyIndex: 10})
+	reply(w, index, api.JobRegisterResponse{EvalID: "eval-" + *req.Job.ID, JobModifyIndex: index})
+}
+
+// nextIndex is a fresh Raft index, past every registration so far.
+func (s *Server) nextIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index++
+	return s.index
 }
 
 func (s *Server) jobInfo(w http.ResponseWriter, r *http.Request) {
