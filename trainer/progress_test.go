@@ -62,3 +62,22 @@ func TestAnEarlierAttemptsRecordsDoNotCount(t *testing.T) {
 	must.True(t, failed, must.Sprint("this attempt's failure was not recorded over the earlier one's"))
 	must.Eq(t, "failure budget exhausted", f.Reason)
 }
+
+type beats []int64
+
+func (b *beats) Beat(step int64)       { *b = append(*b, step) }
+func (b *beats) Waiting(string) func() { return func() {} }
+
+// The health check hears of collectives only once restore has set the
+// step: the first beat of a resumed run is its step, not 0.
+func TestBeatsCarryTheResumedStep(t *testing.T) {
+	var got beats
+	s := &Session{hb: &got}
+	must.NoError(t, s.done(nil)) // restore's own all-gather
+	must.SliceEmpty(t, got)
+	s.step, s.resumed = 3000, true
+	s.beat()
+	s.step++
+	must.NoError(t, s.done(nil))
+	must.Eq(t, beats{3000, 3001}, got)
+}

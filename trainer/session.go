@@ -39,6 +39,7 @@ type Session struct {
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
 	step       int64
+	resumed    bool // step holds the resume point's (restore is done)
 	latest     *Checkpoint
 	stopAgreed bool // ShouldCheckpoint said yes: the gang is stopping
 }
@@ -231,15 +232,22 @@ func (s *Session) gatherJSON(ctx context.Context, v any) ([][]byte, error) {
 	return s.AllGather(ctx, b)
 }
 
-// done tells the watchdog a collective completed.
+// done tells the watchdog, and the health check once the step is known, a
+// collective completed.
 func (s *Session) done(err error) error {
 	if err == nil {
 		s.wd.progress(time.Now())
-		if s.hb != nil {
-			s.hb.Beat(s.step)
-		}
+		s.beat()
 	}
 	return err
+}
+
+// beat feeds the health check the step, once restore has set it: a beat
+// from restore's own collective would show step 0 for a resumed run.
+func (s *Session) beat() {
+	if s.hb != nil && s.resumed {
+		s.hb.Beat(s.step)
+	}
 }
 
 // AllReduceFloat32 reduces buf across all ranks in place (sum or mean);

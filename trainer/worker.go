@@ -711,10 +711,11 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 		}
 	}
 	s.runDir = rp.RunDir
-	s.step = rp.Step
+	s.step, s.resumed = rp.Step, true
 	if rp.Checkpoint != "" {
 		s.latest = CheckpointFromDirectory(rp.Checkpoint)
 	}
+	s.beat()
 	return nil
 }
 
