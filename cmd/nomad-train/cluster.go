@@ -111,6 +111,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	out := &syncWriter{w: stdout}
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %d workers, storage %s\n",
 		spec.Name, cf.address, spec.Scaling.NumWorkers, spec.Run.StoragePath)
+	submitted := time.Now()
 	sub, err := nomad.Submit(ctx, c, job, nomad.SubmitOptions{
 		WaitForCapacity: cf.waitForCapacity,
 		OnBlocked: func(err error) {
@@ -136,8 +137,11 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 
 	var wg sync.WaitGroup
 	pctx, stopProgress := context.WithCancel(ctx)
+	// Reports from before this submission are an earlier attempt's (the
+	// storage keeps the run's whole history); a little slack for clocks.
+	since := submitted.Add(-2 * time.Second)
 	if src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath); src != nil {
-		wg.Go(func() { followProgress(pctx, src, out) })
+		wg.Go(func() { followProgress(pctx, src, out, since) })
 	}
 	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
 	st, err := nomad.Follow(ctx, c, nomad.FollowOptions{
@@ -147,7 +151,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	stopProgress()
 	wg.Wait()
 	if src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath); src != nil {
-		if rec, perr := src.Latest(context.WithoutCancel(ctx)); perr == nil {
+		if rec, perr := src.Latest(context.WithoutCancel(ctx)); perr == nil && !rec.Time.Before(since) {
 			fmt.Fprintln(out, "==> last report")
 			fmt.Fprintf(out, "    %s\n", formatRecord(rec))
 		}
@@ -275,14 +279,14 @@ func consulKV() *consul.KV {
 	return c.KV()
 }
 
-// followProgress prints each new report until ctx ends.
-func followProgress(ctx context.Context, src nomad.ProgressSource, w io.Writer) {
+// followProgress prints each new report made since since until ctx ends.
+func followProgress(ctx context.Context, src nomad.ProgressSource, w io.Writer, since time.Time) {
 	t := time.NewTicker(progressEvery)
 	defer t.Stop()
 	var last time.Time
 	lastStep := int64(-1)
 	for {
-		if rec, err := src.Latest(ctx); err == nil && (rec.Step != lastStep || !rec.Time.Equal(last)) {
+		if rec, err := src.Latest(ctx); err == nil && !rec.Time.Before(since) && (rec.Step != lastStep || !rec.Time.Equal(last)) {
 			lastStep, last = rec.Step, rec.Time
 			fmt.Fprintf(w, "    %s\n", formatRecord(rec))
 		}

@@ -87,7 +87,10 @@ const (
 
 func TestRunOnNomad(t *testing.T) {
 	f := newClusterFixture(t, "gang-complete")
-	f.writeProgress(t, report1, report2)
+	// report1 is an earlier attempt's (the storage keeps the run's
+	// history); the workers of this one write report2 after it starts.
+	later := strings.Replace(report2, "2026-12-02T10:00:20Z", time.Now().Add(time.Minute).UTC().Format(time.RFC3339), 1)
+	f.writeProgress(t, report1, later)
 	code, out, errs := f.cli(t, "run", f.spec)
 	must.Eq(t, 0, code, must.Sprint(out, errs))
 	for _, want := range []string{
@@ -96,6 +99,14 @@ func TestRunOnNomad(t *testing.T) {
 	} {
 		must.StrContains(t, out, want)
 	}
+
+	// Only an earlier attempt's reports: none is shown as this run's.
+	f = newClusterFixture(t, "gang-complete")
+	f.writeProgress(t, report1, report2)
+	code, out, errs = f.cli(t, "run", f.spec)
+	must.Eq(t, 0, code, must.Sprint(out, errs))
+	must.StrNotContains(t, out, "step 20")
+	must.StrNotContains(t, out, "last report")
 	secret := f.srv.Variable("nomad/jobs/fakerun").Items["secret"]
 	must.NotEq(t, "", secret)
 	must.StrNotContains(t, out+errs, secret)

@@ -60,13 +60,15 @@ func (f FileProgress) Path() string {
 	return filepath.Join(root, f.Run, storage.ProgressFile)
 }
 
-// Available reports whether the progress file's directory exists here.
+// Available reports whether the storage path is a directory here. The
+// run's own directory need not exist yet: a first run's workers make it
+// once they start.
 func (f FileProgress) Available() bool {
 	p := f.Path()
 	if p == "" {
 		return false
 	}
-	st, err := os.Stat(filepath.Dir(p))
+	st, err := os.Stat(filepath.Dir(filepath.Dir(p)))
 	return err == nil && st.IsDir()
 }
 

@@ -43,6 +43,8 @@ func TestFileProgress(t *testing.T) {
 	must.ErrorContains(t, err, "line 1")
 
 	must.False(t, FileProgress{StoragePath: filepath.Join(root, "elsewhere"), Run: "mnist"}.Available())
+	// A first run's directory does not exist yet: its workers make it.
+	must.True(t, FileProgress{StoragePath: root, Run: "first"}.Available())
 	s3 := FileProgress{StoragePath: "s3://bucket/runs", Run: "mnist"}
 	must.Eq(t, "", s3.Path())
 	must.False(t, s3.Available())
