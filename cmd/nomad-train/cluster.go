@@ -256,14 +256,30 @@ var followSettle = 10 * time.Second
 // storage when this machine mounts it, else Consul KV when
 // CONSUL_HTTP_ADDR is set, else nowhere.
 func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSource {
-	if f := (nomad.FileProgress{StoragePath: storagePath, Run: run}); f.Available() {
-		return f
+	var kv nomad.ProgressSource
+	if c := consulKV(); c != nil {
+		kv = nomad.ConsulProgress{KV: c, Namespace: namespace, Job: jobID, Run: run}
 	}
-	kv := consulKV()
-	if kv == nil {
-		return nil
+	file := nomad.FileProgress{StoragePath: storagePath, Run: run}
+	if file.Path() == "" {
+		return kv
 	}
-	return nomad.ConsulProgress{KV: kv, Namespace: namespace, Job: jobID, Run: run}
+	return storageOrConsul{file: file, kv: kv}
+}
+
+// storageOrConsul reads the reports from the run's storage when this
+// machine mounts it, else from Consul when it can. It looks at each read:
+// a first run's workers make the storage directories as they start.
+type storageOrConsul struct {
+	file nomad.FileProgress
+	kv   nomad.ProgressSource // nil without CONSUL_HTTP_ADDR
+}
+
+func (s storageOrConsul) Latest(ctx context.Context) (storage.Record, error) {
+	if s.kv == nil || s.file.Available() {
+		return s.file.Latest(ctx)
+	}
+	return s.kv.Latest(ctx)
 }
 
 // consulKV is the KV endpoint of the Consul agent CONSUL_HTTP_ADDR names,

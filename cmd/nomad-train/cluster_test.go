@@ -114,6 +114,23 @@ func TestRunOnNomad(t *testing.T) {
 	must.Len(t, 1, task.Templates)
 }
 
+// A first run's storage directory may not exist when run starts
+// following it: the workers make it. The source looks again at each read.
+func TestProgressSourceWaitsForTheStorage(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_ADDR", "")
+	root := filepath.Join(t.TempDir(), "not-yet")
+	src := progressSource("", "j", "r", root)
+	must.NotNil(t, src)
+	_, err := src.Latest(context.Background())
+	must.ErrorIs(t, err, nomad.ErrNoProgress)
+	must.NoError(t, os.MkdirAll(filepath.Join(root, "r"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(root, "r", "progress.jsonl"), []byte(report1+"\n"), 0o644))
+	rec, err := src.Latest(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 10, rec.Step)
+	must.Nil(t, progressSource("", "j", "r", "relative/results"), must.Sprint("a relative path is the workers'"))
+}
+
 func TestRunOnNomadRefusesPartialGang(t *testing.T) {
 	f := newClusterFixture(t, "")
 	f.srv.FailPlans(map[string]*api.AllocationMetric{"worker": {NodesEvaluated: 2, DimensionExhausted: map[string]int{"memory": 2}}})
