@@ -259,16 +259,17 @@ func (w *worker) recordFailure(f storage.Failure) {
 	for range 3 { // a lost compare-and-set: look at the winner
 		prev, mine, err := w.storedFailure(ctx)
 		if err == nil && prev.Version > 0 && mine {
-			return
+			return // this attempt's failure is recorded: the first reason stays
 		}
+		ok := false
 		if err == nil {
-			_, ok, cerr := w.store.CompareAndSet(ctx, key, b, prev.Version)
-			if err = cerr; err == nil && ok {
-				return
-			}
+			_, ok, err = w.store.CompareAndSet(ctx, key, b, prev.Version)
 		}
 		if err != nil {
 			w.log.Warn("cannot record the run's failure in the rendezvous store", "error", err)
+			return
+		}
+		if ok {
 			return
 		}
 	}
