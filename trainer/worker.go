@@ -596,6 +596,12 @@ func (w *worker) generation(ctx context.Context) error {
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 	}
 	err = s.restore(gctx, env)
+	// Rank 0 opened the storage (its writer lock) before the gang shared
+	// the resume point: a gang that breaks there must not leave it locked
+	// for this process's next generation.
+	if s.store != nil {
+		defer s.store.Close()
+	}
 	if s.runDir != "" {
 		w.root = filepath.Dir(s.runDir)
 	}
@@ -607,9 +613,6 @@ func (w *worker) generation(ctx context.Context) error {
 			w.markFailed(err, ExitBadEnv)
 		}
 		return err
-	}
-	if s.store != nil {
-		defer s.store.Close()
 	}
 	if err := callTrain(gctx, w.fn, s); err != nil {
 		err = lostOr(err)
