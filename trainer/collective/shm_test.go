@@ -2,6 +2,7 @@ package collective
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -275,4 +276,29 @@ func TestParseTransport(t *testing.T) {
 	_, err = New(t.Context(), Config{Rank: 0, Size: 1, Transport: Transport(7)})
 	must.Error(t, err)
 	must.Eq(t, "tcp", fmt.Sprint(TransportTCP))
+}
+
+// A ring connection that breaks during the transport agreement is a lost
+// peer, whichever side notices first: the side cut short by our own close
+// of both connections does not hide it behind "use of closed network
+// connection".
+func TestAgreementOnABrokenRingIsPeerLost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	defer ln.Close()
+	pair := func() (net.Conn, net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		must.NoError(t, err)
+		a, err := ln.Accept()
+		must.NoError(t, err)
+		return c, a
+	}
+	next, nextPeer := pair()
+	prev, prevPeer := pair()
+	defer prevPeer.Close() // the previous rank lives, and waits
+	nextPeer.Close()       // the next rank died
+	s := &transportSetup{want: true, host: "h", dir: t.TempDir(), slotBytes: 64, timeout: 5 * time.Second, log: hclog.NewNullLogger()}
+	_, _, err = s.agree(context.Background(), next, prev)
+	must.ErrorIs(t, err, ErrPeerLost)
+	must.StrNotContains(t, err.Error(), "closed network connection")
 }

@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -231,7 +232,8 @@ func (s *transportSetup) agree(ctx context.Context, next, prev net.Conn) (*shmOu
 		prev.Close()
 	}
 	wg.Wait()
-	if err == nil {
+	// The failure that closed both connections, not the read it cut short.
+	if err == nil || (errOut != nil && errors.Is(err, net.ErrClosed)) {
 		err = errOut
 	}
 	if err != nil {
@@ -244,7 +246,8 @@ func (s *transportSetup) agree(ctx context.Context, next, prev net.Conn) (*shmOu
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return nil, nil, fmt.Errorf("agree on transport: %w", err)
+		// A ring connection broke: its peer is gone, as for a collective.
+		return nil, nil, fmt.Errorf("agree on transport: %w: %v", ErrPeerLost, err)
 	}
 	return out, in, nil
 }
