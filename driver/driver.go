@@ -213,9 +213,8 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	// refused here when it sees the mark on shared storage, and otherwise
 	// its worker finds the failure in the rendezvous store and exits at
 	// once. A relative storage path is the worker's, so it is read from the
-	// task's directory, not the plugin's.
-	// A mark left by an earlier attempt at a run of the same name (another
-	// secret) does not count.
+	// task's directory, not the plugin's; a mark left by an earlier attempt
+	// at a run of the same name (another secret) does not count.
 	paths := pathsOf(tc)
 	root := storage.Rebase(cfg.StoragePath, paths.TaskDir)
 	attempt := storage.AttemptID(readSecret(filepath.Join(paths.SecretsDir, secretFileName)))

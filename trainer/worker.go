@@ -257,7 +257,7 @@ func (w *worker) recordFailure(f storage.Failure) {
 	defer cancel()
 	key := failedKey(w.env.RunName)
 	for range 3 { // a lost compare-and-set: look at the winner
-		prev, mine, err := w.storedFailure(ctx)
+		prev, _, mine, err := w.storedFailure(ctx)
 		if err == nil && prev.Version > 0 && mine {
 			return // this attempt's failure is recorded: the first reason stays
 		}
@@ -278,12 +278,14 @@ func (w *worker) recordFailure(f storage.Failure) {
 // storedFailure reads the failure recorded in the rendezvous store and
 // whether it is this attempt's (an unreadable one counts as this
 // attempt's, so that it is reported).
-func (w *worker) storedFailure(ctx context.Context) (v rendezvous.Value, mine bool, err error) {
+func (w *worker) storedFailure(ctx context.Context) (v rendezvous.Value, f storage.Failure, mine bool, err error) {
 	if v, err = w.store.Get(ctx, failedKey(w.env.RunName)); err != nil || v.Version == 0 {
-		return v, false, err
+		return v, f, false, err
 	}
-	var f storage.Failure
-	return v, json.Unmarshal(v.Data, &f) != nil || f.Concerns(w.attempt), nil
+	if err := json.Unmarshal(v.Data, &f); err != nil {
+		return v, storage.Failure{Reason: fmt.Sprintf("unreadable failure record: %v", err)}, true, nil
+	}
+	return v, f, f.Concerns(w.attempt), nil
 }
 
 // failedForGood returns the run's failure in this attempt when a storage
@@ -296,13 +298,9 @@ func (w *worker) failedForGood(ctx context.Context) (storage.Failure, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	v, mine, err := w.storedFailure(ctx)
+	_, f, mine, err := w.storedFailure(ctx)
 	if err != nil || !mine {
 		return storage.Failure{}, false
-	}
-	var f storage.Failure
-	if err := json.Unmarshal(v.Data, &f); err != nil {
-		return storage.Failure{Reason: fmt.Sprintf("unreadable failure record: %v", err)}, true
 	}
 	return f, true
 }

@@ -109,8 +109,8 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 		}
 	}
 	out := &syncWriter{w: stdout}
-	fmt.Fprintf(out, "==> run %q on Nomad (%s): %d workers, storage %s\n",
-		spec.Name, cf.address, spec.Scaling.NumWorkers, spec.Run.StoragePath)
+	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
+		spec.Name, cf.address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
 	submitted := time.Now()
 	sub, err := nomad.Submit(ctx, c, job, nomad.SubmitOptions{
 		WaitForCapacity: cf.waitForCapacity,
@@ -140,7 +140,8 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	// Reports from before this submission are an earlier attempt's (the
 	// storage keeps the run's whole history); a little slack for clocks.
 	since := submitted.Add(-2 * time.Second)
-	if src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath); src != nil {
+	src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath)
+	if src != nil {
 		wg.Go(func() { followProgress(pctx, src, out, since) })
 	}
 	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
@@ -150,7 +151,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 	})
 	stopProgress()
 	wg.Wait()
-	if src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath); src != nil {
+	if src != nil {
 		if rec, perr := src.Latest(context.WithoutCancel(ctx)); perr == nil && !rec.Time.Before(since) {
 			fmt.Fprintln(out, "==> last report")
 			fmt.Fprintf(out, "    %s\n", formatRecord(rec))

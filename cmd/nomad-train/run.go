@@ -181,12 +181,7 @@ func compactJSON(v any) string {
 }
 
 // workers is "1 worker" or "n workers".
-func workers(n int) string {
-	if n == 1 {
-		return "1 worker"
-	}
-	return fmt.Sprintf("%d workers", n)
-}
+func workers(n int) string { return fmt.Sprintf("%d %s", n, plural(n, "worker", "workers")) }
 
 func printResult(w io.Writer, r *trainer.Result) {
 	fmt.Fprintln(w, "==> result")
