@@ -279,6 +279,7 @@ func ppTrain(ctx context.Context, s *trainer.Session) error {
 			opt.Step()
 			if s.WorldRank() == 0 { // step, generation, time
 				fmt.Fprintf(steps, "%d %d %d\n", epoch*ppBatches+b, s.Generation(), time.Now().UnixNano())
+				ppPause(ctx, s.Generation(), epoch*ppBatches+b)
 			}
 			time.Sleep(5 * time.Millisecond)
 			stop, err := s.ShouldCheckpoint(ctx)

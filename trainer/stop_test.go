@@ -58,6 +58,44 @@ func checkEveryStepOnce(t *testing.T, steps []ppStep) {
 	}
 }
 
+// ppPause holds rank 0, and with it the gang at its next collective, after
+// a step while the test acts on the workers: when PP_PAUSE_DIR holds
+// "pause-<generation>-<step>" (holdAt), until it also holds
+// "go-<generation>-<step>" (a minute at most). The test so acts at a known
+// step however the machine schedules it.
+func ppPause(ctx context.Context, gen uint64, step int) {
+	dir := os.Getenv("PP_PAUSE_DIR")
+	name := fmt.Sprintf("%d-%d", gen, step)
+	if _, err := os.Stat(filepath.Join(dir, "pause-"+name)); dir == "" || err != nil {
+		return
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; {
+		if _, err := os.Stat(filepath.Join(dir, "go-"+name)); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// holdAt makes ppPause hold the gang after step of generation gen. The
+// returned held waits (a minute at most) until rank 0 logged that step and
+// is held; release lets it go on.
+func holdAt(dir, stepsFile string, gen uint64, step int) (held func() error, release func()) {
+	name := fmt.Sprintf("%d-%d", gen, step)
+	os.WriteFile(filepath.Join(dir, "pause-"+name), nil, 0o644)
+	line := []byte(fmt.Sprintf("\n%d %d ", step, gen))
+	held = func() error {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			if b, _ := os.ReadFile(stepsFile); bytes.Contains(append([]byte("\n"), b...), line) {
+				return nil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return fmt.Errorf("rank 0 did not reach step %d of generation %d", step, gen)
+	}
+	return held, func() { os.WriteFile(filepath.Join(dir, "go-"+name), nil, 0o644) }
+}
+
 // pidsByGeneration reads ppTrain's PP_PID_DIR: for each generation, the
 // pid of each rank.
 func pidsByGeneration(dir string) (map[uint64]map[int]int, error) {
@@ -108,30 +146,33 @@ func testOneWorkerStop(t *testing.T, rank int) {
 		t.Setenv("PP_STEPS", stepsFile)
 	}
 	pidDir := sharedDir(t, "PP_PID_DIR")
+	pauseDir := sharedDir(t, "PP_PAUSE_DIR")
 	storageDir := t.TempDir()
 	type stop struct {
 		at  time.Time
 		err error
 	}
 	stopped := make(chan stop, 1)
-	go func() {
-		if workerenv.IsWorker() {
-			return // only the launching test process stops a worker
-		}
-		for countRecords(stepsFile) < ppBatches+3 { // mid-epoch 1
-			time.Sleep(5 * time.Millisecond)
-		}
-		pids, err := pidsByGeneration(pidDir)
-		if err == nil && pids[1][rank] == 0 {
-			err = fmt.Errorf("no pid of rank %d in generation 1: %v", rank, pids)
-		}
-		if err != nil {
-			stopped <- stop{err: err}
-			return
-		}
-		at := time.Now()
-		stopped <- stop{at: at, err: syscall.Kill(pids[1][rank], syscall.SIGTERM)}
-	}()
+	if !workerenv.IsWorker() { // only the launching test process stops a worker
+		held, release := holdAt(pauseDir, stepsFile, 1, ppBatches+3) // mid-epoch 1
+		go func() {
+			defer release()
+			if err := held(); err != nil {
+				stopped <- stop{err: err}
+				return
+			}
+			pids, err := pidsByGeneration(pidDir)
+			if err == nil && pids[1][rank] == 0 {
+				err = fmt.Errorf("no pid of rank %d in generation 1: %v", rank, pids)
+			}
+			if err != nil {
+				stopped <- stop{err: err}
+				return
+			}
+			at := time.Now()
+			stopped <- stop{at: at, err: syscall.Kill(pids[1][rank], syscall.SIGTERM)}
+		}()
+	}
 	res, out, err := fit(t, ppTrain, n, trainer.Run{Name: "one-stopped", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: 0}}, nil)
 	must.NoError(t, err, must.Sprint(out))
@@ -173,7 +214,8 @@ func testOneWorkerStop(t *testing.T, rank int) {
 	}
 
 	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
-	t.Setenv("PP_PID_DIR", "")
+	t.Setenv("PP_PID_DIR", t.TempDir())
+	t.Setenv("PP_PAUSE_DIR", t.TempDir()) // no pauses
 	clean, outs, err := fit(t, ppTrain, n, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)
 	must.NoError(t, err, must.Sprint(outs))
 	want, _ := os.ReadFile(filepath.Join(clean.Checkpoint.Path(), "model.bin"))
@@ -192,18 +234,19 @@ func TestWholeStopStopsEveryWorker(t *testing.T) {
 		stepsFile = filepath.Join(t.TempDir(), "steps")
 		t.Setenv("PP_STEPS", stepsFile)
 	}
+	pauseDir := sharedDir(t, "PP_PAUSE_DIR")
 	storageDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		if workerenv.IsWorker() {
-			return
-		}
-		for countRecords(stepsFile) < ppBatches+3 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel() // SIGTERM to every worker
-	}()
+	if !workerenv.IsWorker() {
+		held, release := holdAt(pauseDir, stepsFile, 1, ppBatches+3)
+		go func() {
+			defer release()
+			if held() == nil {
+				cancel() // SIGTERM to every worker
+			}
+		}()
+	}
 	tr := trainer.New(ppTrain, trainer.Scaling{NumWorkers: n}, trainer.Run{Name: "all-stopped", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: -1}}, nil)
 	tr.Args = []string{"-test.run=^" + t.Name() + "$"}
@@ -241,31 +284,38 @@ func TestStopIsNoFailureForTheBudget(t *testing.T) {
 		t.Setenv("PP_STEPS", stepsFile)
 	}
 	pidDir := sharedDir(t, "PP_PID_DIR")
+	pauseDir := sharedDir(t, "PP_PAUSE_DIR")
 	done := make(chan error, 1)
-	go func() {
-		if workerenv.IsWorker() {
-			return
+	if !workerenv.IsWorker() {
+		// signal sends sig to rank's process of generation gen after
+		// step of that generation.
+		type hold struct {
+			held    func() error
+			release func()
 		}
-		// signal sends sig to rank's process of generation gen once the
-		// gang has logged at least steps steps in that generation.
-		signal := func(gen uint64, rank int, steps int, sig syscall.Signal) error {
-			for {
-				pids, err := pidsByGeneration(pidDir)
-				if err != nil {
-					return err
-				}
-				if pid := pids[gen][rank]; pid != 0 && countRecords(stepsFile) >= steps {
-					return syscall.Kill(pid, sig)
-				}
-				time.Sleep(5 * time.Millisecond)
+		signal := func(h hold, gen uint64, rank int, sig syscall.Signal) error {
+			defer h.release()
+			if err := h.held(); err != nil {
+				return err
 			}
+			pids, err := pidsByGeneration(pidDir)
+			if err != nil {
+				return err
+			}
+			return syscall.Kill(pids[gen][rank], sig)
 		}
-		err := signal(1, 1, ppBatches+3, syscall.SIGTERM)
-		if err == nil {
-			err = signal(2, 2, 3*ppBatches+3, syscall.SIGKILL)
-		}
-		done <- err
-	}()
+		var first, second hold
+		first.held, first.release = holdAt(pauseDir, stepsFile, 1, ppBatches+3)
+		second.held, second.release = holdAt(pauseDir, stepsFile, 2, 3*ppBatches+3)
+		go func() {
+			err := signal(first, 1, 1, syscall.SIGTERM)
+			if err == nil {
+				err = signal(second, 2, 2, syscall.SIGKILL)
+			}
+			second.release()
+			done <- err
+		}()
+	}
 	res, out, err := fit(t, ppTrain, n, trainer.Run{Name: "budget-stop", StoragePath: t.TempDir(),
 		Failure: trainer.FailureConfig{MaxFailures: 1}}, nil)
 	must.NoError(t, err, must.Sprint(out))
