@@ -235,7 +235,8 @@ const (
 
 // ppTrain checks ShouldCheckpoint every step, and on a stop checkpoints
 // the exact step it reached (epoch and batch), so a resumed run goes on
-// from there. Rank 0 logs every step it executes to PP_STEPS.
+// from there. Rank 0 logs every step it executes to PP_STEPS (see
+// readSteps).
 func ppTrain(ctx context.Context, s *trainer.Session) error {
 	x, y := dpData()
 	model, opt := dpModel()
@@ -259,6 +260,10 @@ func ppTrain(ctx context.Context, s *trainer.Session) error {
 	}
 	steps, _ := os.OpenFile(os.Getenv("PP_STEPS"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	defer steps.Close()
+	if dir := os.Getenv("PP_PID_DIR"); dir != "" { // which process ran which rank in which generation
+		name := fmt.Sprintf("g%d-%d", s.Generation(), os.Getpid())
+		os.WriteFile(filepath.Join(dir, name), []byte(strconv.Itoa(s.WorldRank())), 0o644)
+	}
 	sampler := data.DistributedSampler{Len: dpSamples, Rank: s.WorldRank(), WorldSize: s.WorldSize(), Shuffle: true, Seed: 9}
 	var bx, by, dout nn.Matrix
 	for epoch := startEpoch; epoch < ppEpochs; epoch++ {
@@ -272,8 +277,9 @@ func ppTrain(ctx context.Context, s *trainer.Session) error {
 				return err
 			}
 			opt.Step()
-			if s.WorldRank() == 0 {
-				fmt.Fprintf(steps, "%d\n", epoch*ppBatches+b)
+			if s.WorldRank() == 0 { // step, generation, time
+				fmt.Fprintf(steps, "%d %d %d\n", epoch*ppBatches+b, s.Generation(), time.Now().UnixNano())
+				ppPause(ctx, s.Generation(), epoch*ppBatches+b)
 			}
 			time.Sleep(5 * time.Millisecond)
 			stop, err := s.ShouldCheckpoint(ctx)
@@ -329,13 +335,7 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 	res, outs, err := fit(t, ppTrain, 2, run, nil)
 	must.NoError(t, err, must.Sprint(outs))
 
-	b, err := os.ReadFile(stepsFile)
-	must.NoError(t, err)
-	lines := strings.Fields(string(b))
-	must.SliceLen(t, ppEpochs*ppBatches, lines, must.Sprint("some steps ran twice or never"))
-	for i, l := range lines {
-		must.Eq(t, strconv.Itoa(i), l)
-	}
+	checkEveryStepOnce(t, readSteps(t, stepsFile))
 
 	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
 	clean, outs, err := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)

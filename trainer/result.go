@@ -37,6 +37,10 @@ type Result struct {
 	Errors []RankError
 	// Recovered lists the worker failures the run survived, in order.
 	Recovered []RankError
+	// Replaced lists, in order, the workers that were stopped on their own
+	// (a SIGTERM to that worker alone) and replaced while the run went on
+	// from the checkpoint the gang agreed on: no failures.
+	Replaced []RankError
 }
 
 // RankError is one worker's failure.
@@ -92,6 +96,9 @@ func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out 
 	}
 	for _, r := range out.Restarts {
 		res.Recovered = append(res.Recovered, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
+	}
+	for _, r := range out.Stopped {
+		res.Replaced = append(res.Replaced, RankError{Rank: r.Rank, ExitCode: r.ExitCode, Message: r.Message()})
 	}
 	if !out.Failed() {
 		return res, nil

@@ -41,25 +41,22 @@ type Session struct {
 	step       int64
 	resumed    bool // step holds the resume point's (restore is done)
 	latest     *Checkpoint
-	stopAgreed bool // ShouldCheckpoint said yes: the gang is stopping
+	stopAgreed bool   // ShouldCheckpoint said yes: the gang is stopping
+	leaving    []bool // by rank: asked to stop, as the gang agreed (nil: none)
 }
 
-// ShouldCheckpoint reports whether the gang has been asked to stop (a
-// SIGTERM, as Nomad sends on stop, drain and preemption, reached any
-// worker). It is collective: call it on every rank at the same point, for
-// example once per step. When it returns true on one rank it does on all:
-// report a checkpoint of the current state and return from the training
-// function; the run resumes from that checkpoint with no step lost.
+// ShouldCheckpoint reports whether any worker of the gang has been asked to
+// stop (a SIGTERM, as Nomad sends on stop, drain and preemption). It is
+// collective: call it on every rank at the same point, for example once per
+// step. When it returns true on one rank it does on all: report a
+// checkpoint of the current state and return from the training function.
+// The workers that were asked to stop then exit; the others stay and, when
+// only some were asked, call the training function again in the next
+// generation, with their replacements, from that checkpoint: no step is
+// lost (see stop.go).
 func (s *Session) ShouldCheckpoint(ctx context.Context) (bool, error) {
-	flag := []float64{0}
-	if s.stop.requested() {
-		flag[0] = 1
-	}
-	if err := s.done(s.group.AllReduceFloat64(ctx, flag, collective.Sum)); err != nil {
+	if err := s.voteStop(ctx); err != nil {
 		return false, fmt.Errorf("agree on stop: %w", err)
-	}
-	if flag[0] > 0 {
-		s.stopAgreed = true
 	}
 	return s.stopAgreed, nil
 }

@@ -192,7 +192,11 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 			w.recordFailure(f)
 			return fmt.Errorf("%w: the run failed for good: %s", collective.ErrPeerLost, f.Reason)
 		}
-		log.Warn("gang lost a member; joining the next generation", "cause", lost.Error())
+		if lost.stopped {
+			log.Info("some workers stopped; joining the next generation", "cause", lost.Error())
+		} else {
+			log.Warn("gang lost a member; joining the next generation", "cause", lost.Error())
+		}
 		ev.emit("generation_changed", lost.Error(), map[string]string{"generation": fmt.Sprint(lost.generation)})
 	}
 }
@@ -475,13 +479,18 @@ func splitHostPort(addr string) (string, int) {
 }
 
 // gangLost says the generation broke because of something outside this
-// worker: a lost member, or a collective that failed with its peer.
+// worker: a lost member, or a collective that failed with its peer; or,
+// when stopped, that it ended in a stop of other members (see stop.go).
 type gangLost struct {
 	generation uint64
 	cause      string
+	stopped    bool
 }
 
 func (g *gangLost) Error() string {
+	if g.stopped {
+		return fmt.Sprintf("generation %d ended: %s", g.generation, g.cause)
+	}
 	return fmt.Sprintf("generation %d lost: %s", g.generation, g.cause)
 }
 
@@ -525,8 +534,9 @@ func (w *worker) generation(ctx context.Context) error {
 	defer rdzv.Leave(context.Background())
 	a := rdzv.Assignment()
 	log := w.log.With("rank", a.Rank, "gen", a.Generation)
-	// Every generation after this attempt's first is one gang failure.
-	if used := int(a.Generation - w.firstGeneration(ctx, a.Generation)); env.MaxFailures >= 0 && used > env.MaxFailures {
+	// Every generation after this attempt's first is one gang failure,
+	// except one that followed an agreed stop (see stop.go).
+	if used := w.failuresUsed(ctx, a.Generation); env.MaxFailures >= 0 && used > env.MaxFailures {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
 		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
 		w.markFailed(err, ExitBudgetExhausted)
@@ -627,6 +637,9 @@ func (w *worker) generation(ctx context.Context) error {
 	// its departure looking like a loss to one still finishing.
 	stopWatch()
 	watchers.Wait()
+	if s.stopAgreed {
+		w.recordStop(gctx, a, s.leaving) // before Finish: every member sees it after
+	}
 	if err := rdzv.Finish(gctx); err != nil {
 		var lost *rendezvous.LostError
 		if errors.As(err, &lost) && ctx.Err() == nil {
@@ -635,7 +648,7 @@ func (w *worker) generation(ctx context.Context) error {
 		return fmt.Errorf("finish: %w", err)
 	}
 	if s.stopAgreed {
-		return ErrStopped
+		return w.afterStop(a, s.leaving)
 	}
 	return nil
 }

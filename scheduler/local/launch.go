@@ -89,6 +89,11 @@ type Outcome struct {
 	// Restarts lists, in order, the worker failures the gang recovered
 	// from (each process replaced by a new one).
 	Restarts []RankOutcome
+	// Stopped lists, in order, the workers that were stopped on their own
+	// (a SIGTERM to that worker alone, exit code ExitStopped) and replaced,
+	// as Nomad replaces a stopped or drained allocation. They are no
+	// failures: their gang checkpointed and went on without them.
+	Stopped []RankOutcome
 	// BudgetExhausted says why the run was stopped when its failure budget
 	// ran out; empty otherwise.
 	BudgetExhausted string
@@ -279,6 +284,8 @@ type gang struct {
 	startupFailures int    // workers lost before the gang first formed
 	exhausted       string // why the failure budget is spent, if it is
 
+	stopped []RankOutcome // workers stopped on their own and replaced (Launch's goroutine)
+
 	mu      sync.Mutex  // guards below
 	procs   []*exec.Cmd // index = rank: the rank's current process
 	started []time.Time // when each rank's current process started
@@ -404,6 +411,10 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 			}
 			// A run its workers marked failed for good gets no replacement.
 			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.RunName, g.attempt)
+			if !failed && r.ExitCode == workerenv.ExitStopped {
+				g.replaceStopped(r, &live, stopAll)
+				continue
+			}
 			if failed || !restartable(r) || !g.withinBudget() {
 				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
 				if g.exhausted != "" {
@@ -508,11 +519,31 @@ func (g *gang) withinBudget() bool {
 	if next == 1 {
 		g.startupFailures++
 	}
-	if used := int(next) - 1 + g.startupFailures; used > g.opts.MaxFailures {
+	// A generation that ended in a stop the gang agreed on is no failure.
+	stops, err := rendezvous.Stops(context.Background(), g.store, g.opts.RunName, 1, next)
+	if err != nil {
+		stops = 0
+	}
+	if used := int(next) - 1 + g.startupFailures - stops; used > g.opts.MaxFailures {
 		g.exhausted = fmt.Sprintf("failure budget exhausted: the gang failed %d times, max_failures is %d", used, g.opts.MaxFailures)
 		return false
 	}
 	return true
+}
+
+// replaceStopped starts a replacement for a worker that exited as stopped
+// while the launcher is not stopping the run: the worker alone was asked to
+// stop (as by Nomad's alloc stop or a drain), and its gang, which agreed on a
+// checkpoint with it, waits in rendezvous for its replacement. A stop of the
+// whole run comes through ctx (Ctrl-C), which stops the launcher first.
+func (g *gang) replaceStopped(r RankOutcome, live *int, stopAll func(string)) {
+	g.stderr.printf("==> rank %d stopped on its own; starting a replacement\n", r.Rank)
+	if err := g.start(r.Rank); err != nil {
+		stopAll(err.Error())
+		return
+	}
+	g.stopped = append(g.stopped, r)
+	*live++
 }
 
 // restartable tells infrastructure failures, which a new process may get
@@ -582,7 +613,8 @@ func (g *gang) waitAll() {
 func (g *gang) outcome(tmp string) *Outcome {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := &Outcome{Ranks: append([]RankOutcome(nil), g.ended...), Restarts: g.restarts, BudgetExhausted: g.exhausted}
+	out := &Outcome{Ranks: append([]RankOutcome(nil), g.ended...), Restarts: g.restarts, Stopped: g.stopped,
+		BudgetExhausted: g.exhausted}
 	for i := range out.Ranks {
 		if out.Ranks[i].ExitCode != 0 && out.Ranks[i].Err == "" {
 			out.Ranks[i].Err = lastFailure(eventsPath(tmp, i))

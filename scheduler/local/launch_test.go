@@ -74,6 +74,15 @@ func fakeWorker(mode string) int {
 			return workerenv.ExitInfraError
 		}
 		return 0
+	case "stop-once":
+		// Rank 1's first process is stopped on its own and exits as
+		// stopped; its replacement finishes.
+		marker := filepath.Join(os.Getenv("LOCAL_TEST_PIDS"), "stopped-1")
+		if _, err := os.Stat(marker); rank == 1 && err != nil {
+			os.WriteFile(marker, nil, 0o644)
+			return workerenv.ExitStopped
+		}
+		return 0
 	case "secret":
 		// Report how the secret came, whether it can be changed, and how
 		// many files under TMPDIR hold it (the test reads the pid dir and
@@ -309,4 +318,23 @@ func TestReplacesFailedWorker(t *testing.T) {
 	must.NoError(t, err)
 	must.True(t, res.Failed(), must.Sprint(out.String()))
 	must.SliceEmpty(t, res.Restarts)
+}
+
+// A worker that exits as stopped while the launcher is not stopping was
+// stopped on its own (a SIGTERM to it alone, as Nomad's alloc stop sends):
+// it is replaced, as Nomad replaces the allocation, and that is no failure,
+// even with no failure budget at all.
+func TestReplacesWorkerStoppedOnItsOwn(t *testing.T) {
+	o, out, pids := opts(t, "stop-once", 3)
+	o.MaxFailures = 0
+	res, err := Launch(context.Background(), o)
+	must.NoError(t, err)
+	must.False(t, res.Failed(), must.Sprint(out.String()))
+	must.SliceEmpty(t, res.Restarts)
+	must.SliceLen(t, 1, res.Stopped)
+	must.Eq(t, 1, res.Stopped[0].Rank)
+	must.Eq(t, workerenv.ExitStopped, res.Stopped[0].ExitCode)
+	must.Eq(t, 1, res.Ranks[1].Restarts)
+	must.StrContains(t, out.String(), "==> rank 1 stopped on its own; starting a replacement")
+	noneLeft(t, pids)
 }

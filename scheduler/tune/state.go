@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -75,17 +76,67 @@ func LoadState(expDir string) (st *ExperimentState, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("read experiment state: %w", err)
 	}
-	st = &ExperimentState{}
-	if err := json.Unmarshal(b, st); err != nil {
+	st, err = decodeState(b)
+	if err != nil {
 		return nil, false, fmt.Errorf("decode experiment state %s: %w", filepath.Join(expDir, StateFile), err)
 	}
-	for _, t := range st.Trials {
+	return st, true, nil
+}
+
+// stateVersion is the version of the experiment state this package writes.
+const stateVersion = 1
+
+// decodeState parses an experiment state file and checks what the tuner
+// relies on when it resumes: every trial is there (not null) with an ID
+// that is unique and names one directory inside the experiment directory
+// (the ID is a path and a run name), a known status, and counts that are
+// not negative.
+func decodeState(b []byte) (*ExperimentState, error) {
+	st := &ExperimentState{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, err
+	}
+	if st.Version > stateVersion {
+		return nil, fmt.Errorf("version %d is newer than this program's (%d)", st.Version, stateVersion)
+	}
+	if st.Elapsed < 0 {
+		return nil, fmt.Errorf("negative elapsed time %v", st.Elapsed)
+	}
+	seen := make(map[string]bool, len(st.Trials))
+	for i, t := range st.Trials {
+		if t == nil {
+			return nil, fmt.Errorf("trial %d is null", i)
+		}
+		if err := t.validate(); err != nil {
+			return nil, fmt.Errorf("trial %d: %w", i, err)
+		}
+		if seen[t.ID] {
+			return nil, fmt.Errorf("trial %d: ID %q appears twice", i, t.ID)
+		}
+		seen[t.ID] = true
 		t.Config = normalizeNumbers(t.Config).(map[string]any)
 		if t.Params != nil {
 			t.Params = normalizeNumbers(t.Params).(map[string]any)
 		}
 	}
-	return st, true, nil
+	return st, nil
+}
+
+// validate checks one trial of a decoded state.
+func (t *TrialState) validate() error {
+	if t.ID == "" || t.ID == "." || !filepath.IsLocal(t.ID) || strings.ContainsAny(t.ID, `/\`) {
+		return fmt.Errorf("ID %q is not the name of one directory", t.ID)
+	}
+	switch t.Status {
+	case StatusPending, StatusRunning, StatusTerminated, StatusStopped, StatusError:
+	default:
+		return fmt.Errorf("%s: unknown status %q", t.ID, t.Status)
+	}
+	if t.Failures < 0 || t.FailuresForgiven < 0 || t.Iterations < 0 {
+		return fmt.Errorf("%s: negative count (failures %d, forgiven %d, iterations %d)",
+			t.ID, t.Failures, t.FailuresForgiven, t.Iterations)
+	}
+	return nil
 }
 
 // encode renders the state as the file's contents.

@@ -28,6 +28,11 @@
 // observers such as a launcher (Fold). The alive key stays for the life of
 // the membership, so a member's loss is observable (Session.WatchLoss).
 //
+// A generation that ends in a stop its gang agreed on (some members were
+// asked to stop, checkpointed with the others and left) carries a record
+// at "<run>/gen/<g>/stopped" (RecordStop), so that the next generation is
+// not counted as a failure (Stops).
+//
 // For N members starting together that is N lease grants, N transactions,
 // one compare-and-set and N-1 waits that each wake once.
 //
