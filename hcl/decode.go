@@ -66,7 +66,7 @@ var rootSchema = &hcl.BodySchema{
 }
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
-	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig}
+	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig, checkScheduler: opts.CheckScheduler}
 	if d.builtins == nil {
 		d.builtins = KnownBuiltins()
 	}

@@ -2,6 +2,7 @@ package hcl
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
 )
 
 // Tune is the tune {} block: hyperparameter tuning of the train block's
@@ -32,22 +34,15 @@ type Tune struct {
 	Scheduler           TuneScheduler
 }
 
-// TuneScheduler is the tune block's scheduler {} block. Zero values are the
-// scheduler's defaults.
+// TuneScheduler is the tune block's scheduler {} block: the scheduler's
+// type and its settings. The scheduler owns its settings: this package hands
+// them over as JSON and reports what ParseOptions.CheckScheduler finds wrong
+// at the setting's place in the file.
 type TuneScheduler struct {
-	Type                 string // "fifo" (default), "asha", "median" or "pbt"
-	MaxT                 float64
-	GracePeriod          float64
-	ReductionFactor      float64
-	Brackets             int
-	MinSamplesRequired   int
-	PerturbationInterval float64
-	BurnInPeriod         float64
-	QuantileFraction     float64
-	ResampleProbability  float64
-	// HyperparamMutationsJSON is hyperparam_mutations as JSON (search-space
-	// functions in their JSON form, lists as lists), or nil.
-	HyperparamMutationsJSON []byte `json:",omitempty"`
+	Type string // "fifo" when the block is absent
+	// SettingsJSON is the block's other attributes as one JSON object
+	// (search-space functions in their JSON form), or nil.
+	SettingsJSON []byte `json:",omitempty"`
 }
 
 // Search-space function names, usable anywhere inside config = {...}.
@@ -133,14 +128,6 @@ var (
 		},
 		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}},
 	}
-	tuneSchedulerSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{
-			{Name: "type", Required: true}, {Name: "max_t"}, {Name: "grace_period"}, {Name: "reduction_factor"},
-			{Name: "brackets"}, {Name: "min_samples_required"}, {Name: "perturbation_interval"},
-			{Name: "burn_in_period"}, {Name: "quantile_fraction"}, {Name: "resample_probability"},
-			{Name: "hyperparam_mutations"},
-		},
-	}
 )
 
 // tune decodes a tune block.
@@ -169,53 +156,87 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 	if (t.Metric == "") != (t.Mode == "") && !d.diags.HasErrors() {
 		d.rangeErrorf(b.DefRange, "Metric and mode go together", "Set both metric and mode (\"min\" or \"max\"), or neither.")
 	}
+	t.Scheduler = TuneScheduler{Type: "fifo"}
 	if sb := d.single(c, "scheduler"); sb != nil {
-		t.Scheduler = d.tuneScheduler(sb)
-		if t.Scheduler.Type != "" && t.Scheduler.Type != "fifo" && t.Metric == "" {
-			d.rangeErrorf(sb.DefRange, "Scheduler needs a metric", "The %s scheduler ranks trials: set metric and mode in the tune block.", t.Scheduler.Type)
-		}
+		t.Scheduler = d.tuneScheduler(sb, t.Metric)
 	}
 	return t
 }
 
-func (d *decoder) tuneScheduler(b *hcl.Block) TuneScheduler {
+// tuneScheduler decodes a scheduler block: its type, and its other
+// attributes as the JSON object of the scheduler's settings, which the
+// scheduler checks (ParseOptions.CheckScheduler).
+func (d *decoder) tuneScheduler(b *hcl.Block, metric string) TuneScheduler {
 	var s TuneScheduler
-	c := d.content(b.Body, tuneSchedulerSchema)
-	a := c.Attributes
-	d.enum(a["type"], &s.Type, "fifo", "asha", "median", "pbt")
-	d.positive(a["max_t"], &s.MaxT)
-	d.positive(a["grace_period"], &s.GracePeriod)
-	d.positive(a["reduction_factor"], &s.ReductionFactor)
-	d.integer(a["brackets"], &s.Brackets, 1, 16)
-	d.integer(a["min_samples_required"], &s.MinSamplesRequired, 1, math.MaxInt32)
-	d.positive(a["perturbation_interval"], &s.PerturbationInterval)
-	d.positive(a["burn_in_period"], &s.BurnInPeriod)
-	d.positive(a["quantile_fraction"], &s.QuantileFraction)
-	d.positive(a["resample_probability"], &s.ResampleProbability)
-	if attr := a["hyperparam_mutations"]; attr != nil {
-		if js, ok := d.config(attr); ok {
-			s.HyperparamMutationsJSON = js
+	attrs, diags := b.Body.JustAttributes()
+	d.diags = append(d.diags, diags...)
+	typ := attrs["type"]
+	if typ == nil {
+		d.rangeErrorf(b.DefRange, "Missing required argument", `The scheduler block needs type, such as type = "asha".`)
+		return s
+	}
+	if !d.nonEmpty(typ, &s.Type) {
+		return s
+	}
+	settings := map[string]json.RawMessage{}
+	for name, attr := range attrs {
+		if name == "type" {
+			continue
+		}
+		if js, ok := d.jsonValue(attr); ok {
+			settings[name] = js
 		}
 	}
-	if s.Type == "pbt" && s.HyperparamMutationsJSON == nil && !d.diags.HasErrors() {
-		d.rangeErrorf(b.DefRange, "Missing hyperparam_mutations", "The pbt scheduler needs hyperparam_mutations = { lr = loguniform(1e-4, 1e-1) }: the config entries it may change.")
+	if len(settings) > 0 {
+		s.SettingsJSON, _ = json.Marshal(settings) // sorted keys
 	}
+	if d.checkScheduler == nil || d.diags.HasErrors() {
+		return s
+	}
+	err := d.checkScheduler(s.Type, metric, s.SettingsJSON)
+	if err == nil {
+		return s
+	}
+	var keyed interface{ SettingKey() string }
+	rng := b.DefRange
+	if errors.As(err, &keyed) {
+		if attr := attrs[keyed.SettingKey()]; attr != nil {
+			rng = attr.Range
+			if keyed.SettingKey() == "type" {
+				rng = attr.Expr.Range()
+			}
+			// The snippet shows the setting: say only what is wrong.
+			if inner := errors.Unwrap(err); inner != nil {
+				err = inner
+			}
+		}
+	}
+	d.rangeErrorf(rng, "Invalid scheduler setting", "%s.", capitalize(err.Error()))
 	return s
 }
 
-// positive reads a number greater than zero.
-func (d *decoder) positive(attr *hcl.Attribute, dst *float64) bool {
-	v, ok := d.value(attr, cty.Number)
-	if !ok {
-		return false
+// jsonValue evaluates attr and writes its value as JSON.
+func (d *decoder) jsonValue(attr *hcl.Attribute) ([]byte, bool) {
+	val, diags := attr.Expr.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+	if diags.HasErrors() || val.IsNull() || !val.IsWhollyKnown() {
+		return nil, false
 	}
-	f, _ := v.AsBigFloat().Float64()
-	if !(f > 0) || math.IsInf(f, 0) {
-		d.errorf(attr, "Invalid value", "%s must be a positive number; got %v.", attr.Name, f)
-		return false
+	js, err := ctyjson.Marshal(val, val.Type())
+	if err != nil {
+		d.errorf(attr, "Invalid value", "%s cannot be written as JSON: %s.", attr.Name, err)
+		return nil, false
 	}
-	*dst = f
-	return true
+	return js, true
+}
+
+// capitalize upper-cases the first letter of an error message, for a
+// diagnostic's detail.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // noSearchSpace reports search-space functions in the config of a spec

@@ -1,6 +1,7 @@
 package hcl
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ func TestTuneBlock(t *testing.T) {
 	must.EqOp(t, 7, tu.Seed)
 	must.EqOp(t, 1, tu.MaxFailures)
 	must.EqOp(t, "random", tu.Searcher)
-	must.Eq(t, TuneScheduler{Type: "asha", MaxT: 9, GracePeriod: 1, ReductionFactor: 3}, tu.Scheduler)
+	must.EqOp(t, "asha", tu.Scheduler.Type)
+	must.EqOp(t, `{"grace_period":1,"max_t":9,"reduction_factor":3}`, string(tu.Scheduler.SettingsJSON))
 	must.EqOp(t, `{"batch_size":{"choice":[16,32,64]},"epochs":9,"layers":{"grid_search":[1,2]},`+
 		`"lr":{"loguniform":[0.0001,0.1]},"momentum":{"uniform":[0.5,0.99]},"seed":{"randint":[0,1000]},`+
 		`"steps":{"quniform":[10,100,10]}}`, string(spec.ConfigJSON))
@@ -86,8 +88,8 @@ train "pbt" {
 }`), "train.hcl", ParseOptions{})
 	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 	must.EqOp(t, "grid", spec.Tune.Searcher)
-	must.EqOp(t, 2.0, spec.Tune.Scheduler.PerturbationInterval)
-	must.EqOp(t, `{"batch_size":[16,32,64],"lr":{"loguniform":[0.0001,0.1]}}`, string(spec.Tune.Scheduler.HyperparamMutationsJSON))
+	must.EqOp(t, `{"hyperparam_mutations":{"batch_size":[16,32,64],"lr":{"loguniform":[0.0001,0.1]}},"perturbation_interval":2}`,
+		string(spec.Tune.Scheduler.SettingsJSON))
 }
 
 func TestTuneBlockErrors(t *testing.T) {
@@ -95,11 +97,9 @@ func TestTuneBlockErrors(t *testing.T) {
 		{"bad mode", "tune {\nmetric = \"loss\"\nmode = \"up\"\n}", "Invalid value"},
 		{"metric without mode", `tune { metric = "loss" }`, "Metric and mode go together"},
 		{"bad budget", `tune { time_budget = "soon" }`, "Invalid duration"},
-		{"bad scheduler", `tune {` + "\n" + `scheduler { type = "hyperband" }` + "\n" + `}`, "Invalid value"},
-		{"scheduler without metric", `tune {` + "\n" + `scheduler { type = "asha" }` + "\n" + `}`, "Scheduler needs a metric"},
-		{"pbt without mutations", `tune {` + "\n" + `metric = "l"` + "\n" + `mode = "min"` + "\n" + `scheduler { type = "pbt" }` + "\n" + `}`, "Missing hyperparam_mutations"},
+		{"scheduler without type", `tune {` + "\n" + `scheduler { max_t = 3 }` + "\n" + `}`, "Missing required argument"},
+		{"scheduler with a block", `tune {` + "\n" + `scheduler {` + "\n" + `type = "asha"` + "\n" + `x {}` + "\n" + `}` + "\n" + `}`, "Unexpected \"x\" block"},
 		{"zero samples", `tune { num_samples = 0 }`, "Invalid value"},
-		{"negative max_t", `tune {` + "\n" + `metric = "l"` + "\n" + `mode = "min"` + "\n" + `scheduler {` + "\n" + `type = "asha"` + "\n" + `max_t = -1` + "\n" + `}` + "\n" + `}`, "Invalid value"},
 		{"loguniform at zero", `config = { lr = loguniform(0, 1) }`, "Invalid function argument"},
 		{"uniform reversed", `config = { lr = uniform(1, 0) }`, "Invalid function argument"},
 		{"choice of a number", `config = { lr = choice(3) }`, "Invalid function argument"},
@@ -113,6 +113,58 @@ func TestTuneBlockErrors(t *testing.T) {
 			must.EqOp(t, tc.summary, diags.Errs()[0].(*hcl.Diagnostic).Summary, must.Sprint(diags.Error()))
 		})
 	}
+}
+
+// keyedErr is an error about one setting, as a scheduler reports it.
+type keyedErr struct{ key, msg string }
+
+func (e keyedErr) Error() string      { return e.msg }
+func (e keyedErr) SettingKey() string { return e.key }
+
+// The scheduler owns its settings: the spec hands them over as JSON with
+// the tune block's metric, and reports what the scheduler finds wrong at
+// the setting (or the type, or the block) it names.
+func TestTuneSchedulerChecked(t *testing.T) {
+	src := `train "x" {
+  entrypoint { builtin = "quickstart" }
+  tune {
+    metric = "loss"
+    mode   = "min"
+    scheduler {
+      type  = "asha"
+      max_t = 9
+      rungs = 3
+    }
+  }
+}
+`
+	for _, tc := range []struct {
+		name     string
+		err      error
+		wantLine int
+	}{
+		{"setting", keyedErr{"rungs", "the asha scheduler has no setting \"rungs\""}, 9},
+		{"type", keyedErr{"type", "unknown scheduler \"asha\""}, 7},
+		{"block", errors.New("needs more"), 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gotKind, gotMetric, gotSettings string
+			_, diags := Parse([]byte(src), "train.hcl", ParseOptions{CheckScheduler: func(kind, metric string, settings []byte) error {
+				gotKind, gotMetric, gotSettings = kind, metric, string(settings)
+				return tc.err
+			}})
+			must.EqOp(t, "asha", gotKind)
+			must.EqOp(t, "loss", gotMetric)
+			must.EqOp(t, `{"max_t":9,"rungs":3}`, gotSettings)
+			must.SliceLen(t, 1, diags.Errs(), must.Sprint(diags.Error()))
+			d := diags.Errs()[0].(*hcl.Diagnostic)
+			must.EqOp(t, "Invalid scheduler setting", d.Summary)
+			must.EqOp(t, tc.wantLine, d.Subject.Start.Line)
+			must.StrContains(t, d.Detail, strings.ToUpper(tc.err.Error()[:1]))
+		})
+	}
+	_, diags := Parse([]byte(src), "train.hcl", ParseOptions{CheckScheduler: func(string, string, []byte) error { return nil }})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 }
 
 // A trial compiles into a job of its own: the experiment's name and the

@@ -18,7 +18,9 @@ type decoder struct {
 	ctx         *hcl.EvalContext
 	builtins    []string                                  // accepted entrypoint builtins
 	checkConfig func(builtin string, config []byte) error // ParseOptions.CheckConfig
-	diags       hcl.Diagnostics
+	// checkScheduler is ParseOptions.CheckScheduler.
+	checkScheduler func(kind, metric string, settings []byte) error
+	diags          hcl.Diagnostics
 }
 
 // content decodes body against schema, recording diagnostics.

@@ -39,6 +39,11 @@ type ParseOptions struct {
 	// is a builtin (not a tune spec's search space): the binary that
 	// carries the builtins knows their settings.
 	CheckConfig func(builtin string, config []byte) error
+	// CheckScheduler, when set, checks a tune block's scheduler: its type,
+	// its settings as a JSON object, and the tune block's metric ("" when
+	// none). An error that has a SettingKey() string method is reported
+	// at that setting; others at the scheduler block.
+	CheckScheduler func(kind, metric string, settings []byte) error
 	// Parser, when set, is the parser the spec and variable files are read
 	// with, so that the caller can print diagnostics with source snippets
 	// from Parser.Files(). Nil uses a fresh one.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
 )
 
 // Exit codes of the spec commands.
@@ -128,7 +129,11 @@ func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Wr
 		Getenv:      os.Getenv,
 		Builtins:    builtins.Names(),
 		CheckConfig: builtins.CheckConfig,
-		Parser:      parser,
+		CheckScheduler: func(kind, metric string, settings []byte) error {
+			_, err := tune.ParseScheduler(kind, settings, metric)
+			return err
+		},
+		Parser: parser,
 	})
 	if command != "" && !diags.HasErrors() {
 		diags = append(diags, trainhcl.OneRun(spec, command)...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -90,6 +91,52 @@ func TestValidateBuiltinConfig(t *testing.T) {
 		must.StrContains(t, errOut, `unknown field "learning_rate"`)
 		must.StrContains(t, errOut, "its settings: lr,")
 	}
+}
+
+// Each scheduler checks its own settings, and validate and tune report
+// what is wrong at the setting's line: a pbt block took max_t silently.
+func TestValidateSchedulerSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, scheduler string
+		line            int
+		want            string
+	}{
+		{"setting of another scheduler", "type = \"pbt\"\nmax_t = 9\nhyperparam_mutations = { lr = [0.1, 0.01] }", 11,
+			`scheduler has no setting "max_t"`},
+		{"unknown type", "type = \"hyperband\"", 10, `Unknown scheduler "hyperband"; the schedulers are asha, fifo,`},
+		{"negative", "type = \"asha\"\nmax_t = -1", 11, "Must be a positive number; got -1."},
+		{"wrong type", "type = \"median\"\nmin_samples_required = \"three\"", 11, "Must be int, got a JSON string."},
+		{"fifo takes nothing", "type = \"fifo\"\nmax_t = 3", 11, `fifo scheduler takes no settings`},
+		{"pbt without mutations", "type = \"pbt\"", 9, "pbt scheduler needs hyperparam_mutations"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := writeFile(t, t.TempDir(), "tune.hcl", `train "x" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = choice([0.1, 0.01]) }
+  tune {
+    metric = "loss"
+    mode   = "min"
+    # the scheduler block starts on line 9
+    num_samples = 2
+    scheduler {
+`+tc.scheduler+`
+    }
+  }
+}
+`)
+			for _, cmd := range []string{"validate", "tune"} {
+				code, _, errOut := runCLI(t, cmd, bad)
+				must.Eq(t, 1, code, must.Sprint(cmd, errOut))
+				must.StrContains(t, errOut, fmt.Sprintf("on %s line %d, in train \"x\":", bad, tc.line), must.Sprint(cmd))
+				must.StrContains(t, errOut, tc.want, must.Sprint(cmd))
+			}
+		})
+	}
+	// A scheduler that ranks trials needs the tune block's metric.
+	bad := writeFile(t, t.TempDir(), "tune.hcl", "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\ntune {\nscheduler { type = \"asha\" }\n}\n}\n")
+	code, _, errOut := runCLI(t, "validate", bad)
+	must.Eq(t, 1, code)
+	must.StrContains(t, errOut, "asha scheduler ranks trials: set metric and mode")
 }
 
 // An experiment (a tune block) is valid, and tune runs it; run and

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
@@ -21,33 +20,19 @@ func init() {
 	register("tune", "Tune hyperparameters: run trials of a spec's search space (locally unless a Nomad address is given)", tuneCmd)
 }
 
-// experiment is what a tune spec describes, whatever its form.
+// experiment is what a train.hcl spec with a tune block describes.
 type experiment struct {
-	spec       *trainhcl.Spec // the train.hcl spec (nil for a JSON spec)
-	builtin    string         // a builtin training function, or
-	command    []string       // a worker command
+	spec       *trainhcl.Spec
+	builtin    string   // a builtin training function, or
+	command    []string // a worker command
 	env        []string
 	numWorkers int
 	space      map[string]any
 	cfg        tune.Config
 }
 
-// loadJSONExperiment reads the JSON form of a tune spec (tune.Spec).
-func loadJSONExperiment(path string) (*experiment, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	spec, space, cfg, err := tune.ParseSpec(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &experiment{builtin: spec.Builtin, command: spec.Command, env: spec.Env,
-		numWorkers: spec.NumWorkers, space: space, cfg: cfg}, nil
-}
-
-// loadHCLExperiment reads a train.hcl spec with a tune block.
-func loadHCLExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer) (*experiment, bool) {
+// loadExperiment reads a train.hcl spec with a tune block.
+func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer) (*experiment, bool) {
 	spec, _, _, ok := loadSpec(path, sf, forNomad, stderr)
 	if !ok {
 		return nil, false
@@ -61,22 +46,17 @@ func loadHCLExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writ
 		fmt.Fprintf(stderr, "nomad-train tune: %s: config: %v\n", path, err)
 		return nil, false
 	}
-	t, s := spec.Tune, spec.Tune.Scheduler
-	sc := tune.SchedulerConfig{Type: s.Type, MaxT: s.MaxT, GracePeriod: s.GracePeriod,
-		ReductionFactor: s.ReductionFactor, Brackets: s.Brackets, MinSamplesRequired: s.MinSamplesRequired,
-		PerturbationInterval: s.PerturbationInterval, BurnInPeriod: s.BurnInPeriod,
-		QuantileFraction: s.QuantileFraction, ResampleProbability: s.ResampleProbability}
-	if s.HyperparamMutationsJSON != nil {
-		if sc.HyperparamMutations, err = tune.ParseSpace(s.HyperparamMutationsJSON); err != nil {
-			fmt.Fprintf(stderr, "nomad-train tune: %s: hyperparam_mutations: %v\n", path, err)
-			return nil, false
-		}
+	t := spec.Tune
+	sched, err := tune.ParseScheduler(t.Scheduler.Type, t.Scheduler.SettingsJSON, t.Metric)
+	if err != nil { // loadSpec checked it: only a changed file gets here
+		fmt.Fprintf(stderr, "nomad-train tune: %s: scheduler: %v\n", path, err)
+		return nil, false
 	}
 	x := &experiment{spec: spec, builtin: spec.Entrypoint.Builtin, numWorkers: spec.Scaling.NumWorkers, space: space,
 		cfg: tune.Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 			NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
 			Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
-			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sc,
+			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched,
 			Checkpoint: workerenv.CheckpointPolicy{NumToKeep: spec.Run.Checkpoint.NumToKeep,
 				ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute, ScoreOrder: spec.Run.Checkpoint.ScoreOrder}}}
 	if x.builtin == "" {
@@ -89,8 +69,8 @@ func loadHCLExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writ
 }
 
 func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("tune", "tune [flags] train.hcl | spec.json\n\n"+
-		"Runs the trials of a spec's tune block (or of a JSON experiment spec) on local\n"+
+	fs := newFlagSet("tune", "tune [flags] train.hcl\n\n"+
+		"Runs the trials of a spec's tune block on local\n"+
 		"worker processes, or with -address (or NOMAD_ADDR) each as its own Nomad job\n"+
 		"<name>-trial_NNNN; shows a live table, and writes results.csv and results.json\n"+
 		"into the experiment directory. On Nomad, storage_path must be shared storage\n"+
@@ -114,22 +94,9 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := cf.resolveLocal(fs, stderr); code >= 0 {
 		return code
 	}
-	var x *experiment
-	if strings.HasSuffix(path, ".json") {
-		if cf.address != "" {
-			fmt.Fprintln(stderr, "nomad-train tune: a JSON experiment spec runs locally; tune a train.hcl spec on Nomad")
-			return exitSpec
-		}
-		var err error
-		if x, err = loadJSONExperiment(path); err != nil {
-			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-			return exitSpec
-		}
-	} else {
-		var ok bool
-		if x, ok = loadHCLExperiment(path, &sf, cf.address != "", stderr); !ok {
-			return exitSpec
-		}
+	x, ok := loadExperiment(path, &sf, cf.address != "", stderr)
+	if !ok {
+		return exitSpec
 	}
 	cfg := x.cfg
 	cfg.Progress, cfg.ProgressInterval = stdout, *interval

@@ -19,19 +19,32 @@ import (
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 )
 
-// `nomad-train tune spec.json` tunes the quickstart builtin under ASHA on
+// `nomad-train tune train.hcl` tunes the quickstart builtin under ASHA on
 // local worker processes, prints the trial table and the best trial, and
 // writes the result grid as CSV and JSON.
 func TestTuneQuickstartSpec(t *testing.T) {
 	bin := buildCLI(t)
-	dir, spec := jsonSpec(t, `{
-  "name": "qs-tune",
-  "builtin": "quickstart",
-  "storage_path": "./results",
-  "config": {"lr": {"loguniform": [0.001, 0.1]}, "batch_size": {"grid_search": [16, 64]}, "epochs": 4, "samples": 500},
-  "checkpoint": {"num_to_keep": 1},
-  "tune": {"num_samples": 2, "max_concurrent_trials": 2, "metric": "loss", "mode": "min", "seed": 3,
-           "scheduler": {"type": "asha", "max_t": 4, "grace_period": 1, "reduction_factor": 2}}
+	dir, spec := hclSpec(t, `
+train "qs-tune" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = loguniform(0.001, 0.1), batch_size = grid_search([16, 64]), epochs = 4, samples = 500 }
+  run {
+    storage_path = "./results"
+    checkpoint { num_to_keep = 1 }
+  }
+  tune {
+    num_samples           = 2
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    seed                  = 3
+    scheduler {
+      type             = "asha"
+      max_t            = 4
+      grace_period     = 1
+      reduction_factor = 2
+    }
+  }
 }`)
 	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
@@ -69,10 +82,15 @@ func TestTuneQuickstartSpec(t *testing.T) {
 // unfinished (PENDING) with their progress, to resume on the next run.
 func TestTuneInterrupted(t *testing.T) {
 	bin := buildCLI(t)
-	dir, spec := jsonSpec(t, `{
-  "name": "long", "builtin": "quickstart",
-  "config": {"lr": {"grid_search": [0.01, 0.02]}, "epochs": 100000, "samples": 200},
-  "tune": {"max_concurrent_trials": 2, "metric": "loss", "mode": "min"}
+	dir, spec := hclSpec(t, `
+train "long" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = grid_search([0.01, 0.02]), epochs = 100000, samples = 200 }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+  }
 }`)
 	cmd := localTune(bin, dir, spec)
 	var out bytes.Buffer
@@ -122,10 +140,12 @@ func TestTuneInterrupted(t *testing.T) {
 func TestTuneTrialError(t *testing.T) {
 	bin := buildCLI(t)
 	// batch_size 3 does not split over 2 workers: the quickstart refuses it.
-	dir, spec := jsonSpec(t, `{
-  "name": "bad", "builtin": "quickstart", "num_workers": 2,
-  "config": {"batch_size": {"grid_search": [3, 4]}, "epochs": 1, "samples": 64},
-  "tune": {"max_concurrent_trials": 2}
+	dir, spec := hclSpec(t, `
+train "bad" {
+  entrypoint { builtin = "quickstart" }
+  scaling { num_workers = 2 }
+  config = { batch_size = grid_search([3, 4]), epochs = 1, samples = 64 }
+  tune { max_concurrent_trials = 2 }
 }`)
 	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
@@ -156,10 +176,18 @@ func TestTuneTrialError(t *testing.T) {
 // trials did report, and the command exits with status 1.
 func TestTuneMetricTypo(t *testing.T) {
 	bin := buildCLI(t)
-	dir, spec := jsonSpec(t, `{
-  "name": "typo", "builtin": "quickstart",
-  "config": {"lr": {"grid_search": [0.01, 0.1]}, "epochs": 2, "samples": 64},
-  "tune": {"metric": "los", "mode": "min", "scheduler": {"type": "median", "grace_period": 1}}
+	dir, spec := hclSpec(t, `
+train "typo" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = grid_search([0.01, 0.1]), epochs = 2, samples = 64 }
+  tune {
+    metric = "los"
+    mode   = "min"
+    scheduler {
+      type         = "median"
+      grace_period = 1
+    }
+  }
 }`)
 	cmd := localTune(bin, dir, spec)
 	out, err := cmd.CombinedOutput()
@@ -215,10 +243,10 @@ train "qs-hcl" {
 	must.StrContains(t, string(out), "has no tune block")
 }
 
-// jsonSpec writes a JSON experiment spec into a fresh directory.
-func jsonSpec(t *testing.T, body string) (dir, spec string) {
+// hclSpec writes a train.hcl experiment spec into a fresh directory.
+func hclSpec(t *testing.T, body string) (dir, spec string) {
 	dir = t.TempDir()
-	spec = filepath.Join(dir, "tune.json")
+	spec = filepath.Join(dir, "train.hcl")
 	must.NoError(t, os.WriteFile(spec, []byte(body), 0o644))
 	return dir, spec
 }

@@ -6,18 +6,47 @@ import (
 	"math/rand/v2"
 )
 
+func init() {
+	registerScheduler("asha", true, func() SchedulerSettings { return &ASHASettings{} })
+}
+
+// ASHASettings are asynchronous successive halving's settings (train.hcl's
+// scheduler { type = "asha" }); zero values are the defaults.
+type ASHASettings struct {
+	// MaxT is the time at which every trial stops (default 100).
+	MaxT float64 `json:"max_t,omitempty"`
+	// GracePeriod is the first rung: no trial stops before it (default 1).
+	GracePeriod float64 `json:"grace_period,omitempty"`
+	// ReductionFactor is η: each rung keeps the top 1/η (default 4).
+	ReductionFactor float64 `json:"reduction_factor,omitempty"`
+	// Brackets is the number of brackets, each starting one rung later
+	// (default 1, at most 16).
+	Brackets int `json:"brackets,omitempty"`
+}
+
+// Kind is "asha".
+func (ASHASettings) Kind() string { return "asha" }
+
+// Build returns an ASHA scheduler for o.
+func (s ASHASettings) Build(o Objective, seed uint64) (Scheduler, error) {
+	return NewASHA(ASHAConfig{Objective: o, ASHASettings: s, Seed: seed})
+}
+
+func (s ASHASettings) validate() error {
+	if err := positiveSettings(namedFloat{"max_t", s.MaxT}, namedFloat{"grace_period", s.GracePeriod},
+		namedFloat{"reduction_factor", s.ReductionFactor}); err != nil {
+		return err
+	}
+	if s.Brackets < 0 || s.Brackets > 16 {
+		return settingErrorf("brackets", "must be between 1 and 16; got %d", s.Brackets)
+	}
+	return nil
+}
+
 // ASHAConfig configures asynchronous successive halving.
 type ASHAConfig struct {
 	Objective
-	// MaxT is the time at which every trial stops (default 100).
-	MaxT float64
-	// GracePeriod is the first rung: no trial stops before it (default 1).
-	GracePeriod float64
-	// ReductionFactor is η: each rung keeps the top 1/η (default 4).
-	ReductionFactor float64
-	// Brackets is the number of brackets, each starting one rung later
-	// (default 1).
-	Brackets int
+	ASHASettings
 	// Seed draws each trial's bracket.
 	Seed uint64
 }

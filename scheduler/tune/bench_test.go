@@ -39,7 +39,7 @@ func BenchmarkB7(b *testing.B) {
 			lrSpace(27), Config{
 				Name: "b7", StoragePath: dir, NumSamples: 64, MaxConcurrentTrials: slots,
 				Metric: "loss", Mode: ModeMin, Seed: uint64(i + 1),
-				Scheduler: SchedulerConfig{Type: SchedulerASHA, MaxT: 27, GracePeriod: 1, ReductionFactor: 3},
+				Scheduler: ASHASettings{MaxT: 27, GracePeriod: 1, ReductionFactor: 3},
 			})
 		start := time.Now()
 		g, err := tu.Fit(context.Background())
@@ -114,7 +114,7 @@ func benchB7Processes(b *testing.B, cold bool) {
 		tu := New(tb, lrSpace(27), Config{
 			Name: "b7p", StoragePath: b.TempDir(), NumSamples: 64, MaxConcurrentTrials: slots,
 			Metric: "loss", Mode: ModeMin, Seed: uint64(i + 1),
-			Scheduler: SchedulerConfig{Type: SchedulerASHA, MaxT: 27, GracePeriod: 1, ReductionFactor: 3},
+			Scheduler: ASHASettings{MaxT: 27, GracePeriod: 1, ReductionFactor: 3},
 		})
 		start := time.Now()
 		g, err := tu.Fit(context.Background())

@@ -34,11 +34,10 @@ type Config struct {
 	// the scheduler reproducible.
 	Searcher string
 	Seed     uint64
-	// Scheduler picks and configures the trial scheduler (FIFO when empty).
-	Scheduler SchedulerConfig
-	// NewScheduler, when set, builds the scheduler instead (a custom one);
-	// each Fit builds a fresh one and replays the recorded results into it.
-	NewScheduler func(Objective) (Scheduler, error)
+	// Scheduler is the trial scheduler's kind and settings (FIFO when nil),
+	// such as ASHASettings{MaxT: 9}, or a custom SchedulerSettings. Each Fit
+	// builds a fresh scheduler from it and replays the recorded results.
+	Scheduler SchedulerSettings
 	// MaxFailures is each trial's failure budget: how many failed attempts
 	// are restarted (from the trial's latest checkpoint); -1 is unlimited.
 	MaxFailures int
@@ -92,50 +91,4 @@ func (c *Config) validate() error {
 		return fmt.Errorf("tune: metric and mode go together")
 	}
 	return nil
-}
-
-// Scheduler types.
-const (
-	SchedulerFIFO   = "fifo"
-	SchedulerASHA   = "asha"
-	SchedulerMedian = "median"
-	SchedulerPBT    = "pbt"
-)
-
-// SchedulerConfig selects a trial scheduler and its settings; fields that
-// do not apply to Type are ignored, zero means the scheduler's default.
-type SchedulerConfig struct {
-	Type string `json:"type"` // SchedulerFIFO (default), SchedulerASHA, SchedulerMedian or SchedulerPBT
-
-	MaxT            float64 `json:"max_t,omitempty"`            // asha
-	GracePeriod     float64 `json:"grace_period,omitempty"`     // asha, median
-	ReductionFactor float64 `json:"reduction_factor,omitempty"` // asha
-	Brackets        int     `json:"brackets,omitempty"`         // asha
-
-	MinSamplesRequired int `json:"min_samples_required,omitempty"` // median
-
-	PerturbationInterval float64 `json:"perturbation_interval,omitempty"` // pbt
-	BurnInPeriod         float64 `json:"burn_in_period,omitempty"`        // pbt
-	QuantileFraction     float64 `json:"quantile_fraction,omitempty"`     // pbt
-	ResampleProbability  float64 `json:"resample_probability,omitempty"`  // pbt
-	// HyperparamMutations maps config paths to a Domain or a list of values.
-	HyperparamMutations map[string]any `json:"hyperparam_mutations,omitempty"` // pbt
-}
-
-// New builds the scheduler for objective o.
-func (c SchedulerConfig) New(o Objective, seed uint64) (Scheduler, error) {
-	switch c.Type {
-	case "", SchedulerFIFO:
-		return FIFO{}, nil
-	case SchedulerASHA:
-		return NewASHA(ASHAConfig{Objective: o, MaxT: c.MaxT, GracePeriod: c.GracePeriod,
-			ReductionFactor: c.ReductionFactor, Brackets: c.Brackets, Seed: seed})
-	case SchedulerMedian:
-		return NewMedian(MedianConfig{Objective: o, GracePeriod: c.GracePeriod, MinSamplesRequired: c.MinSamplesRequired})
-	case SchedulerPBT:
-		return NewPBT(PBTConfig{Objective: o, PerturbationInterval: c.PerturbationInterval,
-			BurnInPeriod: c.BurnInPeriod, HyperparamMutations: c.HyperparamMutations,
-			QuantileFraction: c.QuantileFraction, ResampleProbability: c.ResampleProbability, Seed: seed})
-	}
-	return nil, fmt.Errorf("unknown scheduler type %q (want fifo, asha, median or pbt)", c.Type)
 }

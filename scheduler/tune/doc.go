@@ -13,6 +13,19 @@
 //   - Schedulers (FIFO, ASHA, Median, PBT) are pure state machines: a
 //     sequence of OnTrialAdd/OnResult/OnTrialComplete calls always gives the
 //     same decisions, which the golden transcripts in testdata pin down.
+//   - Each scheduler kind owns its settings (ASHASettings, MedianSettings,
+//     PBTSettings, FIFO): their JSON names, defaults and validation, and
+//     how to build the scheduler (SchedulerSettings.Build). Its file
+//     registers it by name in an init function; ParseScheduler decodes a
+//     train.hcl scheduler block's settings through that registry, so the
+//     spec reader (package hcl) and the CLI know no scheduler by name.
+//     A new scheduler touches only:
+//     1. its own file: the Scheduler, its settings type with json tags, a
+//     validate method, and registerScheduler in init;
+//     2. testdata/<name>.script, whose "scheduler <type> ..." line builds
+//     it, and testdata/<name>.golden, written by go test -update
+//     (TestSchedulerTranscripts fails while a registered scheduler has no
+//     script).
 //   - Backends place trials behind one method, Backend.Run: run the trial
 //     until it ends, stop it when ctx is cancelled. Processes runs each
 //     trial as a gang of local worker processes (scheduler/local), exactly
@@ -62,7 +75,7 @@
 //		},
 //		tune.Config{Name: "qs-tune", NumSamples: 8, MaxConcurrentTrials: 2,
 //			Metric: "loss", Mode: tune.ModeMin,
-//			Scheduler: tune.SchedulerConfig{Type: tune.SchedulerASHA, MaxT: 9, ReductionFactor: 3}})
+//			Scheduler: tune.ASHASettings{MaxT: 9, ReductionFactor: 3}})
 //	grid, err := tuner.Fit(ctx) // in a worker copy of the program, runs quickstart.Train and exits
 //	best, err := grid.Best("loss", tune.ModeMin)
 package tune

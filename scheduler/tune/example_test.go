@@ -34,7 +34,7 @@ func Example() {
 	grid, err := tune.New(&tune.InProcess{Fn: fn},
 		map[string]any{"x": tune.GridSearch(0, 1, 2, 3, 4, 5)},
 		tune.Config{Name: "example", StoragePath: dir, Metric: "loss", Mode: tune.ModeMin,
-			Scheduler: tune.SchedulerConfig{Type: tune.SchedulerMedian, GracePeriod: 1, MinSamplesRequired: 2}},
+			Scheduler: tune.MedianSettings{GracePeriod: 1, MinSamplesRequired: 2}},
 	).Fit(context.Background())
 	if err != nil {
 		fmt.Println(err)

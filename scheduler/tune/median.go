@@ -5,14 +5,42 @@ import (
 	"math"
 )
 
+func init() {
+	registerScheduler("median", true, func() SchedulerSettings { return &MedianSettings{} })
+}
+
+// MedianSettings are the median stopping rule's settings (train.hcl's
+// scheduler { type = "median" }); zero values are the defaults.
+type MedianSettings struct {
+	// GracePeriod: no trial stops at a time below it (default 1).
+	GracePeriod float64 `json:"grace_period,omitempty"`
+	// MinSamplesRequired is how many other trials must have reached the
+	// same time before one is compared with them (default 3).
+	MinSamplesRequired int `json:"min_samples_required,omitempty"`
+}
+
+// Kind is "median".
+func (MedianSettings) Kind() string { return "median" }
+
+// Build returns a median stopping scheduler for o.
+func (s MedianSettings) Build(o Objective, _ uint64) (Scheduler, error) {
+	return NewMedian(MedianConfig{Objective: o, MedianSettings: s})
+}
+
+func (s MedianSettings) validate() error {
+	if err := positiveSettings(namedFloat{"grace_period", s.GracePeriod}); err != nil {
+		return err
+	}
+	if s.MinSamplesRequired < 0 {
+		return settingErrorf("min_samples_required", "must be at least 1; got %d", s.MinSamplesRequired)
+	}
+	return nil
+}
+
 // MedianConfig configures the median stopping rule.
 type MedianConfig struct {
 	Objective
-	// GracePeriod: no trial stops at a time below it (default 1).
-	GracePeriod float64
-	// MinSamplesRequired is how many other trials must have reached the
-	// same time before one is compared with them (default 3).
-	MinSamplesRequired int
+	MedianSettings
 }
 
 // Median is the median stopping rule (Ray's MedianStoppingRule, after

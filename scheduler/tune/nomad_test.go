@@ -108,7 +108,7 @@ func TestNomadJobsASHA(t *testing.T) {
 	g, err := New(b, space, Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 		NumSamples: 6, MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin, Seed: 5,
 		PollInterval: 10 * time.Millisecond,
-		Scheduler:    SchedulerConfig{Type: SchedulerASHA, MaxT: 9, GracePeriod: 1, ReductionFactor: 3}}).Fit(ctx)
+		Scheduler:    ASHASettings{MaxT: 9, GracePeriod: 1, ReductionFactor: 3}}).Fit(ctx)
 	must.NoError(t, err)
 
 	early, finished := 0, 0

@@ -1,6 +1,8 @@
 package tune
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,26 +11,86 @@ import (
 	"strings"
 )
 
+func init() {
+	registerScheduler("pbt", true, func() SchedulerSettings { return &PBTSettings{} })
+}
+
+// PBTSettings are population based training's settings (train.hcl's
+// scheduler { type = "pbt" }); zero values are the defaults.
+type PBTSettings struct {
+	// PerturbationInterval is how much time passes between two exploit
+	// decisions of a trial (default 1).
+	PerturbationInterval float64 `json:"perturbation_interval,omitempty"`
+	// BurnInPeriod: no exploit before this time.
+	BurnInPeriod float64 `json:"burn_in_period,omitempty"`
+	// HyperparamMutations names the config entries to explore, by path
+	// ("lr", "optim/momentum"), each with a Domain to resample from or a
+	// list of values ([]any) to step through. In JSON the Domains take
+	// their ParseSpace form ({"loguniform": [0.0001, 0.1]}).
+	HyperparamMutations map[string]any `json:"hyperparam_mutations,omitempty"`
+	// QuantileFraction is the share of trials in the top and bottom
+	// quantiles (default 0.25).
+	QuantileFraction float64 `json:"quantile_fraction,omitempty"`
+	// ResampleProbability is the chance of resampling a value instead of
+	// perturbing it (default 0.25).
+	ResampleProbability float64 `json:"resample_probability,omitempty"`
+	// PerturbationFactors multiply continuous values (default 1.2, 0.8).
+	PerturbationFactors []float64 `json:"perturbation_factors,omitempty"`
+}
+
+// Kind is "pbt".
+func (PBTSettings) Kind() string { return "pbt" }
+
+// Build returns a PBT scheduler for o.
+func (s PBTSettings) Build(o Objective, seed uint64) (Scheduler, error) {
+	return NewPBT(PBTConfig{Objective: o, PBTSettings: s, Seed: seed})
+}
+
+// UnmarshalJSON decodes the settings, reading hyperparam_mutations'
+// search-space functions as Domains.
+func (s *PBTSettings) UnmarshalJSON(data []byte) error {
+	type plain PBTSettings
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	if len(p.HyperparamMutations) > 0 {
+		raw, err := json.Marshal(p.HyperparamMutations)
+		if err != nil {
+			return err
+		}
+		if p.HyperparamMutations, err = ParseSpace(raw); err != nil {
+			return settingErrorf("hyperparam_mutations", "%v", err)
+		}
+	}
+	*s = PBTSettings(p)
+	return nil
+}
+
+func (s PBTSettings) validate() error {
+	if len(s.HyperparamMutations) == 0 {
+		return settingErrorf("", "the pbt scheduler needs hyperparam_mutations = { lr = loguniform(1e-4, 1e-1) }: the config entries it may change")
+	}
+	if err := positiveSettings(namedFloat{"perturbation_interval", s.PerturbationInterval},
+		namedFloat{"burn_in_period", s.BurnInPeriod}, namedFloat{"quantile_fraction", s.QuantileFraction},
+		namedFloat{"resample_probability", s.ResampleProbability}); err != nil {
+		return err
+	}
+	if s.QuantileFraction > 0.5 {
+		return settingErrorf("quantile_fraction", "must be in (0, 0.5]; got %v", s.QuantileFraction)
+	}
+	if s.ResampleProbability > 1 {
+		return settingErrorf("resample_probability", "must be in (0, 1]; got %v", s.ResampleProbability)
+	}
+	return nil
+}
+
 // PBTConfig configures population based training.
 type PBTConfig struct {
 	Objective
-	// PerturbationInterval is how much time passes between two exploit
-	// decisions of a trial (default 1).
-	PerturbationInterval float64
-	// BurnInPeriod: no exploit before this time.
-	BurnInPeriod float64
-	// HyperparamMutations names the config entries to explore, by path
-	// ("lr", "optim/momentum"), each with a Domain to resample from or a
-	// list of values ([]any) to step through.
-	HyperparamMutations map[string]any
-	// QuantileFraction is the share of trials in the top and bottom
-	// quantiles (default 0.25).
-	QuantileFraction float64
-	// ResampleProbability is the chance of resampling a value instead of
-	// perturbing it (default 0.25).
-	ResampleProbability float64
-	// PerturbationFactors multiply continuous values (default 1.2, 0.8).
-	PerturbationFactors []float64
+	PBTSettings
 	// Seed drives donor choice and exploration.
 	Seed uint64
 }

@@ -47,7 +47,7 @@ func quickstartSpace() map[string]any {
 func TestQuickstartASHAAgainstFIFO(t *testing.T) {
 	asWorker(quickstart.Train)
 	t.Setenv("GORACE", "atexit_sleep_ms=0") // workers under -race exit at once
-	run := func(name string, sched SchedulerConfig) *ResultGrid {
+	run := func(name string, sched SchedulerSettings) *ResultGrid {
 		b := NewProcesses(quickstart.Train, 1)
 		b.Args = []string{"-test.run=^TestQuickstartASHAAgainstFIFO$"}
 		var out bytes.Buffer
@@ -61,8 +61,8 @@ func TestQuickstartASHAAgainstFIFO(t *testing.T) {
 		must.NoError(t, err, must.Sprint(out.String()))
 		return g
 	}
-	fifo := run("fifo", SchedulerConfig{})
-	asha := run("asha", SchedulerConfig{Type: SchedulerASHA, MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
+	fifo := run("fifo", FIFO{})
+	asha := run("asha", ASHASettings{MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
 
 	var finals []float64
 	for _, tr := range fifo.Trials {
@@ -280,7 +280,7 @@ func TestPBTOnProcesses(t *testing.T) {
 	g, err := New(b, map[string]any{"lr": GridSearch(0.1, 0.2, 0.3, 10), "epochs": 10, "sleep_ms": 60},
 		Config{Name: "pbt", StoragePath: t.TempDir(), MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin,
 			Seed: 5, PollInterval: 10 * time.Millisecond,
-			Scheduler: SchedulerConfig{Type: SchedulerPBT, PerturbationInterval: 3,
+			Scheduler: PBTSettings{PerturbationInterval: 3,
 				HyperparamMutations: map[string]any{"lr": []any{0.1, 0.2, 0.3}}},
 		}).Fit(ctx)
 	must.NoError(t, err, must.Sprint(out.String()))
@@ -412,7 +412,7 @@ func TestProcessesReportsWakeTheTuner(t *testing.T) {
 	defer cancel()
 	g, err := New(b, map[string]any{"lr": 0.01, "epochs": 100000}, Config{Name: "wake", StoragePath: t.TempDir(),
 		Metric: "loss", Mode: ModeMin, PollInterval: time.Hour,
-		Scheduler: SchedulerConfig{Type: SchedulerASHA, MaxT: 3, GracePeriod: 1}}).Fit(ctx)
+		Scheduler: ASHASettings{MaxT: 3, GracePeriod: 1}}).Fit(ctx)
 	must.NoError(t, err)
 	must.EqOp(t, StatusStopped, g.Trials[0].Status)
 	must.StrContains(t, g.Trials[0].Reason, "max_t")

@@ -104,8 +104,19 @@ func (o Objective) validate() error {
 	return nil
 }
 
-// FIFO runs every trial to completion (Ray's FIFOScheduler).
+func init() {
+	registerScheduler("fifo", false, func() SchedulerSettings { return &FIFO{} })
+}
+
+// FIFO runs every trial to completion (Ray's FIFOScheduler). It is its own
+// settings: it has none.
 type FIFO struct{}
+
+// Kind is "fifo".
+func (FIFO) Kind() string { return "fifo" }
+
+// Build returns FIFO.
+func (FIFO) Build(Objective, uint64) (Scheduler, error) { return FIFO{}, nil }
 
 // OnTrialAdd does nothing.
 func (FIFO) OnTrialAdd(string, map[string]any) {}

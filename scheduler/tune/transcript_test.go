@@ -70,6 +70,7 @@ func runScript(t *testing.T, s Scheduler, path string) string {
 				stopped[f[1]] = true
 				s.OnTrialComplete(f[1])
 			}
+		case "scheduler": // read by scriptScheduler
 		case "complete":
 			s.OnTrialComplete(f[1])
 			fmt.Fprintf(&out, "%s\n", line)
@@ -92,38 +93,60 @@ func checkGolden(t *testing.T, name, got string) {
 	must.EqOp(t, string(want), got)
 }
 
+// TestSchedulerTranscripts runs every testdata/*.script against the
+// scheduler its first "scheduler" line builds through the registry, as
+// train.hcl's scheduler block does:
+//
+//	scheduler <type> metric=<m> mode=<min|max> seed=<n> [settings JSON]
+//
+// A new scheduler needs only its own file and a script with its golden
+// transcript (go test -update writes the golden).
 func TestSchedulerTranscripts(t *testing.T) {
-	cases := []struct {
-		name string
-		make func() (Scheduler, error)
-	}{
-		{"asha", func() (Scheduler, error) {
-			return NewASHA(ASHAConfig{Objective: Objective{Metric: "loss", Mode: ModeMin},
-				MaxT: 9, GracePeriod: 1, ReductionFactor: 3, Brackets: 1})
-		}},
-		{"median", func() (Scheduler, error) {
-			return NewMedian(MedianConfig{Objective: Objective{Metric: "acc", Mode: ModeMax},
-				GracePeriod: 2, MinSamplesRequired: 2})
-		}},
-		{"pbt", func() (Scheduler, error) {
-			return NewPBT(PBTConfig{Objective: Objective{Metric: "loss", Mode: ModeMin},
-				PerturbationInterval: 2, Seed: 1,
-				HyperparamMutations: map[string]any{
-					"lr":         LogUniform(1e-4, 1e-1),
-					"batch_size": []any{16, 32, 64, 128},
-				}})
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := tc.make()
+	scripts, err := filepath.Glob(filepath.Join("testdata", "*.script"))
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, scripts)
+	covered := map[string]bool{}
+	for _, path := range scripts {
+		name := strings.TrimSuffix(filepath.Base(path), ".script")
+		t.Run(name, func(t *testing.T) {
+			kind, build := scriptScheduler(t, path)
+			covered[kind] = true
+			s, err := build()
 			must.NoError(t, err)
-			got := runScript(t, s, filepath.Join("testdata", tc.name+".script"))
-			checkGolden(t, tc.name, got)
+			got := runScript(t, s, path)
+			checkGolden(t, name, got)
 			// Pure: a second scheduler fed the same script agrees.
-			s2, err := tc.make()
+			s2, err := build()
 			must.NoError(t, err)
-			must.EqOp(t, got, runScript(t, s2, filepath.Join("testdata", tc.name+".script")))
+			must.EqOp(t, got, runScript(t, s2, path))
 		})
 	}
+	for _, kind := range SchedulerKinds() {
+		if kind != "fifo" {
+			must.True(t, covered[kind], must.Sprintf("scheduler %q has no transcript in testdata", kind))
+		}
+	}
+}
+
+// scriptScheduler reads the scheduler line of a script and returns the
+// scheduler's kind and a constructor for it.
+func scriptScheduler(t *testing.T, path string) (string, func() (Scheduler, error)) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(strings.TrimSpace(line), " ", 6)
+		if f[0] != "scheduler" {
+			continue
+		}
+		must.SliceLen(t, 6, f[:min(len(f), 6)], must.Sprintf("%s: want scheduler <type> metric= mode= seed= {settings}", path))
+		o := Objective{Metric: strings.TrimPrefix(f[2], "metric="), Mode: strings.TrimPrefix(f[3], "mode=")}
+		seed, err := strconv.ParseUint(strings.TrimPrefix(f[4], "seed="), 10, 64)
+		must.NoError(t, err)
+		settings, err := ParseScheduler(f[1], []byte(f[5]), o.Metric)
+		must.NoError(t, err)
+		return f[1], func() (Scheduler, error) { return settings.Build(o, seed) }
+	}
+	t.Fatalf("%s: no scheduler line", path)
+	return "", nil
 }

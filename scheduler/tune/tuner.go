@@ -174,11 +174,11 @@ type event struct {
 // setup creates or restores the state and rebuilds the scheduler.
 func (e *experiment) setup(space map[string]any, mustExist bool) error {
 	e.obj = Objective{Metric: e.cfg.Metric, Mode: e.cfg.Mode, TimeAttr: e.cfg.TimeAttr}
-	newSched := func(o Objective) (Scheduler, error) { return e.cfg.Scheduler.New(o, e.cfg.Seed) }
-	if e.cfg.NewScheduler != nil {
-		newSched = e.cfg.NewScheduler
+	settings := e.cfg.Scheduler
+	if settings == nil {
+		settings = FIFO{}
 	}
-	sched, err := newSched(e.obj)
+	sched, err := settings.Build(e.obj, e.cfg.Seed)
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
 	}

@@ -102,7 +102,7 @@ func lrSpace(epochs int) map[string]any {
 }
 
 func TestTuneInProcessASHAAgainstFIFO(t *testing.T) {
-	run := func(sched SchedulerConfig) *ResultGrid {
+	run := func(sched SchedulerSettings) *ResultGrid {
 		var table bytes.Buffer
 		tu := New(&InProcess{Fn: synthetic(0, false, nil), Fsync: storage.FsyncCheckpointRecords}, lrSpace(9), Config{
 			Name: "exp", StoragePath: t.TempDir(), NumSamples: 16, MaxConcurrentTrials: 2,
@@ -113,8 +113,8 @@ func TestTuneInProcessASHAAgainstFIFO(t *testing.T) {
 		must.StrContains(t, table.String(), "trial_0015")
 		return g
 	}
-	fifo := run(SchedulerConfig{})
-	asha := run(SchedulerConfig{Type: SchedulerASHA, MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
+	fifo := run(FIFO{})
+	asha := run(ASHASettings{MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
 	must.Eq(t, 16*9, fifo.TotalIterations())
 	must.Less(t, fifo.TotalIterations()/2, asha.TotalIterations())
 	bf, err := fifo.Best("", "")
@@ -337,7 +337,7 @@ func TestPBTExploitsInProcess(t *testing.T) {
 	space := map[string]any{"lr": GridSearch(0.01, 0.02, 0.3, 0.9), "epochs": 8}
 	g, err := New(&InProcess{Fn: fn}, space, Config{Name: "pbt", StoragePath: t.TempDir(),
 		MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin, Seed: 2,
-		Scheduler: SchedulerConfig{Type: SchedulerPBT, PerturbationInterval: 2,
+		Scheduler: PBTSettings{PerturbationInterval: 2,
 			HyperparamMutations: map[string]any{"lr": LogUniform(1e-3, 1)}},
 	}).Fit(context.Background())
 	must.NoError(t, err)
@@ -443,7 +443,7 @@ func TestRollbackAfterFailure(t *testing.T) {
 	}
 	g, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "rb", StoragePath: t.TempDir(),
 		Metric: "loss", Mode: ModeMin, MaxFailures: 1,
-		NewScheduler: func(Objective) (Scheduler, error) { return rec, nil }}).Fit(context.Background())
+		Scheduler: fixedScheduler{rec}}).Fit(context.Background())
 	must.NoError(t, err)
 	must.Eq(t, []string{"trial_0000@1=10", "trial_0000@2=11", "trial_0000@3=12", "trial_0000@2=21", "trial_0000@3=22", "trial_0000@4=23"}, rec.seen)
 	must.EqOp(t, StatusTerminated, g.Trials[0].Status)
@@ -534,7 +534,7 @@ func TestMetricNotReported(t *testing.T) {
 		var progress bytes.Buffer
 		_, err := New(&InProcess{Fn: synthetic(0, false, nil)}, map[string]any{"lr": GridSearch(0.01, 0.1, 1.0), "epochs": 3},
 			Config{Name: "typo", StoragePath: dir, Metric: metric, Mode: ModeMin, Progress: &progress,
-				Scheduler: SchedulerConfig{Type: SchedulerMedian, GracePeriod: 1, MinSamplesRequired: 1}}).Fit(context.Background())
+				Scheduler: MedianSettings{GracePeriod: 1, MinSamplesRequired: 1}}).Fit(context.Background())
 		return progress.String(), err
 	}
 	const warning = `== typo: warning: metric "los" is not among the reported metrics (epoch, loss)` + "\n"
@@ -578,3 +578,9 @@ func TestMetricNotReported(t *testing.T) {
 	must.NoError(t, err)
 	must.StrNotContains(t, progress.String(), "warning")
 }
+
+// fixedScheduler is a custom SchedulerSettings that builds one scheduler.
+type fixedScheduler struct{ s Scheduler }
+
+func (fixedScheduler) Kind() string                                 { return "fixed" }
+func (f fixedScheduler) Build(Objective, uint64) (Scheduler, error) { return f.s, nil }
