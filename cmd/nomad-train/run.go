@@ -15,7 +15,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
-	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -57,7 +57,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runLocal runs the spec on this machine: the embedded default.
 func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
-	opts := local.Options{
+	opts := launch.Options{
 		NumWorkers:  spec.Scaling.NumWorkers,
 		RunName:     spec.Name,
 		StoragePath: spec.Run.StoragePath,
@@ -100,7 +100,7 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	if note := configChange(last, spec.ConfigJSON); note != "" {
 		fmt.Fprintf(stdout, "    %s\n", note)
 	}
-	out, err := local.Launch(ctx, opts)
+	out, err := launch.Launch(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
