@@ -81,13 +81,14 @@ func withheldFromSelf(k string) bool {
 // (executor.LookupUser in production).
 type userLookup func(name string) (*user.User, error)
 
-// uidOf is the uid of a user name or number, if it resolves.
+// uidOf is the uid of a user name or number, if it resolves. Numbers are
+// read as the user database reads them ("00" and "+0" are uid 0).
 func uidOf(name string, lookup userLookup) (string, bool) {
 	if u, err := lookup(name); err == nil {
 		return u.Uid, true
 	}
-	if _, err := strconv.ParseUint(name, 10, 32); err == nil {
-		return name, true
+	if n, err := strconv.ParseUint(strings.TrimPrefix(name, "+"), 10, 32); err == nil {
+		return strconv.FormatUint(n, 10), true
 	}
 	return "", false
 }

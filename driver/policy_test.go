@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/external"
@@ -118,6 +119,7 @@ func TestCheckUser(t *testing.T) {
 		{"root", nil, ""},
 		{"nosuchuser", []string{"root"}, ""}, // the executor says it is unknown
 		{"nosuchuser", []string{"nosuchuser"}, `user "nosuchuser"`},
+		{"01234", []string{"1234"}, `user "01234" (uid 1234, as "1234")`}, // in no user database
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s in %v", tc.user, tc.denied), func(t *testing.T) {
@@ -128,6 +130,15 @@ func TestCheckUser(t *testing.T) {
 			}
 			must.ErrorIs(t, err, ErrDeniedUser)
 			must.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// The node's own user database: every spelling of uid 0 is root.
+func TestCheckUserOnThisNode(t *testing.T) {
+	for _, name := range []string{"root", "0", "00", "+0"} {
+		t.Run(name, func(t *testing.T) {
+			must.ErrorIs(t, checkUser(name, []string{"root"}, executor.LookupUser), ErrDeniedUser)
 		})
 	}
 }
