@@ -9,21 +9,31 @@ import (
 
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/hclspec"
 )
 
 // PluginConfig is the agent's plugin "train" { config { ... } } block.
 type PluginConfig struct {
-	// ConsulAddress and ConsulToken are handed to workers whose rendezvous
-	// backend is "consul" (as CONSUL_HTTP_ADDR / CONSUL_HTTP_TOKEN), unless
-	// the task environment already sets them.
+	// ConsulAddress is handed to workers whose rendezvous backend is
+	// "consul" (as CONSUL_HTTP_ADDR), unless the task environment sets it.
 	ConsulAddress string
-	ConsulToken   string
+	// ConsulToken is accepted for configs written when it was handed to
+	// workers; it no longer reaches any task (workers get TaskConsulToken),
+	// and the plugin itself calls no Consul.
+	ConsulToken string
+	// TaskConsulToken is handed to workers whose rendezvous backend is
+	// "consul" (as CONSUL_HTTP_TOKEN), unless the task environment sets
+	// one. Empty gives them none.
+	TaskConsulToken string
 	// AllowedCommandDirs limits command entrypoints to executables under
 	// these directories. Empty allows any command.
 	AllowedCommandDirs []string
 	// DefaultUser runs tasks that name no user. Empty keeps the agent's user.
 	DefaultUser string
+	// DeniedUsers are users (names or uids) no task may run as; a task
+	// asking for one is refused. The default denies root.
+	DeniedUsers []string
 	// GPUStats turns NVML fingerprinting and GPU task stats on.
 	GPUStats bool
 	// AllowUnauthenticated starts tasks whose secrets dir holds no run
@@ -37,7 +47,7 @@ type PluginConfig struct {
 
 // DefaultPluginConfig is the config of a plugin block without config {}.
 func DefaultPluginConfig() PluginConfig {
-	return PluginConfig{GPUStats: true, StatsInterval: 30 * time.Second}
+	return PluginConfig{GPUStats: true, StatsInterval: 30 * time.Second, DeniedUsers: []string{"root"}}
 }
 
 // pluginConfigSpec is the schema of the plugin's config {} block.
@@ -45,6 +55,8 @@ func pluginConfigSpec() *hclspec.Spec {
 	return specObject(map[string]*hclspec.Spec{
 		"consul_address":        specAttr("consul_address", "string", false),
 		"consul_token":          specAttr("consul_token", "string", false),
+		"task_consul_token":     specAttr("task_consul_token", "string", false),
+		"denied_users":          specDefault(specAttr("denied_users", "list(string)", false), `["root"]`),
 		"allowed_command_dirs":  specAttr("allowed_command_dirs", "list(string)", false),
 		"default_user":          specAttr("default_user", "string", false),
 		"gpu_stats":             specDefault(specAttr("gpu_stats", "bool", false), "true"),
@@ -62,6 +74,8 @@ func DecodePluginConfig(b []byte) (PluginConfig, error) {
 	c := PluginConfig{
 		ConsulAddress:        getString(v, "consul_address"),
 		ConsulToken:          getString(v, "consul_token"),
+		TaskConsulToken:      getString(v, "task_consul_token"),
+		DeniedUsers:          getStrings(v, "denied_users"),
 		AllowedCommandDirs:   getStrings(v, "allowed_command_dirs"),
 		DefaultUser:          getString(v, "default_user"),
 		GPUStats:             getBool(v, "gpu_stats"),
@@ -75,6 +89,9 @@ func DecodePluginConfig(b []byte) (PluginConfig, error) {
 	}
 	if c.StatsInterval, err = time.ParseDuration(getString(v, "stats_interval")); err != nil || c.StatsInterval <= 0 {
 		return c, fmt.Errorf("decode plugin config: %w", fieldErr("stats_interval", "must be a positive duration such as \"30s\", got %q", getString(v, "stats_interval")))
+	}
+	if err := checkDefaultUser(c, executor.LookupUser); err != nil {
+		return c, fmt.Errorf("decode plugin config: %w", err)
 	}
 	return c, nil
 }

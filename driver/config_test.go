@@ -143,7 +143,7 @@ func TestDecodePluginConfig(t *testing.T) {
 	})
 	c, err = DecodePluginConfig(b)
 	must.NoError(t, err)
-	must.Eq(t, PluginConfig{ConsulAddress: "127.0.0.1:8500", ConsulToken: "tok", AllowedCommandDirs: []string{"/opt/bin"}, DefaultUser: "nobody", StatsInterval: 5 * time.Second, AllowUnauthenticated: true}, c)
+	must.Eq(t, PluginConfig{ConsulAddress: "127.0.0.1:8500", ConsulToken: "tok", AllowedCommandDirs: []string{"/opt/bin"}, DefaultUser: "nobody", DeniedUsers: []string{"root"}, StatsInterval: 5 * time.Second, AllowUnauthenticated: true}, c)
 
 	_, err = DecodePluginConfig(mustEncodeTaskConfig(t, map[string]any{"allowed_command_dirs": []any{"rel"}}))
 	must.ErrorContains(t, err, "allowed_command_dirs[0]")

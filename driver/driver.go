@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/base"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
@@ -304,35 +306,51 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	if !in.SecretFound && !pcfg.AllowUnauthenticated {
 		return ProcessSpec{}, "", noSecretError(tc, secretPath)
 	}
-	if pcfg.GPUStats {
-		in.NodeHasGPUs = len(d.gpus.report().Devices) > 0
+	if err := checkTaskEnv(tc.GetEnv()); err != nil {
+		return ProcessSpec{}, "", err
 	}
-	var command string
-	var args []string
-	if cfg.Builtin != "" {
-		command, args = d.selfPath, []string{builtins.WorkerArg}
-	} else {
-		var err error
-		if command, err = resolveCommand(cfg.Command, paths.TaskDir, tc.GetEnv()["PATH"], pcfg.AllowedCommandDirs); err != nil {
-			return ProcessSpec{}, "", err
-		}
-		args = cfg.Args
-		if runsExternal(cfg.Launcher, command) {
-			// As nomad-train run does locally: the driver binary joins the
-			// rendezvous and runs the resolved program with torchrun's
-			// environment.
-			in.External = append([]string{command}, cfg.Args...)
-			command, args = d.selfPath, []string{builtins.WorkerArg}
-		}
-	}
-	env := workerEnv(in)
 	user := tc.GetUser()
 	if user == "" {
 		user = pcfg.DefaultUser
 	}
+	if err := checkUser(user, pcfg.DeniedUsers, executor.LookupUser); err != nil {
+		return ProcessSpec{}, "", err
+	}
+	if pcfg.GPUStats {
+		in.NodeHasGPUs = len(d.gpus.report().Devices) > 0
+	}
+	var command, argv0 string
+	var args []string
+	switch {
+	case cfg.Builtin == external.BuiltinName:
+		return ProcessSpec{}, "", fieldErr("builtin", "%q is how the driver runs a command entrypoint; give the task a command (with launcher = %q) instead", cfg.Builtin, LauncherExternal)
+	case cfg.Builtin != "":
+		command, args = d.selfPath, []string{builtins.WorkerArg}
+	default:
+		prog, err := resolveCommand(cfg.Command, paths.TaskDir, tc.GetEnv()["PATH"], pcfg.AllowedCommandDirs)
+		if err != nil {
+			return ProcessSpec{}, "", err
+		}
+		command, argv0, args = prog.Path, prog.Name, cfg.Args
+		if runsExternal(cfg.Launcher, prog.Path) {
+			// As nomad-train run does locally: the driver binary joins the
+			// rendezvous and runs the resolved program with torchrun's
+			// environment.
+			in.External = append([]string{prog.Path}, cfg.Args...)
+			command, argv0, args = d.selfPath, "", []string{builtins.WorkerArg}
+		}
+	}
+	in.Self = command == d.selfPath
+	env := workerEnv(in)
+	if in.Self {
+		if held := withheldIn(tc); len(held) > 0 {
+			d.logger.Info("job env withheld from the driver binary", "task_id", tc.GetId(), "variables", held, "to_command", in.External != nil)
+		}
+	}
 	spec := ProcessSpec{
 		TaskID:     tc.GetId(),
 		Command:    command,
+		Argv0:      argv0,
 		Args:       args,
 		Env:        env,
 		Dir:        paths.TaskDir,
@@ -356,20 +374,6 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	return spec, filepath.Join(paths.LocalDir, eventsFileName), nil
 }
 
-// runsExternal reports whether the resolved program runs under the builtin
-// "external": always with LauncherExternal, never with LauncherDirect, and
-// with LauncherAuto unless it is a Go binary built with nomad-train's
-// trainer (which speaks the worker contract itself).
-func runsExternal(launcher, program string) bool {
-	switch launcher {
-	case LauncherExternal:
-		return true
-	case LauncherDirect:
-		return false
-	}
-	return external.NeedsWrapper(program)
-}
-
 // ErrNoSecret is wrapped when a task's secrets dir holds no run secret and
 // the plugin config does not allow unauthenticated workers.
 var ErrNoSecret = errors.New("no run secret")
@@ -378,14 +382,29 @@ var ErrNoSecret = errors.New("no run secret")
 // (a template over a Variable without the item renders an empty file).
 func hasSecret(path string) bool { return len(readSecret(path)) > 0 }
 
+// maxSecretSize bounds what the plugin reads of a run secret (64 hex
+// digits in practice).
+const maxSecretSize = 64 << 10
+
 // readSecret is the run secret at path, as the worker reads it (trimmed),
-// or nil.
+// or nil. The task can write its secrets dir, and the plugin reads it as
+// root: only a regular file counts, not a symlink (to /dev/zero, or to a
+// file only root may read), a FIFO (which would block StartTask) or a
+// file larger than maxSecretSize.
 func readSecret(path string) []byte {
-	b, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}
-	return []byte(strings.TrimSpace(string(b)))
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
+	if err != nil || len(b) > maxSecretSize {
+		return nil
+	}
+	return bytes.TrimSpace(b)
 }
 
 // noSecretError explains how to give a job its run secret.
@@ -397,66 +416,11 @@ func noSecretError(tc *drivers.TaskConfig, path string) error {
 	if job == "" {
 		job = "<job>"
 	}
-	return fmt.Errorf("%w: %s is missing or empty, so the workers could not authenticate to each other. "+
+	return fmt.Errorf("%w: %s is missing, empty or not a regular file, so the workers could not authenticate to each other. "+
 		"Submit with nomad-train run -address, or give the task the template nomad-train compile emits "+
 		"and store the secret first: nomad var put nomad/jobs/%s secret=<64 hex digits>. "+
 		"To run workers without authentication on this node, set allow_unauthenticated = true in the plugin config",
 		ErrNoSecret, path, job)
-}
-
-// ErrCommandNotAllowed is returned for a command outside the plugin's
-// allowed_command_dirs.
-var ErrCommandNotAllowed = errors.New("command is outside allowed_command_dirs")
-
-// resolveCommand finds the program: a bare name through PATH, a relative
-// path under the task dir. It must lie under one of allowed (if any),
-// after symlinks are resolved.
-func resolveCommand(cmd, taskDir, pathEnv string, allowed []string) (string, error) {
-	var p string
-	switch {
-	case filepath.IsAbs(cmd):
-		p = cmd
-	case strings.ContainsRune(cmd, '/'):
-		p = filepath.Join(taskDir, cmd)
-	default:
-		if pathEnv == "" {
-			pathEnv = os.Getenv("PATH")
-		}
-		for _, dir := range filepath.SplitList(pathEnv) {
-			if c := filepath.Join(dir, cmd); isExecutable(c) {
-				p = c
-				break
-			}
-		}
-		if p == "" {
-			return "", fieldErr("command", "%q not found in PATH", cmd)
-		}
-	}
-	p = filepath.Clean(p)
-	if !isExecutable(p) {
-		return "", fieldErr("command", "%q is not an executable file", p)
-	}
-	if len(allowed) == 0 {
-		return p, nil
-	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", fieldErr("command", "resolve %q: %v", p, err)
-	}
-	for _, dir := range allowed {
-		if rd, err := filepath.EvalSymlinks(dir); err == nil {
-			dir = rd
-		}
-		if rel, err := filepath.Rel(dir, real); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("field %q: %w: %s", "command", ErrCommandNotAllowed, real)
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 func sanitizeID(id string) string {

@@ -3,6 +3,7 @@ package driver
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,7 +52,11 @@ type envInput struct {
 	SecretFound bool // the secrets dir holds secretFileName
 	// External is the argv of a command run under the builtin "external"
 	// (the process itself is the driver binary); nil for any other task.
-	External    []string
+	External []string
+	// Self is set when the process is the driver binary (a builtin, or
+	// the wrapper of External): the job's variables that withheldFromSelf
+	// names are kept from it, and handed on to External's command.
+	Self        bool
 	HostName    string
 	NodeHasGPUs bool
 }
@@ -59,15 +64,26 @@ type envInput struct {
 // workerEnv is the task's environment: Nomad's task env plus the runtime's
 // NOMAD_TRAIN_* variables and GPU visibility. It returns KEY=VALUE pairs,
 // sorted.
+//
+// The driver's values win: the job's own values of reserved variables
+// (isReservedEnv; StartTask refuses a job that sets them) are dropped.
 func workerEnv(in envInput) []string {
 	env := make(map[string]string, len(in.Task.GetEnv())+20)
-	for k, v := range in.Task.GetEnv() {
-		env[k] = v
-	}
-	for k, v := range in.Task.GetDeviceEnv() {
-		if _, ok := env[k]; !ok {
+	held := map[string]string{}
+	take := func(k, v string) {
+		switch _, set := env[k]; {
+		case set || isReservedEnv(k):
+		case in.Self && withheldFromSelf(k):
+			held[k] = v
+		default:
 			env[k] = v
 		}
+	}
+	for k, v := range in.Task.GetEnv() {
+		take(k, v)
+	}
+	for k, v := range in.Task.GetDeviceEnv() {
+		take(k, v)
 	}
 	c := in.Config
 	env[workerenv.Worker] = "1"
@@ -92,8 +108,8 @@ func workerEnv(in envInput) []string {
 		if _, ok := env[envConsulAddr]; !ok && in.Plugin.ConsulAddress != "" {
 			env[envConsulAddr] = in.Plugin.ConsulAddress
 		}
-		if _, ok := env[envConsulToken]; !ok && in.Plugin.ConsulToken != "" {
-			env[envConsulToken] = in.Plugin.ConsulToken
+		if _, ok := env[envConsulToken]; !ok && in.Plugin.TaskConsulToken != "" {
+			env[envConsulToken] = in.Plugin.TaskConsulToken
 		}
 	}
 	env[workerenv.RendezvousTimeout] = c.Rendezvous.Timeout.String()
@@ -113,6 +129,10 @@ func workerEnv(in envInput) []string {
 		argv, _ := json.Marshal(in.External) // a []string always encodes
 		env[workerenv.Builtin] = external.BuiltinName
 		env[external.CommandEnv] = string(argv)
+		if len(held) > 0 {
+			b, _ := json.Marshal(held) // a map[string]string always encodes
+			env[external.HeldEnv] = string(b)
+		}
 	}
 	env[workerenv.Events] = filepath.Join(in.Paths.LocalDir, eventsFileName)
 	if in.SecretFound {
@@ -146,4 +166,19 @@ func collectiveAddr(env map[string]string, label string) string {
 		}
 	}
 	return "127.0.0.1:0"
+}
+
+// withheldIn names the variables of the job's env that workerEnv keeps
+// from the driver binary.
+func withheldIn(tc *drivers.TaskConfig) []string {
+	var names []string
+	for _, m := range []map[string]string{tc.GetEnv(), tc.GetDeviceEnv()} {
+		for k := range m {
+			if withheldFromSelf(k) && !slices.Contains(names, k) {
+				names = append(names, k)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
 }

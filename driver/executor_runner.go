@@ -29,6 +29,7 @@ func (r ExecutorRunner) Start(ctx context.Context, s ProcessSpec) (Process, erro
 	t, err := executor.Start(ctx, executor.Config{
 		TaskID:      s.TaskID,
 		Command:     s.Command,
+		Argv0:       s.Argv0,
 		Args:        s.Args,
 		Env:         s.Env,
 		Dir:         s.Dir,

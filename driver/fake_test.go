@@ -226,15 +226,22 @@ func TestResolveCommand(t *testing.T) {
 	must.NoError(t, os.Symlink(outside, sneaky))
 	must.NoError(t, os.WriteFile(filepath.Join(allowed, "data"), nil, 0o644))
 
+	link := filepath.Join(dir, "link")
+	must.NoError(t, os.Symlink(prog, link))
+
 	p, err := resolveCommand(prog, dir, "", []string{allowed})
 	must.NoError(t, err)
-	must.Eq(t, prog, p)
+	must.Eq(t, program{Path: prog, Name: prog}, p)
 	p, err = resolveCommand("train", dir, filepath.Join(allowed, "bin"), []string{allowed})
 	must.NoError(t, err)
-	must.Eq(t, prog, p)
+	must.Eq(t, program{Path: prog, Name: prog}, p)
 	p, err = resolveCommand("allowed/bin/train", dir, "", nil)
 	must.NoError(t, err)
-	must.Eq(t, prog, p)
+	must.Eq(t, program{Path: prog, Name: prog}, p)
+	// Under allowed dirs the checked file runs, under the name the job gave.
+	p, err = resolveCommand("link", dir, dir, []string{allowed})
+	must.NoError(t, err)
+	must.Eq(t, program{Path: prog, Name: link}, p)
 
 	_, err = resolveCommand(outside, dir, "", []string{allowed})
 	must.ErrorIs(t, err, ErrCommandNotAllowed)

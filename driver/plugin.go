@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -119,6 +120,7 @@ func (d *Driver) SetConfig(_ context.Context, req *base.SetConfigRequest) (*base
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	d.setConfig(cfg, req.GetNomadConfig())
+	warnPolicy(d.logger, cfg, os.Geteuid())
 	d.logger.Debug("plugin configured", "allowed_command_dirs", cfg.AllowedCommandDirs, "gpu_stats", cfg.GPUStats, "stats_interval", cfg.StatsInterval.String())
 	return &base.SetConfigResponse{}, nil
 }

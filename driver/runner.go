@@ -22,6 +22,7 @@ type Runner interface {
 type ProcessSpec struct {
 	TaskID     string
 	Command    string
+	Argv0      string // the program's argv[0]; "" is Command
 	Args       []string
 	Env        []string // KEY=VALUE
 	Dir        string

@@ -23,6 +23,8 @@ type Config struct {
 	// Command is the program to run: an absolute path, a path relative to
 	// Dir, or a bare name looked up in the PATH of Env (then of the plugin).
 	Command string
+	// Argv0 is the program name the worker sees as argv[0]; "" is Command.
+	Argv0 string
 	// Args are the arguments after the program name.
 	Args []string
 	// Env is the task's whole environment, as KEY=VALUE.

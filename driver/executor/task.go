@@ -71,15 +71,16 @@ func WithUserLookup(f UserLookup) Option { return func(o *options) { o.lookup = 
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 func buildOptions(opts []Option) options {
-	o := options{lookup: lookupUser, now: time.Now}
+	o := options{lookup: LookupUser, now: time.Now}
 	for _, f := range opts {
 		f(&o)
 	}
 	return o
 }
 
-// lookupUser resolves a name, or a numeric uid without a name.
-func lookupUser(name string) (*user.User, error) {
+// LookupUser resolves a user name, or a numeric uid without a name, in the
+// node's user database: how Config.User is read.
+func LookupUser(name string) (*user.User, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		if byID, err2 := user.LookupId(name); err2 == nil {
@@ -155,8 +156,12 @@ func Start(ctx context.Context, cfg Config, log hclog.Logger, opts ...Option) (*
 }
 
 func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o options, log hclog.Logger) (*Task, error) {
+	argv0 := cfg.Command
+	if cfg.Argv0 != "" {
+		argv0 = cfg.Argv0
+	}
 	spec := shimSpec{
-		TaskID: cfg.TaskID, Path: r.Path, Args: append([]string{cfg.Command}, cfg.Args...),
+		TaskID: cfg.TaskID, Path: r.Path, Args: append([]string{argv0}, cfg.Args...),
 		Env: append([]string{}, cfg.Env...), Dir: r.Dir, Cred: r.Cred, Cgroup: cgroup,
 	}
 	if err := writeJSONAtomic(filepath.Join(cfg.StateDir, specFile), spec); err != nil {

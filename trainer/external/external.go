@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +39,11 @@ const (
 	// LatestCheckpointEnv is the directory of the run's latest committed
 	// checkpoint, empty when there is none: what to resume from.
 	LatestCheckpointEnv = "NOMAD_TRAIN_LATEST_CHECKPOINT"
+	// HeldEnv holds, as a JSON object, variables of the job's environment
+	// that the launcher kept from the wrapper process (the loader's
+	// LD_PRELOAD, LD_LIBRARY_PATH, ...: the wrapper is the launcher's own
+	// binary) and that belong to the command: the wrapper gives them to it.
+	HeldEnv = "NOMAD_TRAIN_EXTERNAL_HELD_ENV"
 )
 
 // BuiltinName is the builtin that runs the command in CommandEnv.
@@ -113,6 +121,37 @@ func TorchEnv(t Topology) []string {
 		kv("TORCHELASTIC_RESTART_COUNT", t.RestartCount), kv("TORCHELASTIC_MAX_RESTARTS", t.MaxRestarts),
 		kv("TORCHELASTIC_RUN_ID", t.RunID),
 	}
+}
+
+// TorchEnvNames are the names of the variables TorchEnv sets.
+func TorchEnvNames() []string {
+	kvs := TorchEnv(Topology{})
+	names := make([]string, len(kvs))
+	for i, kv := range kvs {
+		names[i], _, _ = strings.Cut(kv, "=")
+	}
+	return names
+}
+
+// commandEnv is the command's environment: the wrapper's own, without
+// HeldEnv, plus the variables HeldEnv holds, then extra (which wins).
+func commandEnv(environ []string, extra ...string) ([]string, error) {
+	env := make([]string, 0, len(environ)+len(extra))
+	var held map[string]string
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		if k != HeldEnv {
+			env = append(env, kv)
+			continue
+		}
+		if err := json.Unmarshal([]byte(v), &held); err != nil {
+			return nil, fmt.Errorf("%s is not a JSON object of strings: %w", HeldEnv, err)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(held)) {
+		env = append(env, k+"="+held[k])
+	}
+	return append(env, extra...), nil
 }
 
 // hostInfo is what each rank tells the others before starting its command.
@@ -221,12 +260,16 @@ func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
 	if ck := s.GetCheckpoint(); ck != nil {
 		latest = ck.Path()
 	}
-	cmd.Env = append(os.Environ(), TorchEnv(topo)...)
-	cmd.Env = append(cmd.Env,
+	extra := append(TorchEnv(topo),
 		RequestFDEnv+"=3", ReplyFDEnv+"=4", LatestCheckpointEnv+"="+latest,
 		"PYTHONPATH="+joinPath(helperDir, os.Getenv("PYTHONPATH")))
 	if os.Getenv("OMP_NUM_THREADS") == "" {
-		cmd.Env = append(cmd.Env, "OMP_NUM_THREADS=1") // torchrun's default
+		extra = append(extra, "OMP_NUM_THREADS=1") // torchrun's default
+	}
+	if cmd.Env, err = commandEnv(os.Environ(), extra...); err != nil {
+		reqW.Close()
+		repR.Close()
+		return err
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()

@@ -72,3 +72,32 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// The command gets the variables its launcher held back from the wrapper
+// (the job's LD_PRELOAD, ...), not the holder itself, and the torchrun
+// variables win over anything else.
+func TestCommandEnv(t *testing.T) {
+	cases := []struct {
+		name    string
+		environ []string
+		want    []string
+		err     string
+	}{
+		{"nothing held", []string{"A=1"}, []string{"A=1", "RANK=0"}, ""},
+		{"held variables reach the command", []string{"A=1", HeldEnv + `={"LD_PRELOAD":"/x.so","GODEBUG":"a=1"}`},
+			[]string{"A=1", "GODEBUG=a=1", "LD_PRELOAD=/x.so", "RANK=0"}, ""},
+		{"garbage", []string{HeldEnv + "=[1]"}, nil, HeldEnv},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := commandEnv(tc.environ, "RANK=0")
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+		})
+	}
+	must.SliceContainsSubset(t, TorchEnvNames(), []string{"RANK", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"})
+}

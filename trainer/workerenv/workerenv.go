@@ -92,6 +92,24 @@ const (
 	StallFactor = "NOMAD_TRAIN_STALL_FACTOR" // a number
 )
 
+// Prefix starts every variable of the worker contract. A launcher owns
+// them: a job may set only the TaskSettable ones.
+const Prefix = "NOMAD_TRAIN_"
+
+// taskSettable are the runtime's tuning knobs: they change how a worker
+// runs, never who it is, whom it trusts or what it runs, so a job's own
+// environment may set them (nomad-train compile emits StopGrace).
+var taskSettable = map[string]bool{
+	CollectiveTimeout: true, CollectiveTransport: true, Fsync: true, StopGrace: true,
+	LeaseTTL: true, StallFloor: true, StallFactor: true,
+	"NOMAD_TRAIN_BLAS":      true, // the matmul backend (trainer/nn.BackendEnv)
+	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
+}
+
+// TaskSettable reports whether a job's environment may set the contract
+// variable name; every other Prefix variable is the launcher's alone.
+func TaskSettable(name string) bool { return taskSettable[name] }
+
 // CheckpointPolicy is the JSON carried in Checkpoint.
 type CheckpointPolicy struct {
 	NumToKeep      int    `json:"num_to_keep,omitempty"` // 0 keeps all

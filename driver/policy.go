@@ -1,0 +1,134 @@
+package driver
+
+// What a job may ask of the node: which variables its environment may set,
+// which reach which process, and which users it may run as. README.md's
+// "Security model" is the prose of these rules.
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/external"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// ErrReservedEnv is wrapped when a task's environment sets variables that
+// only the driver sets.
+var ErrReservedEnv = errors.New("the task's env sets variables the train driver owns")
+
+// ErrDeniedUser is wrapped when a task asks for a user the plugin config's
+// denied_users lists.
+var ErrDeniedUser = errors.New("user is in the plugin's denied_users")
+
+// torchEnvNames are the torchrun variables the builtin "external" gives
+// the command it runs.
+var torchEnvNames = external.TorchEnvNames()
+
+// isReservedEnv reports whether only the driver may set k: the worker
+// contract (workerenv.Prefix, save its tuning knobs) and the torchrun
+// contract. A job that set them could run another program than the one
+// allowed_command_dirs let through, read another secret, or claim another
+// rank.
+func isReservedEnv(k string) bool {
+	if strings.HasPrefix(k, workerenv.Prefix) {
+		return !workerenv.TaskSettable(k)
+	}
+	return slices.Contains(torchEnvNames, k)
+}
+
+// checkTaskEnv refuses a task environment that sets reserved variables,
+// naming them all.
+func checkTaskEnv(env map[string]string) error {
+	var bad []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if isReservedEnv(k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; remove them from the job (env block, templates with env = true): the driver sets them for every worker",
+		ErrReservedEnv, strings.Join(bad, ", "))
+}
+
+// selfWithheld are variables the dynamic loader, glibc or the Go runtime
+// act on as a process starts (besides every LD_* variable): loading code,
+// writing debug files, downgrading security settings. They are what glibc
+// ignores for a set-uid program. A process that is the driver binary
+// itself (a builtin worker, the wrapper of a command entrypoint) never
+// gets them from a job. GOMAXPROCS, GOGC and GOMEMLIMIT only tune, and
+// pass.
+var selfWithheld = []string{
+	"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN",
+	"LOCPATH", "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF",
+	"RES_OPTIONS", "TZDIR", "GODEBUG", "GOTRACEBACK",
+}
+
+// withheldFromSelf reports whether k must not reach the driver binary.
+func withheldFromSelf(k string) bool {
+	return strings.HasPrefix(k, "LD_") || slices.Contains(selfWithheld, k)
+}
+
+// userLookup resolves a user name, or a numeric uid, to a user
+// (executor.LookupUser in production).
+type userLookup func(name string) (*user.User, error)
+
+// uidOf is the uid of a user name or number, if it resolves. Numbers are
+// read as the user database reads them ("00" and "+0" are uid 0).
+func uidOf(name string, lookup userLookup) (string, bool) {
+	if u, err := lookup(name); err == nil {
+		return u.Uid, true
+	}
+	if n, err := strconv.ParseUint(strings.TrimPrefix(name, "+"), 10, 32); err == nil {
+		return strconv.FormatUint(n, 10), true
+	}
+	return "", false
+}
+
+// checkUser refuses a user that denied names, by name or by uid: user = "0"
+// or another name for uid 0 is root. A user that does not resolve is left
+// to the executor, which says it is unknown.
+func checkUser(name string, denied []string, lookup userLookup) error {
+	if name == "" {
+		return nil
+	}
+	uid, resolved := uidOf(name, lookup)
+	for _, d := range denied {
+		if d == name {
+			return fmt.Errorf("user %q: %w", name, ErrDeniedUser)
+		}
+		if duid, ok := uidOf(d, lookup); ok && resolved && duid == uid {
+			return fmt.Errorf("user %q (uid %s, as %q): %w", name, uid, d, ErrDeniedUser)
+		}
+	}
+	return nil
+}
+
+// checkDefaultUser refuses a plugin config whose default_user its own
+// denied_users denies: every task naming no user would be refused.
+func checkDefaultUser(c PluginConfig, lookup userLookup) error {
+	if err := checkUser(c.DefaultUser, c.DeniedUsers, lookup); err != nil {
+		return fieldErr("default_user", "default_user %q is in denied_users %q (%v): pick another default_user or change denied_users",
+			c.DefaultUser, c.DeniedUsers, err)
+	}
+	return nil
+}
+
+// warnPolicy logs what a plugin config leaves open that an operator may
+// not expect. euid is the plugin's effective uid.
+func warnPolicy(logger hclog.Logger, c PluginConfig, euid int) {
+	if c.ConsulToken != "" && c.TaskConsulToken == "" {
+		logger.Warn("consul_token is no longer given to tasks; set task_consul_token to give workers a Consul token")
+	}
+	if c.DefaultUser == "" && euid == 0 {
+		logger.Warn("tasks that name no user run as root; set default_user to run them as an unprivileged user")
+	}
+}
