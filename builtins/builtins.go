@@ -18,18 +18,13 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
-// WorkerArg is the first command-line argument that makes nomad-train or
-// nomad-driver-train run as a worker for the builtin named in
-// NOMAD_TRAIN_BUILTIN.
-const WorkerArg = "worker"
-
 // table maps builtin names to training functions.
 var table = map[string]trainer.TrainFunc{
 	"quickstart":         quickstart.Train,
 	"mnist-mlp":          mnist.TrainMLP,
 	"mnist-cnn":          mnist.TrainCNN,
 	"mnist-logreg":       mnist.TrainLogReg,
-	external.BuiltinName: external.Train,
+	workerenv.ExternalBuiltin: external.Train,
 }
 
 // configs makes, for each builtin that reads a config, the value its

@@ -5,7 +5,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-train/nomad-train/trainer/external"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // Each builtin's config is checked as its workers decode it.
@@ -20,9 +20,9 @@ func TestCheckConfig(t *testing.T) {
 	must.ErrorContains(t, CheckConfig("mnist-mlp", []byte(`{"epochs":"three"}`)), "cannot unmarshal string")
 
 	// A command's config is the command's business.
-	must.NoError(t, CheckConfig(external.BuiltinName, []byte(`{"anything":1}`)))
+	must.NoError(t, CheckConfig(workerenv.ExternalBuiltin, []byte(`{"anything":1}`)))
 	for _, name := range Names() {
-		if name != external.BuiltinName {
+		if name != workerenv.ExternalBuiltin {
 			must.MapContainsKey(t, configs, name, must.Sprintf("builtin %s has no config to check", name))
 		}
 	}

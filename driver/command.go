@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nomad-train/nomad-train/trainer/external"
 )
 
 // ErrCommandNotAllowed is returned for a command outside the plugin's
@@ -80,16 +79,3 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// runsExternal reports whether the resolved program runs under the builtin
-// "external": always with LauncherExternal, never with LauncherDirect, and
-// with LauncherAuto unless it is a Go binary built with nomad-train's
-// trainer (which speaks the worker contract itself).
-func runsExternal(launcher, program string) bool {
-	switch launcher {
-	case LauncherExternal:
-		return true
-	case LauncherDirect:
-		return false
-	}
-	return external.NeedsWrapper(program)
-}

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nomad-train/nomad-train/builtins"
 	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/base"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
@@ -38,7 +37,7 @@ type Options struct {
 	Runner Runner
 	// NVML is the GPU library; nil means none (CPU only).
 	NVML NVML
-	// SelfPath is the driver binary, run with builtins.WorkerArg for
+	// SelfPath is the driver binary, run with workerenv.WorkerArg for
 	// builtin entrypoints (default: os.Executable()).
 	SelfPath string
 	// Version is reported as plugin_version (default PluginVersion).
@@ -319,34 +318,32 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	if pcfg.GPUStats {
 		in.NodeHasGPUs = len(d.gpus.report().Devices) > 0
 	}
-	var command, argv0 string
-	var args []string
-	switch {
-	case cfg.Builtin == external.BuiltinName:
-		return ProcessSpec{}, "", fieldErr("builtin", "%q is how the driver runs a command entrypoint; give the task a command (with launcher = %q) instead", cfg.Builtin, LauncherExternal)
-	case cfg.Builtin != "":
-		command, args = d.selfPath, []string{builtins.WorkerArg}
-	default:
+	// How to start the worker is workerenv's decision, as for a local
+	// run; the driver's part is to resolve and check the command first.
+	ep := workerenv.Entrypoint{Builtin: cfg.Builtin, Args: cfg.Args, Launcher: cfg.Launcher}
+	var argv0 string
+	if cfg.Builtin == "" {
 		prog, err := resolveCommand(cfg.Command, paths.TaskDir, tc.GetEnv()["PATH"], pcfg.AllowedCommandDirs)
 		if err != nil {
 			return ProcessSpec{}, "", err
 		}
-		command, argv0, args = prog.Path, prog.Name, cfg.Args
-		if runsExternal(cfg.Launcher, prog.Path) {
-			// As nomad-train run does locally: the driver binary joins the
-			// rendezvous and runs the resolved program with torchrun's
-			// environment.
-			in.External = append([]string{prog.Path}, cfg.Args...)
-			command, argv0, args = d.selfPath, "", []string{builtins.WorkerArg}
-		}
+		ep.Command, argv0 = prog.Path, prog.Name
 	}
-	in.Self = command == d.selfPath
+	proc, err := workerenv.StartFor(ep, d.selfPath, external.SpeaksContract)
+	if err != nil {
+		return ProcessSpec{}, "", fieldErr("builtin", "%v", err)
+	}
+	if proc.Self {
+		argv0 = ""
+	}
+	in.Process = proc
 	env := workerEnv(in)
-	if in.Self {
+	if proc.Self {
 		if held := withheldIn(tc); len(held) > 0 {
-			d.logger.Info("job env withheld from the driver binary", "task_id", tc.GetId(), "variables", held, "to_command", in.External != nil)
+			d.logger.Info("job env withheld from the driver binary", "task_id", tc.GetId(), "variables", held, "to_command", proc.External != nil)
 		}
 	}
+	command, args := proc.Path, proc.Args
 	spec := ProcessSpec{
 		TaskID:     tc.GetId(),
 		Command:    command,

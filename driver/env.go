@@ -50,13 +50,11 @@ type envInput struct {
 	Plugin      PluginConfig
 	Paths       taskPaths
 	SecretFound bool // the secrets dir holds secretFileName
-	// External is the argv of a command run under the builtin "external"
-	// (the process itself is the driver binary); nil for any other task.
-	External []string
-	// Self is set when the process is the driver binary (a builtin, or
-	// the wrapper of External): the job's variables that withheldFromSelf
-	// names are kept from it, and handed on to External's command.
-	Self        bool
+	// Process is how the worker starts (workerenv.StartFor). When it is
+	// the driver binary (Self: a builtin, or the wrapper of External), the
+	// job's variables that withheldFromSelf names are kept from it, and
+	// handed on to External's command.
+	Process     workerenv.Process
 	HostName    string
 	NodeHasGPUs bool
 }
@@ -73,7 +71,7 @@ func workerEnv(in envInput) []string {
 	take := func(k, v string) {
 		switch _, set := env[k]; {
 		case set || isReservedEnv(k):
-		case in.Self && withheldFromSelf(k):
+		case in.Process.Self && withheldFromSelf(k):
 			held[k] = v
 		default:
 			env[k] = v
@@ -122,13 +120,11 @@ func workerEnv(in envInput) []string {
 	})
 	env[workerenv.Checkpoint] = string(ckpt)
 	env[workerenv.MaxFailures] = strconv.Itoa(c.Failure.MaxFailures)
-	if c.Builtin != "" {
-		env[workerenv.Builtin] = c.Builtin
+	for _, kv := range in.Process.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
-	if len(in.External) > 0 {
-		argv, _ := json.Marshal(in.External) // a []string always encodes
-		env[workerenv.Builtin] = external.BuiltinName
-		env[external.CommandEnv] = string(argv)
+	if in.Process.External != nil {
 		if len(held) > 0 {
 			b, _ := json.Marshal(held) // a map[string]string always encodes
 			env[external.HeldEnv] = string(b)

@@ -19,9 +19,13 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
+// Which commands the driver wraps: workerenv.StartFor decides, with
+// trainer/external's reading of the program.
 func TestRunsExternal(t *testing.T) {
 	cases := []struct {
 		launcher, program string
@@ -35,7 +39,10 @@ func TestRunsExternal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.launcher+" "+filepath.Base(tc.program), func(t *testing.T) {
-			must.Eq(t, tc.want, runsExternal(tc.launcher, tc.program))
+			proc, err := workerenv.StartFor(workerenv.Entrypoint{Command: tc.program, Launcher: tc.launcher}, "/self", external.SpeaksContract)
+			must.NoError(t, err)
+			must.Eq(t, tc.want, proc.External != nil)
+			must.Eq(t, tc.want, proc.Path == "/self")
 		})
 	}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
-	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -164,7 +163,7 @@ func TestStartTaskEnvironment(t *testing.T) {
 			want: map[string]string{
 				workerenv.Rendezvous: "consul:///nomad-train/ml/job-a/", "CONSUL_HTTP_ADDR": "consul.local:8500", workerenv.Addr: "127.0.0.1:0",
 				workerenv.Checkpoint: `{}`, workerenv.MaxFailures: "0", workerenv.RendezvousTimeout: "5m0s",
-				workerenv.Builtin: external.BuiltinName, external.CommandEnv: `["/bin/echo","a","b"]`,
+				workerenv.Builtin: workerenv.ExternalBuiltin, workerenv.ExternalCommand: `["/bin/echo","a","b"]`,
 			},
 			cmd: "/bin/true", args: []string{"worker"},
 		},
@@ -172,7 +171,7 @@ func TestStartTaskEnvironment(t *testing.T) {
 			name: "launcher direct runs the command itself",
 			cfg:  map[string]any{"command": "/bin/echo", "args": []any{"a", "b"}, "launcher": "direct", "run_name": "r", "world_size": 2, "storage_path": "/s"},
 			want: map[string]string{workerenv.Rendezvous: "consul:///nomad-train/ml/job-a/", workerenv.Worker: "1"},
-			gone: []string{workerenv.Builtin, external.CommandEnv},
+			gone: []string{workerenv.Builtin, workerenv.ExternalCommand},
 			cmd:  "/bin/echo", args: []string{"a", "b"},
 		},
 	}

@@ -25,7 +25,7 @@ func TestCheckTaskEnv(t *testing.T) {
 	}{
 		{"nomad's own and the job's", map[string]string{"NOMAD_ALLOC_INDEX": "0", "PATH": "/bin", "LD_LIBRARY_PATH": "/opt/cuda/lib64", "CONSUL_HTTP_TOKEN": "t"}, ""},
 		{"tuning knobs", map[string]string{workerenv.StopGrace: "5s", workerenv.Fsync: "checkpoints", nn.BackendEnv: "openblas", workerenv.CollectiveTransport: "tcp"}, ""},
-		{"the command of the wrapper", map[string]string{external.CommandEnv: `["/bin/sh"]`}, external.CommandEnv},
+		{"the command of the wrapper", map[string]string{workerenv.ExternalCommand: `["/bin/sh"]`}, workerenv.ExternalCommand},
 		{"held env", map[string]string{external.HeldEnv: `{}`}, external.HeldEnv},
 		{"identity and trust", map[string]string{workerenv.SecretFile: "/etc/shadow", workerenv.MemberID: "x", workerenv.Builtin: "external"},
 			"NOMAD_TRAIN_BUILTIN, NOMAD_TRAIN_MEMBER_ID, NOMAD_TRAIN_SECRET_FILE"},
@@ -70,8 +70,8 @@ func TestWorkerEnvWithholdsLoaderEnvFromSelf(t *testing.T) {
 		wantHeld string // the HeldEnv the wrapper gets
 	}{
 		{"the job's own program", envInput{Task: tc, Config: cfg}, true, ""},
-		{"a builtin worker", envInput{Task: tc, Config: cfg, Self: true}, false, ""},
-		{"the wrapper of a command", envInput{Task: tc, Config: cfg, Self: true, External: []string{"/bin/prog"}}, false,
+		{"a builtin worker", envInput{Task: tc, Config: cfg, Process: workerenv.Process{Self: true}}, false, ""},
+		{"the wrapper of a command", envInput{Task: tc, Config: cfg, Process: workerenv.Process{Self: true, External: []string{"/bin/prog"}}}, false,
 			`{"GCONV_PATH":"/task","GLIBC_TUNABLES":"a=1","GODEBUG":"x509sha1=1","LD_AUDIT":"/x.so","LD_LIBRARY_PATH":"/opt/cuda","LD_PRELOAD":"/task/local/x.so"}`},
 	}
 	for _, c := range cases {

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -60,7 +60,7 @@ var ErrRunFailed = errors.New("run failed")
 // LoadResult reads a run's storage and combines it with how its workers
 // ended (out may be nil) into a Result. When a worker failed it returns the
 // Result together with an error wrapping ErrRunFailed that names the cause.
-func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *local.Outcome) (*Result, error) {
+func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome) (*Result, error) {
 	st, err := storage.OpenReadOnly(storagePath, run, storagePolicy(policy))
 	if err != nil {
 		return nil, fmt.Errorf("open run storage: %w", err)

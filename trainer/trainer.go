@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -116,7 +116,7 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		args = os.Args[1:]
 	}
 	policy := workerenv.CheckpointPolicy(t.run.Checkpoint)
-	out, err := local.Launch(ctx, local.Options{
+	out, err := launch.Launch(ctx, launch.Options{
 		Command:     exe,
 		Args:        args,
 		NumWorkers:  t.scaling.NumWorkers,

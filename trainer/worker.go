@@ -589,7 +589,7 @@ func (w *worker) generation(ctx context.Context) error {
 	}
 	group, err := collective.New(gctx, collective.Config{
 		Rank: a.Rank, Size: a.WorldSize, Listener: ln, Peers: peers,
-		Timeout: env.CollectiveTimeout, Transport: env.CollectiveTransport, Secret: w.secret,
+		Timeout: env.CollectiveTimeout, Transport: transportOf(env), Secret: w.secret,
 		Generation: a.Generation, Logger: log,
 	})
 	if err != nil {
@@ -850,4 +850,12 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// transportOf is the collective transport the worker's environment asks for.
+func transportOf(env workerenv.Env) collective.Transport {
+	if env.CollectiveTCPOnly {
+		return collective.TransportTCP
+	}
+	return collective.TransportAuto
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/driver"
 	"github.com/nomad-train/nomad-train/driver/executor"
 )
@@ -23,7 +24,7 @@ func main() {
 		switch os.Args[1] {
 		case executor.ShimArg:
 			os.Exit(executor.ShimMain(os.Args[1:]))
-		case builtins.WorkerArg:
+		case workerenv.WorkerArg:
 			os.Exit(builtins.WorkerMain())
 		}
 	}

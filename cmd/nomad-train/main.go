@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // command is one subcommand: it gets its arguments (after the subcommand
@@ -30,7 +31,7 @@ func register(name, synopsis string, run func(ctx context.Context, args []string
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == builtins.WorkerArg {
+	if len(os.Args) > 1 && os.Args[1] == workerenv.WorkerArg {
 		os.Exit(builtins.WorkerMain()) // before any signal handling of ours
 	}
 	// A reader of our output that goes away (| head, a closed terminal)

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
-	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -57,7 +56,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runLocal runs the spec on this machine: the embedded default.
 func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
-	opts := local.Options{
+	opts := launch.Options{
 		NumWorkers:  spec.Scaling.NumWorkers,
 		RunName:     spec.Name,
 		StoragePath: spec.Run.StoragePath,
@@ -75,32 +74,20 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		opts.Env = append(opts.Env, k+"="+spec.Env[k])
 	}
-	builtin := spec.Entrypoint.Builtin
-	if builtin == "" && external.NeedsWrapper(spec.Entrypoint.Command) {
-		// Not a Go trainer binary (python3 train.py, say): our own worker
-		// runtime does the rendezvous and runs it with torchrun's env.
-		argv, _ := json.Marshal(append([]string{spec.Entrypoint.Command}, spec.Entrypoint.Args...))
-		builtin = external.BuiltinName
-		opts.Env = append(opts.Env, external.CommandEnv+"="+string(argv))
+	proc, err := workerProcess(spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return 1
 	}
-	if builtin != "" {
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train run: find own executable: %v\n", err)
-			return 1
-		}
-		opts.Command, opts.Args = exe, []string{builtins.WorkerArg}
-		opts.Env = append(opts.Env, workerenv.Builtin+"="+builtin)
-	} else {
-		opts.Command, opts.Args = spec.Entrypoint.Command, spec.Entrypoint.Args
-	}
+	opts.Command, opts.Args = proc.Path, proc.Args
+	opts.Env = append(opts.Env, proc.Env...)
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), filepath.Join(spec.Run.StoragePath, spec.Name))
 	last := lastConfigPath(spec)
 	if note := configChange(last, spec.ConfigJSON); note != "" {
 		fmt.Fprintf(stdout, "    %s\n", note)
 	}
-	out, err := local.Launch(ctx, opts)
+	out, err := launch.Launch(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
@@ -194,4 +181,17 @@ func printResult(w io.Writer, r *trainer.Result) {
 	}
 	fmt.Fprintf(tw, "    metrics\t%s\n", r.MetricsPath)
 	tw.Flush()
+}
+
+// workerProcess is how a local worker of spec starts: this binary for a
+// builtin or a program that needs the external wrapper (python3 train.py),
+// the program itself for a Go trainer (workerenv.StartFor decides, as the
+// driver's does on Nomad).
+func workerProcess(spec *trainhcl.Spec) (workerenv.Process, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return workerenv.Process{}, fmt.Errorf("find own executable: %w", err)
+	}
+	return workerenv.StartFor(workerenv.Entrypoint{Builtin: spec.Entrypoint.Builtin,
+		Command: spec.Entrypoint.Command, Args: spec.Entrypoint.Args}, exe, external.SpeaksContract)
 }

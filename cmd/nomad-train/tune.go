@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -23,8 +22,6 @@ func init() {
 // experiment is what a train.hcl spec with a tune block describes.
 type experiment struct {
 	spec       *trainhcl.Spec
-	builtin    string   // a builtin training function, or
-	command    []string // a worker command
 	env        []string
 	numWorkers int
 	space      map[string]any
@@ -52,16 +49,13 @@ func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer)
 		fmt.Fprintf(stderr, "nomad-train tune: %s: scheduler: %v\n", path, err)
 		return nil, false
 	}
-	x := &experiment{spec: spec, builtin: spec.Entrypoint.Builtin, numWorkers: spec.Scaling.NumWorkers, space: space,
+	x := &experiment{spec: spec, numWorkers: spec.Scaling.NumWorkers, space: space,
 		cfg: tune.Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 			NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
 			Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
 			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched,
 			Checkpoint: workerenv.CheckpointPolicy{NumToKeep: spec.Run.Checkpoint.NumToKeep,
 				ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute, ScoreOrder: spec.Run.Checkpoint.ScoreOrder}}}
-	if x.builtin == "" {
-		x.command = append([]string{spec.Entrypoint.Command}, spec.Entrypoint.Args...)
-	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		x.env = append(x.env, k+"="+spec.Env[k])
 	}
@@ -175,22 +169,15 @@ func plural(n int, one, many string) string {
 // exit code when it cannot (else -1).
 func localBackend(x *experiment, verbose bool, stdout, stderr io.Writer) (_ tune.Backend, code int) {
 	b := tune.NewProcesses(nil, x.numWorkers)
-	b.Env = x.env
-	if x.builtin != "" {
-		if _, ok := builtins.Lookup(x.builtin); !ok {
-			fmt.Fprintf(stderr, "nomad-train tune: unknown builtin %q (known: %v)\n", x.builtin, builtins.Names())
-			return nil, exitSpec
-		}
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train tune: find own executable: %v\n", err)
-			return nil, 1
-		}
-		b.Command, b.Args = exe, []string{builtins.WorkerArg}
-		b.Env = append(b.Env, workerenv.Builtin+"="+x.builtin)
-	} else {
-		b.Command, b.Args = x.command[0], x.command[1:]
+	// Trials start their workers as run does: a python3 command runs under
+	// the external wrapper here too.
+	proc, err := workerProcess(x.spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
+		return nil, 1
 	}
+	b.Command, b.Args = proc.Path, proc.Args
+	b.Env = append(append([]string{}, x.env...), proc.Env...)
 	// Stopped trials' workers complain about their cancelled context;
 	// failures are in the table and results.json, the rest only with -v.
 	b.Stdout, b.Stderr = io.Discard, io.Discard

@@ -376,3 +376,33 @@ train %q {
 	}
 	must.Positive(t, stopped, must.Sprint(string(out)))
 }
+
+// A local tune starts a command's workers the way run and the driver do: a
+// program that is not a Go trainer (a shell script here, python3 train.py
+// in life) runs under the external wrapper, so it gets torchrun's
+// environment and the report protocol. Tune started it bare, and the
+// script found neither.
+func TestTuneWrapsACommand(t *testing.T) {
+	bin := buildCLI(t)
+	dir, spec := hclSpec(t, `
+train "sh-tune" {
+  entrypoint {
+    command = "/bin/sh"
+    args    = ["train.sh"]
+  }
+  config = { lr = grid_search([1, 2]) }
+  tune {
+    metric = "loss"
+    mode   = "min"
+  }
+}`)
+	must.NoError(t, os.WriteFile(filepath.Join(dir, "train.sh"), []byte(`set -e
+[ -n "$MASTER_PORT" ] && [ "$WORLD_SIZE" = 1 ] || { echo "no torchrun environment" >&2; exit 1; }
+printf '{"op":"report","metrics":{"loss":0.5,"rank":%s}}\n' "$RANK" >&"$NOMAD_TRAIN_REQUEST_FD"
+read -r reply <&"$NOMAD_TRAIN_REPLY_FD"
+`), 0o644))
+	out, err := localTune(bin, dir, spec).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "== sh-tune: 2 trials (2 TERMINATED)")
+	must.StrContains(t, string(out), "==> best trial trial_000")
+}

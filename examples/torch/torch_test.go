@@ -14,6 +14,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -44,7 +45,7 @@ func TestTorchDDPTrainsReportsAndResumesAfterKill(t *testing.T) {
 	script, err := filepath.Abs("train.py")
 	must.NoError(t, err)
 	argv, _ := json.Marshal([]string{python, script})
-	t.Setenv(external.CommandEnv, string(argv))
+	t.Setenv(workerenv.ExternalCommand, string(argv))
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	dir := t.TempDir()
 	tr := trainer.New(external.Train, trainer.Scaling{NumWorkers: 2},

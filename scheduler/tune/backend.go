@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -77,7 +77,7 @@ type SlotFreedOnStop interface {
 func (p *Processes) SlotFreedOnStop() bool { return true }
 
 // Processes is the local backend: each trial is a gang of worker processes
-// started by scheduler/local, like a `nomad-train run`. Every trial pays for
+// started by trainer/launch, like a `nomad-train run`. Every trial pays for
 // process start-up and rendezvous.
 //
 // It is a Preparer when its workers are copies of this program (Command
@@ -126,8 +126,8 @@ func NewProcesses(fn trainer.TrainFunc, numWorkers int) *Processes {
 func (p *Processes) workerFunc() trainer.TrainFunc { return p.fn }
 
 // options are the launcher's options for the trial.
-func (p *Processes) options(t TrialSpec) (local.Options, error) {
-	o := local.Options{
+func (p *Processes) options(t TrialSpec) (launch.Options, error) {
+	o := launch.Options{
 		Command: p.Command, Args: p.Args, Env: p.Env,
 		NumWorkers: max(p.NumWorkers, 1), RunName: t.ID, StoragePath: t.StoragePath,
 		Config: t.Config, Checkpoint: t.Checkpoint,
@@ -175,12 +175,12 @@ func (p *Processes) Run(ctx context.Context, t TrialSpec) error {
 	if err != nil {
 		return err
 	}
-	out, err := local.Launch(ctx, o)
+	out, err := launch.Launch(ctx, o)
 	return trialOutcome(t, out, err)
 }
 
 // trialOutcome is Run's error for a launch's outcome.
-func trialOutcome(t TrialSpec, out *local.Outcome, err error) error {
+func trialOutcome(t TrialSpec, out *launch.Outcome, err error) error {
 	if err != nil {
 		return fmt.Errorf("launch trial %s: %w", t.ID, err)
 	}
@@ -203,7 +203,7 @@ type prestart struct {
 }
 
 type launched struct {
-	out *local.Outcome
+	out *launch.Outcome
 	err error
 }
 
@@ -235,7 +235,7 @@ func (p *Processes) Prepare(t TrialSpec) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pre := &prestart{spec: t, gate: g, cancel: cancel, done: make(chan launched, 1)}
 	go func() {
-		out, err := local.Launch(ctx, o)
+		out, err := launch.Launch(ctx, o)
 		pre.done <- launched{out, err}
 	}()
 	if p.prepared == nil {
@@ -281,7 +281,7 @@ func (pre *prestart) discard() {
 	pre.gate.close()
 }
 
-// linePrefixer prefixes every write (local.Launch writes whole lines); the
+// linePrefixer prefixes every write (launch.Launch writes whole lines); the
 // mutex is shared by every trial writing to the same writer.
 type linePrefixer struct {
 	mu     *sync.Mutex

@@ -28,7 +28,7 @@
 //     script).
 //   - Backends place trials behind one method, Backend.Run: run the trial
 //     until it ends, stop it when ctx is cancelled. Processes runs each
-//     trial as a gang of local worker processes (scheduler/local), exactly
+//     trial as a gang of local worker processes (trainer/launch), exactly
 //     like `nomad-train run`. When the workers are copies of this program,
 //     it starts the next trials' workers while the slots are busy and holds
 //     them at a loopback gate (RunWorker) until their trial runs, and it

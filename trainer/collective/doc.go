@@ -28,11 +28,10 @@
 // credit. The TCP connection still carries every wake-up, every deadline
 // and every failure, so nothing spins and a dead peer is ErrPeerLost as
 // before. Small collectives (at most 64 KiB) stay on TCP. Results are the
-// same bits either way. Config.Transport = TransportTCP (or "tcp" in the
-// NOMAD_TRAIN_COLLECTIVE_TRANSPORT variable, read with ParseTransport)
-// turns shared memory off; a peer on another host, or a region that cannot
-// be made or mapped, falls back to TCP for that connection with a debug
-// log, never an error.
+// same bits either way. Config.Transport = TransportTCP (ParseTransport
+// reads it from a setting: "tcp") turns shared memory off; a peer on
+// another host, or a region that cannot be made or mapped, falls back to
+// TCP for that connection with a debug log, never an error.
 //
 // All-reduce results are bit-identical on every rank: each element is summed
 // in one fixed order around the ring by the rank that completes it, and the
@@ -51,7 +50,7 @@
 // Example, on every rank of a gang of size n after the rendezvous:
 //
 //	ln, _ := net.Listen("tcp", ":0") // advertise ln.Addr() via the rendezvous
-//	transport, err := collective.ParseTransport(os.Getenv(collective.TransportEnv))
+//	transport, err := collective.ParseTransport(setting) // "auto" or "tcp"
 //	if err != nil {
 //		return err
 //	}

@@ -27,10 +27,6 @@ const (
 	TransportTCP
 )
 
-// TransportEnv is the environment variable a worker reads to choose its
-// Transport (see ParseTransport): "tcp" turns shared memory off.
-const TransportEnv = "NOMAD_TRAIN_COLLECTIVE_TRANSPORT"
-
 // ParseTransport reads a Transport setting: "", "auto" or "shm" for
 // TransportAuto, "tcp" for TransportTCP.
 func ParseTransport(s string) (Transport, error) {

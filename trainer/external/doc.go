@@ -18,7 +18,7 @@
 // lasts (torchrun's max_restarts).
 //
 // It is the builtin "external": nomad-train run wraps a command entrypoint
-// that is not a Go trainer binary (NeedsWrapper) by running itself as that
+// that is not a Go trainer binary (SpeaksContract is false) by running itself as that
 // builtin with the command in NOMAD_TRAIN_EXTERNAL_COMMAND:
 //
 //	entrypoint {

@@ -27,9 +27,6 @@ import (
 
 // Environment of the wrapper and of the command it runs.
 const (
-	// CommandEnv holds the command to run as a JSON array (argv), set by
-	// whatever starts the wrapper (nomad-train run for a command entrypoint).
-	CommandEnv = "NOMAD_TRAIN_EXTERNAL_COMMAND"
 	// RequestFDEnv is the file descriptor the command writes requests to,
 	// one JSON object per line (see Request).
 	RequestFDEnv = "NOMAD_TRAIN_REQUEST_FD"
@@ -45,9 +42,6 @@ const (
 	// binary) and that belong to the command: the wrapper gives them to it.
 	HeldEnv = "NOMAD_TRAIN_EXTERNAL_HELD_ENV"
 )
-
-// BuiltinName is the builtin that runs the command in CommandEnv.
-const BuiltinName = "external"
 
 // Request is one line the command writes to RequestFDEnv.
 type Request struct {
@@ -76,11 +70,11 @@ type Reply struct {
 var ErrCommandFailed = errors.New("worker command failed")
 
 // Train is the training function of the builtin "external": it runs the
-// command named by CommandEnv.
+// command named by workerenv.ExternalCommand.
 func Train(ctx context.Context, s *trainer.Session) error {
 	var argv []string
-	if err := json.Unmarshal([]byte(os.Getenv(CommandEnv)), &argv); err != nil || len(argv) == 0 {
-		return fmt.Errorf("%s must be a non-empty JSON array of strings: %q", CommandEnv, os.Getenv(CommandEnv))
+	if err := json.Unmarshal([]byte(os.Getenv(workerenv.ExternalCommand)), &argv); err != nil || len(argv) == 0 {
+		return fmt.Errorf("%s must be a non-empty JSON array of strings: %q", workerenv.ExternalCommand, os.Getenv(workerenv.ExternalCommand))
 	}
 	return Runner{Argv: argv}.Train(ctx, s)
 }

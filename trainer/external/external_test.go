@@ -55,11 +55,11 @@ func TestDecodeRequest(t *testing.T) {
 func TestNeedsWrapper(t *testing.T) {
 	exe, err := os.Executable() // this test binary depends on the module
 	must.NoError(t, err)
-	must.False(t, NeedsWrapper(exe))
+	must.True(t, SpeaksContract(exe))
 	sh, err := exec.LookPath("sh")
 	must.NoError(t, err)
-	must.True(t, NeedsWrapper(sh))
-	must.False(t, NeedsWrapper("no-such-command-here"))
+	must.False(t, SpeaksContract(sh))
+	must.True(t, SpeaksContract("no-such-command-here"))
 }
 
 func FuzzDecodeRequest(f *testing.F) {

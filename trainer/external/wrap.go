@@ -8,26 +8,26 @@ import (
 // TrainerModule is the module path a Go worker binary depends on.
 const TrainerModule = "github.com/nomad-train/nomad-train"
 
-// NeedsWrapper reports whether the command must run under the external
-// wrapper: true unless it is a Go program built with this module (which
-// speaks the worker contract itself). A command that cannot be found is
-// left alone, so starting it reports the real error.
-func NeedsWrapper(command string) bool {
+// SpeaksContract reports whether the command speaks the worker contract
+// itself, so that it runs without the external wrapper: a Go program built
+// with this module. A command that cannot be found counts as speaking it,
+// so starting it directly reports the real error.
+func SpeaksContract(command string) bool {
 	path, err := exec.LookPath(command)
 	if err != nil {
-		return false
+		return true
 	}
 	info, err := buildinfo.ReadFile(path)
 	if err != nil {
-		return true // not a Go binary: python3, a shell script, ...
+		return false // not a Go binary: python3, a shell script, ...
 	}
 	if info.Main.Path == TrainerModule {
-		return false
+		return true
 	}
 	for _, d := range info.Deps {
 		if d.Path == TrainerModule {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }

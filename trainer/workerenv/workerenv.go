@@ -11,9 +11,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
-
-	"github.com/nomad-train/nomad-train/trainer/collective"
 )
 
 // Variable names. Every name starts with NOMAD_TRAIN_.
@@ -67,9 +66,9 @@ const (
 	// (a Go duration string).
 	CollectiveTimeout = "NOMAD_TRAIN_COLLECTIVE_TIMEOUT"
 	// CollectiveTransport picks how ranks on the same host move collective
-	// data: "auto" (the default: shared memory where possible) or "tcp".
-	// It is collective.TransportEnv.
-	CollectiveTransport = collective.TransportEnv
+	// data: "auto" (the default: shared memory where possible; "shm" says
+	// the same) or "tcp".
+	CollectiveTransport = "NOMAD_TRAIN_COLLECTIVE_TRANSPORT"
 	// Fsync is which progress records a worker flushes to stable storage:
 	// "records" (the default: every one) or "checkpoints" (only those that
 	// commit a checkpoint; metric-only records are written at once but
@@ -128,23 +127,24 @@ type Event struct {
 
 // Env is the decoded environment of one worker.
 type Env struct {
-	RunName             string
-	WorldSize           int
-	RankHint            int // -1 when unset
-	MemberID            string
-	Node                string
-	Addr                string
-	Rendezvous          string
-	RendezvousTimeout   time.Duration
-	StoragePath         string
-	Config              json.RawMessage
-	Checkpoint          CheckpointPolicy
-	MaxFailures         int
-	Builtin             string
-	Events              string
-	SecretFile          string
-	CollectiveTimeout   time.Duration
-	CollectiveTransport collective.Transport
+	RunName           string
+	WorldSize         int
+	RankHint          int // -1 when unset
+	MemberID          string
+	Node              string
+	Addr              string
+	Rendezvous        string
+	RendezvousTimeout time.Duration
+	StoragePath       string
+	Config            json.RawMessage
+	Checkpoint        CheckpointPolicy
+	MaxFailures       int
+	Builtin           string
+	Events            string
+	SecretFile        string
+	CollectiveTimeout time.Duration
+	// CollectiveTCPOnly is CollectiveTransport=tcp: no shared memory.
+	CollectiveTCPOnly bool
 	// FsyncCheckpointsOnly is Fsync=checkpoints.
 	FsyncCheckpointsOnly bool
 	StopGrace            time.Duration
@@ -193,8 +193,12 @@ func Load(getenv func(string) string) (Env, error) {
 	if e.CollectiveTimeout, err = durVar(getenv, CollectiveTimeout, 30*time.Second); err != nil {
 		return e, err
 	}
-	if e.CollectiveTransport, err = collective.ParseTransport(getenv(CollectiveTransport)); err != nil {
-		return e, fmt.Errorf("%s: %w", CollectiveTransport, err)
+	switch v := getenv(CollectiveTransport); strings.ToLower(strings.TrimSpace(v)) {
+	case "", "auto", "shm":
+	case "tcp":
+		e.CollectiveTCPOnly = true
+	default:
+		return e, fmt.Errorf("%s: unknown transport %q (want auto, shm or tcp)", CollectiveTransport, v)
 	}
 	switch v := getenv(Fsync); v {
 	case "", "records":

@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/shoenig/test/must"
-
-	"github.com/nomad-train/nomad-train/trainer/collective"
 )
 
 // env is a getenv over a map.
@@ -19,12 +17,12 @@ func TestLoadCollectiveTransport(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		value string
-		want  collective.Transport
-	}{{"", collective.TransportAuto}, {"auto", collective.TransportAuto}, {"tcp", collective.TransportTCP}} {
+		want  bool
+	}{{"", false}, {"auto", false}, {"shm", false}, {"tcp", true}, {"TCP", true}} {
 		t.Run(tc.value, func(t *testing.T) {
 			e, err := Load(env(base(tc.value)))
 			must.NoError(t, err)
-			must.Eq(t, tc.want, e.CollectiveTransport)
+			must.EqOp(t, tc.want, e.CollectiveTCPOnly)
 		})
 	}
 	t.Run("a bad value names the variable", func(t *testing.T) {

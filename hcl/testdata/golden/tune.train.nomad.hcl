@@ -4,7 +4,7 @@ job "quickstart-tune" {
 
   meta {
     nomad_train_run          = "quickstart-tune"
-    nomad_train_spec_sha256  = "181844e8430a11f65b78fbb218be0473d3e2e0630c50e5b4d84890c7a1dc5e40"
+    nomad_train_spec_sha256  = "d53c725039d9451745dab31bf6e739e54d9695b3848a27f0d17be8c6b5550bc9"
     nomad_train_storage_path = "./results"
   }
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-train/nomad-train/scheduler/local"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -163,7 +163,7 @@ func (n *Node) start(job *api.Job) {
 }
 
 // LocalWorkers is a RunFunc that runs a job's workers as the train driver
-// would, as local processes (scheduler/local): command and args start one
+// would, as local processes (trainer/launch): command and args start one
 // worker, env adds to its environment; the task config gives the run
 // name, world size, storage path, config and builtin.
 func LocalWorkers(command string, args, env []string) RunFunc {
@@ -174,7 +174,7 @@ func LocalWorkers(command string, args, env []string) RunFunc {
 		if b := str("builtin"); b != "" {
 			e = append(append([]string(nil), env...), workerenv.Builtin+"="+b)
 		}
-		out, err := local.Launch(ctx, local.Options{Command: command, Args: args, Env: e,
+		out, err := launch.Launch(ctx, launch.Options{Command: command, Args: args, Env: e,
 			NumWorkers: WorkerCount(job), RunName: str("run_name"), StoragePath: str("storage_path"),
 			Config: []byte(str("train_config")), StopGrace: 100 * time.Millisecond})
 		if err != nil {
