@@ -151,6 +151,9 @@ func decodeMsgpack(s *hclspec.Spec, b []byte) (cty.Value, error) {
 	}
 	raw := cty.NullVal(cty.DynamicPseudoType)
 	if len(b) > 0 {
+		if err := checkMsgpack(b); err != nil {
+			return cty.NilVal, &ConfigError{Msg: fmt.Sprintf("malformed msgpack: %v", err)}
+		}
 		rawTy, err := ctymsgpack.ImpliedType(b)
 		if err != nil {
 			return cty.NilVal, &ConfigError{Msg: fmt.Sprintf("malformed msgpack: %v", err)}

@@ -1,0 +1,84 @@
+package driver
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/shoenig/test/must"
+	"github.com/zclconf/go-cty/cty"
+	ctymsgpack "github.com/zclconf/go-cty/cty/msgpack"
+)
+
+// hugeArray is the 20 bytes that took the plugin down: an array32 header
+// claiming 0xB8D90000 (3.1e9) elements, followed by 15 of them.
+func hugeArray() []byte {
+	return append([]byte{0xdd, 0xb8, 0xd9, 0x00, 0x00}, make([]byte, 15)...)
+}
+
+func nested(open byte, depth int) []byte {
+	return append(bytes.Repeat([]byte{open}, depth), 0xc0)
+}
+
+// TestDecodeTaskConfigRefusesUnboundedMsgpack feeds the decoders inputs whose
+// headers promise more than their bytes hold. Before the bound, the first
+// one killed the process with "fatal error: out of memory".
+func TestDecodeTaskConfigRefusesUnboundedMsgpack(t *testing.T) {
+	tooMany := append([]byte{0xdc, 0xff, 0xff}, make([]byte, 0xffff)...) // 65535 elements + the array
+	tooMany = append([]byte{0x92}, append(tooMany, 0x00)...)
+	cases := []struct {
+		name string
+		in   []byte
+	}{
+		{"array32 of 3.1e9 in 20 bytes", hugeArray()},
+		{"map32 of 3.1e9 under a key", append([]byte{0x81, 0xa4, 'a', 'r', 'g', 's', 0xdf, 0xb8, 0xd9, 0x00, 0x00}, make([]byte, 9)...)},
+		{"str32 of 4 GiB", []byte{0x81, 0xa7, 'c', 'o', 'm', 'm', 'a', 'n', 'd', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'}},
+		{"bin32 of 4 GiB", []byte{0xc6, 0xff, 0xff, 0xff, 0xff, 0x00}},
+		{"ext32 of 4 GiB", []byte{0xc9, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00}},
+		{"array16 longer than its bytes", []byte{0xdc, 0x00, 0x10, 0x01}},
+		{"fixmap longer than its bytes", []byte{0x8f, 0xa1, 'a'}},
+		{"arrays nested 100 deep", nested(0x91, 100)},
+		{"maps nested 100 deep", bytes.Repeat([]byte{0x81, 0xa1, 'a'}, 100)},
+		{"more than 65536 values", tooMany},
+		{"trailing bytes", []byte{0x80, 0x80}},
+		{"never-used type byte", []byte{0xc1}},
+		{"truncated float64", []byte{0xcb, 0x00}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkMsgpack(c.in)
+			must.True(t, errors.Is(err, errMsgpackBounds), must.Sprintf("got %v", err))
+			_, err = DecodeTaskConfig(c.in)
+			must.ErrorContains(t, err, "msgpack out of bounds")
+			_, err = DecodePluginConfig(c.in)
+			must.ErrorContains(t, err, "msgpack out of bounds")
+		})
+	}
+}
+
+// TestCheckMsgpackAcceptsRealEncodings: every encoding cty produces passes
+// the bound, and no proper prefix of one does (msgpack is prefix-free, so a
+// prefix is always incomplete).
+func TestCheckMsgpackAcceptsRealEncodings(t *testing.T) {
+	vals := []cty.Value{
+		toCty(map[string]any{"command": "/bin/true", "args": []any{"a", "b"}, "run_name": "r", "world_size": 4, "storage_path": "/data",
+			"rendezvous": map[string]any{"backend": "embedded", "address": "h:1", "timeout": "5m"}, "checkpoint": map[string]any{"num_to_keep": 3}}),
+		toCty(map[string]any{"f": 1.5, "neg": -70000, "big": 1 << 40, "t": true, "n": nil, "s": string(bytes.Repeat([]byte("x"), 70000))}),
+		cty.ListVal([]cty.Value{cty.NumberIntVal(-1), cty.NumberIntVal(200), cty.NumberIntVal(-200), cty.NumberIntVal(1 << 20)}),
+		cty.MapVal(map[string]cty.Value{"a": cty.UnknownVal(cty.String), "b": cty.StringVal("x")}),
+		cty.DynamicVal,
+		cty.NullVal(cty.String),
+	}
+	for _, v := range vals {
+		for _, ty := range []cty.Type{v.Type(), cty.DynamicPseudoType} {
+			t.Run(ty.FriendlyName(), func(t *testing.T) {
+				b, err := ctymsgpack.Marshal(v, ty)
+				must.NoError(t, err)
+				must.NoError(t, checkMsgpack(b))
+				for i := range len(b) {
+					must.Error(t, checkMsgpack(b[:i]), must.Sprintf("prefix of %d bytes accepted", i))
+				}
+			})
+		}
+	}
+}
