@@ -125,6 +125,9 @@ type eventTailer struct {
 	publish  func(workerenv.Event)
 	logger   hclog.Logger
 	buf      []byte
+	// coalesce, when set, thins checkpoint events; now is its clock.
+	coalesce *eventCoalescer
+	now      func() time.Time
 }
 
 // fromEnd starts the tailer at the current end of the file, so a recovered
@@ -143,13 +146,40 @@ func (t *eventTailer) run(ctx context.Context, done <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
+			t.flush()
 			return
 		case <-done:
 			t.poll()
+			t.flush()
 			return
 		case <-tick.C:
 			t.poll()
+			if t.coalesce != nil {
+				t.publishAll(t.coalesce.due(t.now()))
+			}
 		}
+	}
+}
+
+// emit passes one event from the file on, through the coalescer if any.
+func (t *eventTailer) emit(ev workerenv.Event) {
+	if t.coalesce == nil {
+		t.publish(ev)
+		return
+	}
+	t.publishAll(t.coalesce.offer(ev, t.now()))
+}
+
+// flush publishes what the coalescer still holds: the task is over.
+func (t *eventTailer) flush() {
+	if t.coalesce != nil {
+		t.publishAll(t.coalesce.flush(t.now()))
+	}
+}
+
+func (t *eventTailer) publishAll(evs []workerenv.Event) {
+	for _, ev := range evs {
+		t.publish(ev)
 	}
 }
 
@@ -190,7 +220,7 @@ func (t *eventTailer) readNew() error {
 		t.logger.Warn("skipped malformed event line", "line", truncate(b, 200))
 	}
 	for _, ev := range evs {
-		t.publish(ev)
+		t.emit(ev)
 	}
 	return nil
 }
