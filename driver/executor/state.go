@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files the executor keeps in Config.StateDir.
@@ -162,9 +164,10 @@ const (
 var errStateFile = errors.New("invalid state file")
 
 // readBounded reads at most limit bytes of path, failing on a longer file
-// or one that is not a regular file.
+// or one that is not a regular file (opened without blocking, so a FIFO in
+// its place cannot hang the reader).
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

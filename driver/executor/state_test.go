@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+	"golang.org/x/sys/unix"
 )
 
 // TestStateFilesRefuseWhatStartNeverWrites: exit.json and spec.json are
@@ -25,6 +26,11 @@ func TestStateFilesRefuseWhatStartNeverWrites(t *testing.T) {
 	notFile := t.TempDir()
 	must.NoError(t, os.Mkdir(filepath.Join(notFile, exitFile), 0o700)) // a directory where the file should be
 	_, _, err = readExitFile(notFile)
+	must.True(t, errors.Is(err, errStateFile), must.Sprintf("got %v", err))
+
+	fifo := t.TempDir()
+	must.NoError(t, unix.Mkfifo(filepath.Join(fifo, exitFile), 0o600)) // no writer: a blocking open would hang here
+	_, _, err = readExitFile(fifo)
 	must.True(t, errors.Is(err, errStateFile), must.Sprintf("got %v", err))
 
 	for name, b := range map[string]string{
