@@ -2,10 +2,12 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,4 +152,27 @@ func TestEventTailerCoalescesCheckpoints(t *testing.T) {
 		"stop_requested",
 		"checkpoint_committed step=201",
 	}, describe(got))
+}
+
+// TestEventTailerRefusesSymlinksAndFIFOs: the events file is in the task's
+// directory and the driver reads it as root. A symlink there to a file of
+// events the task may not read was followed and its lines published as the
+// task's events; a FIFO blocked the tailer in open.
+func TestEventTailerRefusesSymlinksAndFIFOs(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "root-only.jsonl")
+	must.NoError(t, os.WriteFile(secret, []byte(`{"kind":"leak","message":"private"}`+"\n"), 0o600))
+	link := filepath.Join(dir, "link.jsonl")
+	must.NoError(t, os.Symlink(secret, link))
+	fifo := filepath.Join(dir, "fifo.jsonl")
+	must.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	for _, path := range []string{link, fifo} {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			var got []workerenv.Event
+			tl := &eventTailer{path: path, interval: time.Hour, logger: hclogNull(), publish: func(ev workerenv.Event) { got = append(got, ev) }}
+			err := tl.readNew()
+			must.True(t, errors.Is(err, errEventsFile), must.Sprintf("got %v", err))
+			must.SliceEmpty(t, got)
+		})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -128,6 +129,7 @@ type eventTailer struct {
 	// coalesce, when set, thins checkpoint events; now is its clock.
 	coalesce *eventCoalescer
 	now      func() time.Time
+	lastErr  string // the error of the last poll, logged once
 }
 
 // fromEnd starts the tailer at the current end of the file, so a recovered
@@ -184,15 +186,30 @@ func (t *eventTailer) publishAll(evs []workerenv.Event) {
 }
 
 func (t *eventTailer) poll() {
-	if err := t.readNew(); err != nil {
+	err := t.readNew()
+	if err != nil && err.Error() != t.lastErr {
 		t.logger.Warn("read events file", "path", t.path, "error", err)
+	}
+	t.lastErr = ""
+	if err != nil {
+		t.lastErr = err.Error() // the same error at every poll is logged once
 	}
 }
 
+// errEventsFile is the cause when the events file is not a plain file.
+var errEventsFile = errors.New("events file is not a regular file")
+
+// readNew reads what was appended since the last read. The file lies in
+// the task's own directory and the driver reads it as root, so a symlink
+// (to a file the task may not read), a FIFO or a device in its place is
+// refused, not followed.
 func (t *eventTailer) readNew() error {
-	f, err := os.Open(t.path)
+	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("open events file: %w: it is a symbolic link", errEventsFile)
 	}
 	if err != nil {
 		return fmt.Errorf("open events file: %w", err)
@@ -201,6 +218,9 @@ func (t *eventTailer) readNew() error {
 	fi, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("stat events file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("open events file: %w: mode %v", errEventsFile, fi.Mode().Type())
 	}
 	if fi.Size() < t.offset { // truncated or replaced: start over
 		t.offset, t.buf = 0, nil
