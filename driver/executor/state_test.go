@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -105,4 +106,21 @@ func FuzzDecodeShimSpec(f *testing.F) {
 			t.Fatalf("accepted %+v", spec)
 		}
 	})
+}
+
+// TestRecoverRefusesImpossiblePIDs: a saved state naming pid 1 (init, whose
+// start time anyone can read) would have Stop send SIGKILL to process group
+// -1, every process on the host.
+func TestRecoverRefusesImpossiblePIDs(t *testing.T) {
+	init, err := readProcStat(1)
+	must.NoError(t, err)
+	for name, st := range map[string]State{
+		"init as worker": {TaskID: "t", StateDir: t.TempDir(), PID: 1, PIDStartTime: init.StartTime},
+		"negative shim":  {TaskID: "t", StateDir: t.TempDir(), PID: 2, ShimPID: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Recover(context.Background(), st, nil)
+			must.ErrorIs(t, err, ErrTaskNotFound)
+		})
+	}
 }
