@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Bounds on the msgpack a task or the agent hands the driver. The cty
@@ -28,7 +29,7 @@ var errMsgpackBounds = errors.New("msgpack out of bounds")
 
 // checkMsgpack verifies that b is exactly one well-formed msgpack value
 // whose every length fits in the bytes that follow it, with at most
-// maxMsgpackElems values nested at most maxMsgpackDepth deep. Only then may
+// maxMsgpackElems values nested at most maxMsgpackDepth deep and no NaN. Only then may
 // a decoder that allocates by declared lengths see it.
 func checkMsgpack(b []byte) error {
 	if len(b) > maxMsgpackBytes {
@@ -107,10 +108,12 @@ func (w *msgpackWalker) value(depth int) error {
 		_, err = w.take(1)
 	case 0xcd, 0xd1: // uint16, int16
 		_, err = w.take(2)
-	case 0xca, 0xce, 0xd2: // float32, uint32, int32
+	case 0xce, 0xd2: // uint32, int32
 		_, err = w.take(4)
-	case 0xcb, 0xcf, 0xd3: // float64, uint64, int64
+	case 0xcf, 0xd3: // uint64, int64
 		_, err = w.take(8)
+	case 0xca, 0xcb: // float32, float64
+		err = w.float(c)
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1, 2, 4, 8, 16: type byte + data
 		_, err = w.take(1 + 1<<(c-0xd4))
 	case 0xc4, 0xd9: // bin8, str8
@@ -135,6 +138,24 @@ func (w *msgpackWalker) value(depth int) error {
 		err = w.container(4, 2, depth)
 	default: // 0xc1 is never used
 		err = fmt.Errorf("%w: invalid type byte 0x%02x at offset %d", errMsgpackBounds, c, w.off-1)
+	}
+	return err
+}
+
+// float skips a float, refusing NaN: cty has no NaN, and its decoder
+// panics on one (math/big: "Float.SetFloat64(NaN)"), which took the plugin
+// down.
+func (w *msgpackWalker) float(c byte) error {
+	if c == 0xca {
+		p, err := w.take(4)
+		if err == nil && math.IsNaN(float64(math.Float32frombits(binary.BigEndian.Uint32(p)))) {
+			err = fmt.Errorf("%w: NaN at offset %d", errMsgpackBounds, w.off-5)
+		}
+		return err
+	}
+	p, err := w.take(8)
+	if err == nil && math.IsNaN(math.Float64frombits(binary.BigEndian.Uint64(p))) {
+		err = fmt.Errorf("%w: NaN at offset %d", errMsgpackBounds, w.off-9)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -43,6 +44,9 @@ func TestDecodeTaskConfigRefusesUnboundedMsgpack(t *testing.T) {
 		{"trailing bytes", []byte{0x80, 0x80}},
 		{"never-used type byte", []byte{0xc1}},
 		{"truncated float64", []byte{0xcb, 0x00}},
+		// cty's decoder panicked on NaN ("Float.SetFloat64(NaN)").
+		{"float64 NaN", append(append([]byte{0x81, 0xaa}, "world_size"...), 0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1)},
+		{"float32 NaN in a list", append(append([]byte{0x81, 0xa4}, "args"...), 0x91, 0xca, 0xff, 0xc0, 0, 0)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,5 +84,27 @@ func TestCheckMsgpackAcceptsRealEncodings(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDecodeTaskConfigBoundsNumberText: numbers that cost time to parse or
+// print are refused before they do. Before, a megabyte of digits took 10 s
+// to parse and 1e-99999 12 s to print in the error.
+func TestDecodeTaskConfigBoundsNumberText(t *testing.T) {
+	cases := []struct {
+		name, worldSize, want string
+	}{
+		{"a megabyte of digits", "1" + strings.Repeat("0", 1<<20), "a string of 1048577 characters"},
+		{"tiny exponent", "1e-99999", "number is out of range"},
+		{"huge exponent", "1e99999", "number is out of range"},
+		{"fraction still named", "0.5", "a whole number is required, got 0.5"},
+		{"big but printable", "1e19", "number 1e+19 is out of range"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := mustEncodeTaskConfig(t, map[string]any{"command": "/bin/true", "run_name": "r", "world_size": c.worldSize, "storage_path": "/d"})
+			_, err := DecodeTaskConfig(b)
+			must.ErrorContains(t, err, c.want)
+		})
 	}
 }
