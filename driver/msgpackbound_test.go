@@ -108,3 +108,34 @@ func TestDecodeTaskConfigBoundsNumberText(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCheckMsgpack: whatever the bound lets through, cty's decoder takes
+// without a panic or an allocation out of proportion (the bound exists
+// because it trusts declared lengths).
+func FuzzCheckMsgpack(f *testing.F) {
+	f.Add(hugeArray())
+	f.Add([]byte{0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{0xd4, 0x00, 0x00})
+	for _, v := range []cty.Value{
+		toCty(map[string]any{"command": "/bin/true", "args": []any{"a", 1.5, -3}, "world_size": "12", "rendezvous": map[string]any{"backend": "embedded"}}),
+		cty.MapVal(map[string]cty.Value{"a": cty.UnknownVal(cty.String)}),
+		cty.DynamicVal,
+	} {
+		b, err := ctymsgpack.Marshal(v, cty.DynamicPseudoType)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if checkMsgpack(b) != nil {
+			return
+		}
+		ty, err := ctymsgpack.ImpliedType(b)
+		if err != nil {
+			return
+		}
+		_, _ = ctymsgpack.Unmarshal(b, ty)
+		_, _ = ctymsgpack.Unmarshal(b, cty.DynamicPseudoType)
+	})
+}
