@@ -46,6 +46,10 @@ type Options struct {
 	Now func() time.Time
 	// EventPoll is how often events files are read (default 500ms).
 	EventPoll time.Duration
+	// CheckpointEventEvery is the least time between two checkpoint task
+	// events of one task (default DefaultCheckpointEventEvery); lifecycle
+	// events always pass.
+	CheckpointEventEvery time.Duration
 	// HostName names the node when Nomad does not (default os.Hostname).
 	HostName string
 }
@@ -64,6 +68,7 @@ type Driver struct {
 	version   string
 	now       func() time.Time
 	eventPoll time.Duration
+	ckptEvery time.Duration
 	hostName  string
 	events    *eventHub
 	// ctx lives as long as the Driver; background goroutines end with it.
@@ -101,6 +106,9 @@ func New(o Options) (*Driver, error) {
 	if o.EventPoll <= 0 {
 		o.EventPoll = 500 * time.Millisecond
 	}
+	if o.CheckpointEventEvery <= 0 {
+		o.CheckpointEventEvery = DefaultCheckpointEventEvery
+	}
 	if o.HostName == "" {
 		o.HostName, _ = os.Hostname()
 	}
@@ -113,6 +121,7 @@ func New(o Options) (*Driver, error) {
 		version:   o.Version,
 		now:       o.Now,
 		eventPoll: o.EventPoll,
+		ckptEvery: o.CheckpointEventEvery,
 		hostName:  o.HostName,
 		events:    newEventHub(o.Logger.Named(PluginName)),
 		ctx:       ctx,
@@ -275,6 +284,8 @@ func (d *Driver) track(tc *drivers.TaskConfig, cfg TaskConfig, proc Process, eve
 		publish: func(ev workerenv.Event) {
 			d.events.publish(toDriverEvent(tc, ev, d.now()))
 		},
+		coalesce: newEventCoalescer(d.ckptEvery),
+		now:      d.now,
 	}
 	if recovered {
 		tail.fromEnd()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,46 @@ func TestE2EJobOnNomad(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("job %s did not complete: %v", jobID, ctx.Err())
 		}
+	}
+}
+
+// TestE2EExamplesValidate is `nomad job validate` of every example's
+// compiled job, through the API of the agent at NOMAD_ADDR (a tune spec as
+// one of its trials). examples/gpu once failed it: an unlimited reschedule
+// policy with the default attempts of 1.
+func TestE2EExamplesValidate(t *testing.T) {
+	if os.Getenv("NOMAD_ADDR") == "" {
+		t.Skip("NOMAD_ADDR is not set: this test needs a Nomad agent to validate the examples' jobs")
+	}
+	c, err := api.NewClient(api.DefaultConfig())
+	must.NoError(t, err)
+	var specs []string
+	err = filepath.WalkDir(filepath.Join("..", "examples"), func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".hcl") {
+			specs = append(specs, path)
+		}
+		return err
+	})
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, specs)
+	for _, path := range specs {
+		t.Run(path, func(t *testing.T) {
+			spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{})
+			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+			var job *api.Job
+			if spec.Tune != nil {
+				job, diags = trainhcl.CompileTrial(spec, "trial_0001", "/mnt/results/"+spec.Name, []byte(`{}`))
+			} else {
+				job, diags = trainhcl.Compile(spec)
+			}
+			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			resp, _, err := c.Jobs().Validate(job, (&api.WriteOptions{}).WithContext(ctx))
+			must.NoError(t, err)
+			must.Eq(t, "", resp.Error, must.Sprintf("validation errors: %q", resp.ValidationErrors))
+			must.SliceEmpty(t, resp.ValidationErrors)
+		})
 	}
 }
 

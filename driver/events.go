@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -125,6 +126,10 @@ type eventTailer struct {
 	publish  func(workerenv.Event)
 	logger   hclog.Logger
 	buf      []byte
+	// coalesce, when set, thins checkpoint events; now is its clock.
+	coalesce *eventCoalescer
+	now      func() time.Time
+	lastErr  string // the error of the last poll, logged once
 }
 
 // fromEnd starts the tailer at the current end of the file, so a recovered
@@ -143,26 +148,68 @@ func (t *eventTailer) run(ctx context.Context, done <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
+			t.flush()
 			return
 		case <-done:
 			t.poll()
+			t.flush()
 			return
 		case <-tick.C:
 			t.poll()
+			if t.coalesce != nil {
+				t.publishAll(t.coalesce.due(t.now()))
+			}
 		}
 	}
 }
 
-func (t *eventTailer) poll() {
-	if err := t.readNew(); err != nil {
-		t.logger.Warn("read events file", "path", t.path, "error", err)
+// emit passes one event from the file on, through the coalescer if any.
+func (t *eventTailer) emit(ev workerenv.Event) {
+	if t.coalesce == nil {
+		t.publish(ev)
+		return
+	}
+	t.publishAll(t.coalesce.offer(ev, t.now()))
+}
+
+// flush publishes what the coalescer still holds: the task is over.
+func (t *eventTailer) flush() {
+	if t.coalesce != nil {
+		t.publishAll(t.coalesce.flush(t.now()))
 	}
 }
 
+func (t *eventTailer) publishAll(evs []workerenv.Event) {
+	for _, ev := range evs {
+		t.publish(ev)
+	}
+}
+
+func (t *eventTailer) poll() {
+	err := t.readNew()
+	if err != nil && err.Error() != t.lastErr {
+		t.logger.Warn("read events file", "path", t.path, "error", err)
+	}
+	t.lastErr = ""
+	if err != nil {
+		t.lastErr = err.Error() // the same error at every poll is logged once
+	}
+}
+
+// errEventsFile is the cause when the events file is not a plain file.
+var errEventsFile = errors.New("events file is not a regular file")
+
+// readNew reads what was appended since the last read. The file lies in
+// the task's own directory and the driver reads it as root, so a symlink
+// (to a file the task may not read), a FIFO or a device in its place is
+// refused, not followed.
 func (t *eventTailer) readNew() error {
-	f, err := os.Open(t.path)
+	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("open events file: %w: it is a symbolic link", errEventsFile)
 	}
 	if err != nil {
 		return fmt.Errorf("open events file: %w", err)
@@ -171,6 +218,9 @@ func (t *eventTailer) readNew() error {
 	fi, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("stat events file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("open events file: %w: mode %v", errEventsFile, fi.Mode().Type())
 	}
 	if fi.Size() < t.offset { // truncated or replaced: start over
 		t.offset, t.buf = 0, nil
@@ -190,7 +240,7 @@ func (t *eventTailer) readNew() error {
 		t.logger.Warn("skipped malformed event line", "line", truncate(b, 200))
 	}
 	for _, ev := range evs {
-		t.publish(ev)
+		t.emit(ev)
 	}
 	return nil
 }

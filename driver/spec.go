@@ -151,6 +151,9 @@ func decodeMsgpack(s *hclspec.Spec, b []byte) (cty.Value, error) {
 	}
 	raw := cty.NullVal(cty.DynamicPseudoType)
 	if len(b) > 0 {
+		if err := checkMsgpack(b); err != nil {
+			return cty.NilVal, &ConfigError{Msg: fmt.Sprintf("malformed msgpack: %v", err)}
+		}
 		rawTy, err := ctymsgpack.ImpliedType(b)
 		if err != nil {
 			return cty.NilVal, &ConfigError{Msg: fmt.Sprintf("malformed msgpack: %v", err)}
@@ -169,6 +172,10 @@ func decodeMsgpack(s *hclspec.Spec, b []byte) (cty.Value, error) {
 	}
 	return applySpec(s, v, "")
 }
+
+// maxNumberText bounds a number given as a string (Nomad's encoder writes
+// big numbers so); no field of the schema needs more digits.
+const maxNumberText = 64
 
 // conform converts raw (typed by the msgpack structure) into want, naming
 // the field that does not fit.
@@ -252,6 +259,11 @@ func conform(raw cty.Value, want cty.Type, path string) (cty.Value, error) {
 	case want == cty.DynamicPseudoType:
 		return raw, nil
 	default:
+		if want == cty.Number && rt == cty.String && len(raw.AsString()) > maxNumberText {
+			// Parsing a long decimal string costs its length squared: a
+			// megabyte of digits took 10 s.
+			return cty.NilVal, fieldErr(path, "a number is required, got a string of %d characters", len(raw.AsString()))
+		}
 		if rt.IsPrimitiveType() && want.IsPrimitiveType() && rt != want && !(want == cty.String || rt == cty.String) {
 			// bool <-> number is never what the user meant.
 			return cty.NilVal, fieldErr(path, "a %s is required, got %s", want.FriendlyName(), rt.FriendlyName())
@@ -362,6 +374,11 @@ func getInt(obj cty.Value, name, path string) (n int64, has bool, err error) {
 		return 0, false, nil
 	}
 	bf := v.AsBigFloat()
+	if e := bf.MantExp(nil); e > 64 || e < -64 {
+		// Printing such a number in decimal takes time that grows with the
+		// square of its exponent: 1e-99999 took 12 s.
+		return 0, true, fieldErr(join(path, name), "number is out of range")
+	}
 	if !bf.IsInt() {
 		return 0, true, fieldErr(join(path, name), "a whole number is required, got %s", bf.Text('g', -1))
 	}

@@ -40,3 +40,33 @@ func TestDriverStateRoundTripAndRejects(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeState: RecoverTask hands decodeState whatever driver_state the
+// agent kept. Any bytes must give an error or a state with a task config
+// and a process state, never a panic.
+func FuzzDecodeState(f *testing.F) {
+	tc := &drivers.TaskConfig{Id: "a/t/1", Name: "t", AllocDir: "/x", MsgpackDriverConfig: []byte{0x80}}
+	cfg := TaskConfig{Command: "/bin/true", RunName: "r", WorldSize: 2, Rendezvous: RendezvousConfig{Backend: "consul", Timeout: time.Minute}}
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	for _, proc := range []string{`{"PID":12,"ShimPID":11,"StateDir":"/x/t/private/train-a"}`, `null`, `{}`} {
+		b, err := encodeState(tc, cfg, json.RawMessage(proc), at, "/x/t/local/events.jsonl")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"task_config":"!!","process":1}`))
+	f.Add([]byte(`{"task_config":"CgVhL3QvMQ==","process":{},"config":{"WorldSize":-1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, tc, err := decodeState(&drivers.TaskHandle{Version: stateVersion, DriverState: b})
+		if err != nil {
+			return
+		}
+		if tc == nil || len(st.Process) == 0 || string(st.Process) == "null" {
+			t.Fatalf("accepted a state without task config or process: %+v", st)
+		}
+		if !json.Valid(st.Process) {
+			t.Fatalf("accepted process state that is not JSON: %q", st.Process)
+		}
+	})
+}

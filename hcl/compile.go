@@ -268,6 +268,10 @@ func policies(maxFailures int) (*api.RestartPolicy, *api.ReschedulePolicy) {
 				Delay:    new(restartDelay),
 				Mode:     new("delay"),
 			}, &api.ReschedulePolicy{
+				// Attempts must be an explicit 0: left unset, Nomad fills
+				// in the batch default of 1, and 1 attempt with unlimited
+				// is a policy it rejects as ambiguous.
+				Attempts:      new(0),
 				Delay:         new(rescheduleDelay),
 				DelayFunction: new("exponential"),
 				MaxDelay:      new(maxRescheduleWait),

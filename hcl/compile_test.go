@@ -96,7 +96,7 @@ func TestFailurePolicies(t *testing.T) {
 			api.ReschedulePolicy{Attempts: new(100000), Interval: new(500000 * time.Second), Delay: new(5 * time.Second), DelayFunction: new("constant"), Unlimited: new(false)}},
 		{"-1",
 			api.RestartPolicy{Attempts: new(10), Interval: new(10 * time.Minute), Delay: new(time.Second), Mode: new("delay")},
-			api.ReschedulePolicy{Delay: new(5 * time.Second), DelayFunction: new("exponential"), MaxDelay: new(time.Minute), Unlimited: new(true)}},
+			api.ReschedulePolicy{Attempts: new(0), Delay: new(5 * time.Second), DelayFunction: new("exponential"), MaxDelay: new(time.Minute), Unlimited: new(true)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.maxFailures, func(t *testing.T) {

@@ -319,12 +319,23 @@ func CompileTrial(s *Spec, trial, storageDir string, config []byte) (*api.Job, h
 	id := TrialJobID(s.Name, trial)
 	job.ID, job.Name = &id, &id
 	job.Meta[MetaExperiment] = s.Name
-	// Service names are DNS labels: the trial's run name has an underscore.
-	svc := strings.ReplaceAll(id, "_", "-") + "-worker"
+	svc := trialServiceName(s.Name, trial)
 	for _, g := range job.TaskGroups {
 		for _, sv := range g.Services {
 			sv.Name = svc
 		}
 	}
 	return job, diags
+}
+
+// trialServiceName is the trial's worker service: a DNS label (Nomad takes
+// RFC 1123, at most 63 characters), so the trial's underscore becomes a dash
+// and a long experiment name is cut to fit, keeping the trial's own part.
+func trialServiceName(experiment, trial string) string {
+	const maxLabel = 63
+	tail := "-" + strings.ReplaceAll(trial, "_", "-") + "-worker"
+	if room := maxLabel - len(tail); len(experiment) > room {
+		experiment = strings.TrimRight(experiment[:max(room, 1)], "-")
+	}
+	return experiment + tail
 }

@@ -80,9 +80,9 @@ func runShim(dir string, log hclog.Logger) error {
 	defer status.Close()
 
 	var spec shimSpec
-	b, err := os.ReadFile(filepath.Join(dir, specFile))
+	b, err := readBounded(filepath.Join(dir, specFile), maxSpecFile)
 	if err == nil {
-		err = json.Unmarshal(b, &spec)
+		spec, err = decodeShimSpec(b)
 	}
 	if err != nil {
 		sendStatus(status, shimStatus{Err: fmt.Sprintf("read spec: %v", err)})

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files the executor keeps in Config.StateDir.
@@ -136,15 +139,86 @@ func writeJSONAtomic(path string, v any) error {
 
 // readExitFile returns the recorded exit, or ok=false if there is none.
 func readExitFile(stateDir string) (res ExitResult, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(stateDir, exitFile))
+	b, err := readBounded(filepath.Join(stateDir, exitFile), maxExitFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return res, false, nil
 	}
 	if err != nil {
 		return res, false, fmt.Errorf("read exit file: %w", err)
 	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, false, fmt.Errorf("decode exit file: %w", err)
+	if res, err = decodeExitResult(b); err != nil {
+		return res, false, err
 	}
 	return res, true, nil
+}
+
+// Bounds on the state files: an exit record is a few hundred bytes; a spec
+// carries the task's environment, which Nomad keeps well under this.
+const (
+	maxExitFile = 64 << 10
+	maxSpecFile = 16 << 20
+)
+
+// errStateFile is the cause of a state file that is not what the executor
+// writes.
+var errStateFile = errors.New("invalid state file")
+
+// readBounded reads at most limit bytes of path, failing on a longer file
+// or one that is not a regular file (opened without blocking, so a FIFO in
+// its place cannot hang the reader).
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", errStateFile, filepath.Base(path))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", errStateFile, filepath.Base(path), limit)
+	}
+	return b, nil
+}
+
+// decodeExitResult decodes exit.json as the shim writes it.
+func decodeExitResult(b []byte) (ExitResult, error) {
+	var res ExitResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, fmt.Errorf("decode exit file: %w", err)
+	}
+	if res.Signal < 0 || res.Signal > 128 || res.ExitCode < -1 || res.ExitCode > 255+128 {
+		return res, fmt.Errorf("decode exit file: %w: exit code %d, signal %d", errStateFile, res.ExitCode, res.Signal)
+	}
+	return res, nil
+}
+
+// decodeShimSpec decodes spec.json as Start writes it: a task id, an
+// absolute program path and argv, and absolute directories.
+func decodeShimSpec(b []byte) (shimSpec, error) {
+	var spec shimSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("decode spec: %w", err)
+	}
+	switch {
+	case spec.TaskID == "":
+		return spec, fmt.Errorf("decode spec: %w: no task id", errStateFile)
+	case !filepath.IsAbs(spec.Path):
+		return spec, fmt.Errorf("decode spec: %w: program path %q is not absolute", errStateFile, spec.Path)
+	case len(spec.Args) == 0:
+		return spec, fmt.Errorf("decode spec: %w: no argv", errStateFile)
+	case spec.Dir != "" && !filepath.IsAbs(spec.Dir):
+		return spec, fmt.Errorf("decode spec: %w: directory %q is not absolute", errStateFile, spec.Dir)
+	case spec.Cgroup != "" && !filepath.IsAbs(spec.Cgroup):
+		return spec, fmt.Errorf("decode spec: %w: cgroup %q is not absolute", errStateFile, spec.Cgroup)
+	}
+	return spec, nil
 }

@@ -307,8 +307,10 @@ func Recover(ctx context.Context, st State, log hclog.Logger, opts ...Option) (*
 	}
 	o := buildOptions(opts)
 	log = log.Named("executor").With("task_id", st.TaskID)
-	if st.StateDir == "" || st.PID <= 0 {
-		return nil, fmt.Errorf("recover task %q: state has no state dir or pid: %w", st.TaskID, ErrTaskNotFound)
+	// The worker's pid is also its process group, which Signal and Stop
+	// address as -pid: pid 1 there would be kill(-1), every process.
+	if st.StateDir == "" || st.PID <= 1 || st.ShimPID < 0 {
+		return nil, fmt.Errorf("recover task %q: state has no state dir or a pid that cannot be a worker's: %w", st.TaskID, ErrTaskNotFound)
 	}
 	shimFD, err := openPidfd(st.ShimPID, st.ShimStartTime)
 	if err != nil {

@@ -43,6 +43,7 @@ job "mnist-gpu" {
     }
 
     reschedule {
+      attempts       = 0
       delay          = "5s"
       delay_function = "exponential"
       max_delay      = "1m"
