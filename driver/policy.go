@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -27,21 +26,11 @@ var ErrReservedEnv = errors.New("the task's env sets variables the train driver 
 // denied_users lists.
 var ErrDeniedUser = errors.New("user is in the plugin's denied_users")
 
-// torchEnvNames are the torchrun variables the builtin "external" gives
-// the command it runs.
-var torchEnvNames = external.TorchEnvNames()
-
-// isReservedEnv reports whether only the driver may set k: the worker
-// contract (workerenv.Prefix, save its tuning knobs) and the torchrun
-// contract. A job that set them could run another program than the one
-// allowed_command_dirs let through, read another secret, or claim another
-// rank.
-func isReservedEnv(k string) bool {
-	if strings.HasPrefix(k, workerenv.Prefix) {
-		return !workerenv.TaskSettable(k)
-	}
-	return slices.Contains(torchEnvNames, k)
-}
+// isReservedEnv reports whether only the driver may set k
+// (workerenv.Reserved). A job that set them could run another program than
+// the one allowed_command_dirs let through, read another secret, or claim
+// another rank.
+func isReservedEnv(k string) bool { return workerenv.Reserved(k) }
 
 // checkTaskEnv refuses a task environment that sets reserved variables,
 // naming them all.

@@ -80,7 +80,8 @@ func TestBadSpecs(t *testing.T) {
 		}},
 		{"reserved_meta.hcl", []string{
 			"reserved_meta.hcl:4:5-4:20: error: Reserved meta key; Meta keys starting with \"nomad_train_\" are set by nomad-train; rename \"nomad_train_run\".",
-			"reserved_meta.hcl:7:5-7:20: error: Reserved environment variable; Variables starting with \"NOMAD_TRAIN_\" are set by nomad-train; rename \"NOMAD_TRAIN_RUN\".",
+			"reserved_meta.hcl:7:5-7:20: error: Reserved environment variable; nomad-train sets \"NOMAD_TRAIN_RUN\" for every worker (the worker contract: NOMAD_TRAIN_ variables other than its tuning settings, and torchrun's); a job that sets it is refused. Rename or remove it.",
+			"reserved_meta.hcl:8:5-8:9: error: Reserved environment variable; nomad-train sets \"RANK\" for every worker (the worker contract: NOMAD_TRAIN_ variables other than its tuning settings, and torchrun's); a job that sets it is refused. Rename or remove it.",
 		}},
 		{"runtime_interpolation.hcl", []string{
 			"runtime_interpolation.hcl:4:17-4:34: error: Unknown variable; There is no variable named \"NOMAD_ALLOC_INDEX\". The spec is evaluated before Nomad sees it: to leave ${NOMAD_ALLOC_INDEX} for Nomad to interpolate at run time, escape it as $${NOMAD_ALLOC_INDEX}.",

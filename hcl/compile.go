@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // Names in the compiled job.
@@ -203,7 +205,8 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	// (Session.ShouldCheckpoint) and get most of a longer timeout for it.
 	task.KillSignal = "SIGTERM"
 	task.KillTimeout = new(KillTimeout)
-	task.Env = map[string]string{StopGraceEnv: FormatDuration(KillTimeout - 8*time.Second)}
+	// How much of KillTimeout the worker may spend checkpointing.
+	task.Env = map[string]string{workerenv.StopGrace: FormatDuration(KillTimeout - 8*time.Second)}
 	for k, v := range s.Env {
 		task.Env[k] = v
 	}
@@ -250,11 +253,6 @@ const ShutdownDelay = 2 * time.Second
 // KillTimeout is the workers' kill_timeout: time to checkpoint after
 // SIGTERM before Nomad sends SIGKILL.
 const KillTimeout = 30 * time.Second
-
-// StopGraceEnv tells the worker runtime how much of KillTimeout it may
-// spend checkpointing (workerenv.StopGrace; not imported, to keep hcl free
-// of the runtime).
-const StopGraceEnv = "NOMAD_TRAIN_STOP_GRACE"
 
 // policies derives Nomad's restart and reschedule policies from
 // max_failures: each worker may be restarted in place, then rescheduled,

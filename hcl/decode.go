@@ -17,6 +17,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // ParseFile reads and decodes the spec at path. All errors are returned
@@ -130,23 +132,10 @@ var trainSchema = &hcl.BodySchema{
 // (with "-worker") an RFC 1123 Consul service name.
 var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,54}[a-zA-Z0-9])?$`)
 
-// userEnvKnobs are the runtime's settings a spec may set in env; every
-// other NOMAD_TRAIN_ variable is nomad-train's to set.
-var userEnvKnobs = map[string]bool{
-	"NOMAD_TRAIN_BLAS":      true, // the matmul backend: gonum, parallel:N, openblas
-	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
-	// how same-host ranks move collective data: auto (shared memory) or tcp
-	"NOMAD_TRAIN_COLLECTIVE_TRANSPORT": true,
-	// which progress records are fsynced: records (all) or checkpoints
-	"NOMAD_TRAIN_FSYNC": true,
-}
-
-// ReservedMetaPrefix and ReservedEnvPrefix start the meta keys and
-// environment variables nomad-train sets itself; a spec may not set them.
-const (
-	ReservedMetaPrefix = "nomad_train_"
-	ReservedEnvPrefix  = "NOMAD_TRAIN_"
-)
+// ReservedMetaPrefix starts the meta keys nomad-train sets itself; a spec
+// may not set them. The environment variables it sets are
+// workerenv.Reserved.
+const ReservedMetaPrefix = "nomad_train_"
 
 func (d *decoder) train(b *hcl.Block) *Spec {
 	s := &Spec{
@@ -191,8 +180,10 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if attr := a["env"]; d.strMap(attr, &s.Env) {
 		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
-			if strings.HasPrefix(k, ReservedEnvPrefix) && !userEnvKnobs[k] {
-				d.keyErrorf(attr, k, "Reserved environment variable", "Variables starting with %q are set by nomad-train; rename %q.", ReservedEnvPrefix, k)
+			if workerenv.Reserved(k) {
+				d.keyErrorf(attr, k, "Reserved environment variable",
+					"nomad-train sets %q for every worker (the worker contract: %s variables other than its tuning settings, and torchrun's); a job that sets it is refused. Rename or remove it.",
+					k, workerenv.Prefix)
 			}
 		}
 	}

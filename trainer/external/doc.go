@@ -1,6 +1,6 @@
 // Package external runs non-Go worker commands (a PyTorch script, say)
 // under the Go training runtime, as torchrun would: the Go process joins the
-// rendezvous, then starts the command with torchrun's environment (TorchEnv:
+// rendezvous, then starts the command with torchrun's environment (workerenv.TorchEnv:
 // MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // GROUP_RANK, TORCHELASTIC_RESTART_COUNT, ...), so
 // torch.distributed.init_process_group works unchanged.

@@ -90,43 +90,6 @@ type Runner struct {
 	StopGrace time.Duration
 }
 
-// Topology is what the torchrun environment is made of.
-type Topology struct {
-	MasterAddr                string
-	MasterPort                int
-	Rank, WorldSize           int
-	LocalRank, LocalWorldSize int
-	GroupRank, GroupWorldSize int
-	RestartCount, MaxRestarts int
-	RunID                     string
-}
-
-// TorchEnv returns the variables torchrun gives each worker, so that
-// torch.distributed.init_process_group("gloo"/"nccl") with the env://
-// method works unchanged.
-func TorchEnv(t Topology) []string {
-	kv := func(k string, v any) string { return fmt.Sprintf("%s=%v", k, v) }
-	return []string{
-		kv("MASTER_ADDR", t.MasterAddr), kv("MASTER_PORT", t.MasterPort),
-		kv("RANK", t.Rank), kv("WORLD_SIZE", t.WorldSize),
-		kv("LOCAL_RANK", t.LocalRank), kv("LOCAL_WORLD_SIZE", t.LocalWorldSize),
-		kv("GROUP_RANK", t.GroupRank), kv("GROUP_WORLD_SIZE", t.GroupWorldSize),
-		kv("ROLE_RANK", t.Rank), kv("ROLE_WORLD_SIZE", t.WorldSize), kv("ROLE_NAME", "default"),
-		kv("TORCHELASTIC_RESTART_COUNT", t.RestartCount), kv("TORCHELASTIC_MAX_RESTARTS", t.MaxRestarts),
-		kv("TORCHELASTIC_RUN_ID", t.RunID),
-	}
-}
-
-// TorchEnvNames are the names of the variables TorchEnv sets.
-func TorchEnvNames() []string {
-	kvs := TorchEnv(Topology{})
-	names := make([]string, len(kvs))
-	for i, kv := range kvs {
-		names[i], _, _ = strings.Cut(kv, "=")
-	}
-	return names
-}
-
 // commandEnv is the command's environment: the wrapper's own, without
 // HeldEnv, plus the variables HeldEnv holds, then extra (which wins).
 func commandEnv(environ []string, extra ...string) ([]string, error) {
@@ -156,7 +119,7 @@ type hostInfo struct {
 
 // topology agrees on the master address (rank 0's host, a free port there)
 // and counts the nodes.
-func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (Topology, error) {
+func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (workerenv.Topology, error) {
 	mine := hostInfo{Node: s.NodeRank()}
 	if s.WorldRank() == 0 {
 		host, _, err := net.SplitHostPort(env.Addr)
@@ -165,29 +128,29 @@ func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (Topol
 		}
 		port, err := freePort(host)
 		if err != nil {
-			return Topology{}, err
+			return workerenv.Topology{}, err
 		}
 		mine.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 	}
 	b, err := json.Marshal(mine)
 	if err != nil {
-		return Topology{}, err
+		return workerenv.Topology{}, err
 	}
 	all, err := s.AllGather(ctx, b)
 	if err != nil {
-		return Topology{}, fmt.Errorf("share torch master address: %w", err)
+		return workerenv.Topology{}, fmt.Errorf("share torch master address: %w", err)
 	}
-	var t Topology
+	var t workerenv.Topology
 	for r, raw := range all {
 		var h hostInfo
 		if err := json.Unmarshal(raw, &h); err != nil {
-			return Topology{}, fmt.Errorf("decode rank %d host info: %w", r, err)
+			return workerenv.Topology{}, fmt.Errorf("decode rank %d host info: %w", r, err)
 		}
 		t.GroupWorldSize = max(t.GroupWorldSize, h.Node+1)
 		if r == 0 {
 			host, port, err := net.SplitHostPort(h.Addr)
 			if err != nil {
-				return Topology{}, fmt.Errorf("rank 0 master address %q: %w", h.Addr, err)
+				return workerenv.Topology{}, fmt.Errorf("rank 0 master address %q: %w", h.Addr, err)
 			}
 			t.MasterAddr = host
 			t.MasterPort, _ = strconv.Atoi(port)
@@ -254,7 +217,7 @@ func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
 	if ck := s.GetCheckpoint(); ck != nil {
 		latest = ck.Path()
 	}
-	extra := append(TorchEnv(topo),
+	extra := append(workerenv.TorchEnv(topo),
 		RequestFDEnv+"=3", ReplyFDEnv+"=4", LatestCheckpointEnv+"="+latest,
 		"PYTHONPATH="+joinPath(helperDir, os.Getenv("PYTHONPATH")))
 	if os.Getenv("OMP_NUM_THREADS") == "" {

@@ -3,29 +3,12 @@ package external
 import (
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
-)
 
-// The torchrun variables a worker needs are all there, with their values.
-func TestTorchEnv(t *testing.T) {
-	env := TorchEnv(Topology{MasterAddr: "10.0.0.1", MasterPort: 29500, Rank: 3, WorldSize: 4,
-		LocalRank: 1, LocalWorldSize: 2, GroupRank: 1, GroupWorldSize: 2, RestartCount: 2, MaxRestarts: 5, RunID: "r"})
-	got := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		got[k] = v
-	}
-	for k, v := range map[string]string{
-		"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4",
-		"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
-		"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "5", "TORCHELASTIC_RUN_ID": "r",
-	} {
-		must.Eq(t, v, got[k], must.Sprint(k))
-	}
-}
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
 
 func TestDecodeRequest(t *testing.T) {
 	for _, tc := range []struct {
@@ -99,5 +82,5 @@ func TestCommandEnv(t *testing.T) {
 			must.Eq(t, tc.want, got)
 		})
 	}
-	must.SliceContainsSubset(t, TorchEnvNames(), []string{"RANK", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"})
+	must.SliceContainsSubset(t, workerenv.TorchEnvNames(), []string{"RANK", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"})
 }

@@ -5,5 +5,6 @@ train "x" {
   }
   env = {
     NOMAD_TRAIN_RUN = "mine"
+    RANK            = "0"
   }
 }
