@@ -99,6 +99,13 @@ func scanProgress(r io.Reader, path string, fn func(Record) error) (valid int64,
 	}
 }
 
+// ScanProgress streams the records of a progress.jsonl stream to fn, one
+// line at a time, and returns the length of the complete lines read (a
+// follower resumes after them). Errors are as for ReadProgress.
+func ScanProgress(r io.Reader, fn func(Record) error) (valid int64, err error) {
+	return scanProgress(r, "", fn)
+}
+
 // ReadProgress decodes a progress.jsonl stream, one line at a time. A torn
 // last line (no terminating newline, as left by a writer killed mid-append
 // or still appending) is ignored; any other malformed line, a step lower

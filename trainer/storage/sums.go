@@ -73,15 +73,21 @@ func sumFile(p, rel string, flush bool) (FileSum, error) {
 		return FileSum{}, fmt.Errorf("opening %s: %w", rel, err)
 	}
 	defer f.Close()
+	// The flush waits on the disk and the hash on the CPU: run them
+	// together (reading the page cache does not wait for the flush).
+	synced := make(chan error, 1)
+	if flush {
+		go func() { synced <- f.Sync() }()
+	} else {
+		synced <- nil
+	}
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.CopyBuffer(h, f, make([]byte, 256<<10))
+	if serr := <-synced; serr != nil {
+		return FileSum{}, fmt.Errorf("syncing %s: %w", rel, serr)
+	}
 	if err != nil {
 		return FileSum{}, fmt.Errorf("hashing %s: %w", rel, err)
-	}
-	if flush {
-		if err := f.Sync(); err != nil {
-			return FileSum{}, fmt.Errorf("syncing %s: %w", rel, err)
-		}
 	}
 	return FileSum{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
