@@ -456,13 +456,18 @@ func (r *Run) rewriteProgress(recs []Record) error {
 }
 
 // writeFileSync creates path with data and flushes it.
-func writeFileSync(path string, data []byte) error {
+func writeFileSync(path string, data []byte) error { return createFile(path, data, true) }
+
+// writeFile creates path with data, not flushed.
+func writeFile(path string, data []byte) error { return createFile(path, data, false) }
+
+func createFile(path string, data []byte, flush bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", path, err)
 	}
 	_, err = f.Write(data)
-	if err == nil {
+	if err == nil && flush {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

@@ -92,8 +92,8 @@ func sumFile(p, rel string, flush bool) (FileSum, error) {
 	return FileSum{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
-// syncDirs flushes every directory under root except root itself.
-func syncDirs(root string) error {
+// listDirs lists every directory under root except root itself.
+func listDirs(root string) ([]string, error) {
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -104,21 +104,14 @@ func syncDirs(root string) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
-			return err
-		}
-	}
-	return nil
+	return dirs, err
 }
 
-// sealStaged makes a staged checkpoint durable with its manifest: it
-// hashes and flushes every file, flushes the sub-directories, writes the
-// manifest for rec (replacing any file of that name at the top), flushes
-// it and then the staging directory.
+// sealStaged makes a staged checkpoint durable with its manifest, in two
+// rounds of flushes: first every file is hashed and flushed and every
+// sub-directory flushed, together; then the manifest for rec is written
+// (replacing any file of that name at the top) and it and the staging
+// directory are flushed together.
 func sealStaged(dir string, rec Record) error {
 	files, problems, err := listTree(dir)
 	if err != nil {
@@ -127,11 +120,17 @@ func sealStaged(dir string, rec Record) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("checkpoints hold regular files and directories only: %s", strings.Join(problems, "; "))
 	}
-	sums, err := sumFiles(dir, files, true)
+	dirs, err := listDirs(dir)
 	if err != nil {
 		return err
 	}
-	if err := syncDirs(dir); err != nil {
+	var sums []FileSum
+	var dirErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { sums, err = sumFiles(dir, files, true) })
+	wg.Go(func() { dirErr = syncAll(dirs) })
+	wg.Wait()
+	if err := errors.Join(err, dirErr); err != nil {
 		return err
 	}
 	rec.Checkpoint = ""
@@ -143,10 +142,26 @@ func sealStaged(dir string, rec Record) error {
 	if err := os.RemoveAll(p); err != nil {
 		return fmt.Errorf("replacing staged %s: %w", ManifestFile, err)
 	}
-	if err := writeFileSync(p, b); err != nil {
+	if err := writeFile(p, b); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return syncAll([]string{p, dir})
+}
+
+// syncAll flushes the paths, several at a time.
+func syncAll(paths []string) error {
+	errs := make([]error, len(paths))
+	sem := make(chan struct{}, syncParallel)
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = syncPath(p)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // readManifest reads the manifest of the checkpoint in dir; ok is false
