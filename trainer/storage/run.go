@@ -42,8 +42,8 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 type Recovery struct {
 	// TornBytes is the length of the torn last line cut from progress.jsonl.
 	TornBytes int
-	// Removed lists scratch entries (staging, trash, temporary files) and
-	// uncommitted checkpoint directories that Open deleted.
+	// Removed lists the scratch entries (staging, trash, temporary files)
+	// that Open deleted. Checkpoint directories are never among them.
 	Removed []string
 	// Pruned lists committed checkpoints that retention deleted during Open
 	// (a crash had interrupted it).

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -271,36 +270,6 @@ func TestOpenRemovesDebris(t *testing.T) {
 	must.Eq(t, "checkpoint_000005", commitT(t, r2, map[string]string{"x": "5"}, Record{Step: 5}))
 }
 
-// TestOpenNeverDeletesUnrecordedCheckpoints: a checkpoint directory that no
-// record names is not deleted. With a manifest, its record is rebuilt;
-// without one (written before manifests existed), or as a stray file,
-// Open stops with an error naming it and leaves everything in place.
-func TestOpenNeverDeletesUnrecordedCheckpoints(t *testing.T) {
-	cases := []struct {
-		name  string
-		stray map[string]string
-	}{
-		{"no manifest", map[string]string{"checkpoint_000005/model.bin": "renamed by an old version, never recorded"}},
-		{"not a directory", map[string]string{"checkpoint_000002": "a stray file"}},
-		{"bad manifest", map[string]string{"checkpoint_000003/" + ManifestFile: "{", "checkpoint_000003/model.bin": "w"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			r := openT(t, root, Policy{})
-			commitT(t, r, map[string]string{"x": "0"}, Record{Step: 0})
-			must.NoError(t, r.Close())
-			dir := filepath.Join(root, "r")
-			writeTree(t, dir, tc.stray)
-			before := readTree(t, dir)
-			_, err := Open(root, "r", Policy{})
-			for name := range tc.stray {
-				must.ErrorContains(t, err, filepath.Join(dir, strings.Split(name, "/")[0]))
-			}
-			must.Eq(t, before, readTree(t, dir), must.Sprint("nothing is deleted"))
-		})
-	}
-}
 func TestOpenFinishesRetention(t *testing.T) {
 	root := t.TempDir()
 	r := openT(t, root, Policy{})
