@@ -149,8 +149,11 @@ func (r *Run) commitFlushed(s *Staged, rec Record) (name string, trashed []strin
 	return name, trashed, nil
 }
 
-// uncommit removes a renamed checkpoint whose record could not be written.
-// Without its record it is garbage; Open would remove it too.
+// uncommit takes back a renamed checkpoint whose record could not be
+// written: Commit reports the failure, so the caller does not count on it.
+// It is this writer's own, just made; no other checkpoint is ever deleted
+// for want of a record (were this one left, Open would rebuild its record
+// from its manifest).
 func (r *Run) uncommit(name string, cause error) error {
 	if err := r.discard(name); err != nil {
 		r.broken = err
