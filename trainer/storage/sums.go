@@ -43,14 +43,11 @@ func listTree(root string) (files []FileSum, problems []string, err error) {
 	return files, problems, err
 }
 
-// sumParallel bounds the files hashed (and flushed) at once.
+// sumParallel bounds the files hashed at once.
 const sumParallel = syncParallel
 
-// sumFiles hashes the listed files under root, several at a time, and
-// flushes each one when sync is set: while one file's fsync waits on the
-// disk, others are hashed from the page cache, so a commit that hashes
-// costs little more than one that only flushes.
-func sumFiles(root string, files []FileSum, flush bool) ([]FileSum, error) {
+// sumFiles hashes the listed files under root, several at a time.
+func sumFiles(root string, files []FileSum) ([]FileSum, error) {
 	out := slices.Clone(files)
 	errs := make([]error, len(out))
 	sem := make(chan struct{}, sumParallel)
@@ -59,33 +56,22 @@ func sumFiles(root string, files []FileSum, flush bool) ([]FileSum, error) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out[i], errs[i] = sumFile(filepath.Join(root, filepath.FromSlash(out[i].Path)), out[i].Path, flush)
+			out[i], errs[i] = sumFile(filepath.Join(root, filepath.FromSlash(out[i].Path)), out[i].Path)
 		})
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
 }
 
-// sumFile hashes one regular file and optionally flushes it.
-func sumFile(p, rel string, flush bool) (FileSum, error) {
+// sumFile hashes one regular file.
+func sumFile(p, rel string) (FileSum, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return FileSum{}, fmt.Errorf("opening %s: %w", rel, err)
 	}
 	defer f.Close()
-	// The flush waits on the disk and the hash on the CPU: run them
-	// together (reading the page cache does not wait for the flush).
-	synced := make(chan error, 1)
-	if flush {
-		go func() { synced <- f.Sync() }()
-	} else {
-		synced <- nil
-	}
 	h := sha256.New()
 	n, err := io.CopyBuffer(h, f, make([]byte, 256<<10))
-	if serr := <-synced; serr != nil {
-		return FileSum{}, fmt.Errorf("syncing %s: %w", rel, serr)
-	}
 	if err != nil {
 		return FileSum{}, fmt.Errorf("hashing %s: %w", rel, err)
 	}
@@ -107,11 +93,12 @@ func listDirs(root string) ([]string, error) {
 	return dirs, err
 }
 
-// sealStaged makes a staged checkpoint durable with its manifest, in two
-// rounds of flushes: first every file is hashed and flushed and every
-// sub-directory flushed, together; then the manifest for rec is written
-// (replacing any file of that name at the top) and it and the staging
-// directory are flushed together.
+// sealStaged makes a staged checkpoint durable with its manifest. The
+// files and sub-directories are flushed while the files are hashed (the
+// hash reads the page cache; the flush waits on the disk); once hashed,
+// the manifest for rec is written (replacing any file of that name at the
+// top) and flushed with the staging directory while the first flushes may
+// still be in flight. It returns when everything is flushed.
 func sealStaged(dir string, rec Record) error {
 	files, problems, err := listTree(dir)
 	if err != nil {
@@ -124,13 +111,21 @@ func sealStaged(dir string, rec Record) error {
 	if err != nil {
 		return err
 	}
-	var sums []FileSum
-	var dirErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { sums, err = sumFiles(dir, files, true) })
-	wg.Go(func() { dirErr = syncAll(dirs) })
-	wg.Wait()
-	if err := errors.Join(err, dirErr); err != nil {
+	paths := dirs
+	for _, f := range files {
+		paths = append(paths, filepath.Join(dir, filepath.FromSlash(f.Path)))
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- syncAll(paths) }()
+	err = writeManifest(dir, rec, files)
+	return errors.Join(err, <-flushed)
+}
+
+// writeManifest hashes the files, then writes the manifest and flushes it
+// and dir.
+func writeManifest(dir string, rec Record, files []FileSum) error {
+	sums, err := sumFiles(dir, files)
+	if err != nil {
 		return err
 	}
 	rec.Checkpoint = ""
@@ -212,7 +207,7 @@ func verifyCheckpoint(runDir, name string, rec Record) (legacy bool, err error) 
 	if problems = append(problems, m.Check(files)...); len(problems) > 0 {
 		return false, bad(problems...)
 	}
-	sums, err := sumFiles(dir, files, false)
+	sums, err := sumFiles(dir, files)
 	if err != nil {
 		return false, err
 	}
