@@ -102,7 +102,8 @@ func TestFallsBackFromCorruptCheckpoint(t *testing.T) {
 // outside its own checkpoint directories (here, a stranger's files outside
 // the run) used to have rank 0 move those files into the checkpoint and
 // delete the directory. Now the report fails with an error naming the
-// path, and nothing outside the run is touched.
+// path, the run fails at once (the training function's mistake, which no
+// restart fixes), and nothing outside the run is touched.
 func TestReportRefusesForeignCheckpointDir(t *testing.T) {
 	stranger := sharedDir(t, "FOREIGN_CKPT_DIR")
 	precious := filepath.Join(stranger, "precious.txt")
@@ -116,9 +117,10 @@ func TestReportRefusesForeignCheckpointDir(t *testing.T) {
 		}
 		return s.Report(ctx, trainer.Metrics{"x": 1}, ck)
 	}
-	_, out, err := fit(t, train, 2, trainer.Run{Name: "foreign", Failure: trainer.FailureConfig{MaxFailures: 0}}, nil)
-	must.Error(t, err)
+	res, out, err := fit(t, train, 2, trainer.Run{Name: "foreign", Failure: trainer.FailureConfig{MaxFailures: 3}}, nil)
+	must.ErrorIs(t, err, trainer.ErrRunFailed)
 	must.StrContains(t, out, "rank 1 reported checkpoint directory "+stranger)
+	must.SliceEmpty(t, res.Recovered, must.Sprint("a mistake of the training function is not retried"))
 	b, err := os.ReadFile(precious)
 	must.NoError(t, err, must.Sprint("the stranger's file is where it was"))
 	must.Eq(t, "not yours", string(b))

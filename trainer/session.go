@@ -143,6 +143,9 @@ type reportAck struct {
 	Committed string `json:"committed,omitempty"`
 	Path      string `json:"path,omitempty"`
 	Err       string `json:"err,omitempty"`
+	// Mistake marks an Err that is the training function's own (a
+	// checkpoint path it may not report): no restart can fix it.
+	Mistake bool `json:"mistake,omitempty"`
 }
 
 // ErrReport is wrapped by Report errors that happened on rank 0 while
@@ -175,6 +178,10 @@ func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint)
 	if err := json.Unmarshal(acks[0], &ack); err != nil {
 		return fmt.Errorf("report step %d: decode rank 0 answer: %w", s.step, err)
 	}
+	if ack.Mistake {
+		// Not ErrReport: the training function's own error, not retried.
+		return fmt.Errorf("report step %d: %s", s.step, ack.Err)
+	}
 	if ack.Err != "" {
 		return fmt.Errorf("%w: step %d: %s", ErrReport, s.step, ack.Err)
 	}
@@ -199,7 +206,7 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 		if m.Checkpoint != "" {
 			d, err := ownCheckpointDir(s.runDir, r, m.Checkpoint)
 			if err != nil {
-				return reportAck{Err: err.Error()}
+				return reportAck{Err: err.Error(), Mistake: true}
 			}
 			dirs = append(dirs, d)
 		}
