@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -111,7 +112,9 @@ func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
 
 // NewCheckpointDir returns a fresh empty directory on the run's storage to
 // build a checkpoint in; Report moves its files into the committed
-// checkpoint, which is then a rename rather than a copy.
+// checkpoint, which is then a rename rather than a copy. It is the only
+// kind of directory Report accepts: a rank's checkpoint must be built in a
+// directory this rank's NewCheckpointDir made.
 func (s *Session) NewCheckpointDir() (string, error) {
 	dir := filepath.Join(s.runDir, scratchDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -137,6 +140,9 @@ type reportAck struct {
 	Committed string `json:"committed,omitempty"`
 	Path      string `json:"path,omitempty"`
 	Err       string `json:"err,omitempty"`
+	// Mistake marks an Err that is the training function's own (a
+	// checkpoint path it may not report): no restart can fix it.
+	Mistake bool `json:"mistake,omitempty"`
 }
 
 // ErrReport is wrapped by Report errors that happened on rank 0 while
@@ -144,7 +150,8 @@ type reportAck struct {
 var ErrReport = errors.New("report failed")
 
 // Report records metrics and, when any rank passes one, a checkpoint made of
-// the files of every rank's checkpoint directory. Every rank must call it,
+// the files of every rank's checkpoint directory (each from that rank's
+// NewCheckpointDir; any other path is refused). Every rank must call it,
 // in step. Rank 0's metrics are recorded. The checkpoint is committed
 // atomically before Report returns on any rank, and becomes GetCheckpoint.
 func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint) error {
@@ -168,6 +175,10 @@ func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint)
 	if err := json.Unmarshal(acks[0], &ack); err != nil {
 		return fmt.Errorf("report step %d: decode rank 0 answer: %w", s.step, err)
 	}
+	if ack.Mistake {
+		// Not ErrReport: the training function's own error, not retried.
+		return fmt.Errorf("report step %d: %s", s.step, ack.Err)
+	}
 	if ack.Err != "" {
 		return fmt.Errorf("%w: step %d: %s", ErrReport, s.step, ack.Err)
 	}
@@ -190,7 +201,11 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 			return reportAck{Err: fmt.Sprintf("decode rank %d report: %v", r, err)}
 		}
 		if m.Checkpoint != "" {
-			dirs = append(dirs, m.Checkpoint)
+			d, err := ownCheckpointDir(s.runDir, r, m.Checkpoint)
+			if err != nil {
+				return reportAck{Err: err.Error(), Mistake: true}
+			}
+			dirs = append(dirs, d)
 		}
 	}
 	if len(dirs) == 0 {
@@ -218,6 +233,47 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 	rec.Checkpoint = name
 	s.publish(rec)
 	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name)}
+}
+
+// reportRestore tells the run's events about the checkpoints restore passed
+// over as corrupt (storage logged them too) and about an unverified one.
+func (s *Session) reportRestore(r storage.Restore) {
+	for _, b := range r.Skipped {
+		s.events.emit("checkpoint_corrupt", fmt.Sprintf("%v; moved to %s, falling back to an older checkpoint", b.Err, b.MovedTo),
+			map[string]string{"checkpoint": b.Name})
+	}
+	if r.Unverified {
+		s.events.emit("checkpoint_unverified", fmt.Sprintf("checkpoint %s has no manifest (written by an earlier version): restored unverified", r.Name),
+			map[string]string{"checkpoint": r.Name})
+	}
+}
+
+// ownCheckpointDir confines the checkpoint directory rank reported to the
+// directories NewCheckpointDir makes for that rank: rank 0 moves its files
+// into the checkpoint and removes it, so a path anywhere else (another
+// rank's directory, a stranger's files outside the run) is refused before
+// anything is moved. Links are resolved first; the resolved path is
+// returned.
+func ownCheckpointDir(runDir string, rank int, reported string) (string, error) {
+	refuse := func(why string) (string, error) {
+		return "", fmt.Errorf("rank %d reported checkpoint directory %s, which %s: a checkpoint must be built in a directory from Session.NewCheckpointDir", rank, reported, why)
+	}
+	scratch, err := filepath.EvalSymlinks(filepath.Join(runDir, scratchDir))
+	if err != nil {
+		return refuse(fmt.Sprintf("cannot be checked (%v)", err))
+	}
+	dir, err := filepath.EvalSymlinks(reported)
+	if err != nil {
+		return refuse(fmt.Sprintf("cannot be resolved (%v)", err))
+	}
+	rel, err := filepath.Rel(scratch, dir)
+	if err != nil || rel != filepath.Base(rel) || !strings.HasPrefix(rel, fmt.Sprintf("rank%d-", rank)) {
+		return refuse(fmt.Sprintf("is not one of rank %d's checkpoint directories under %s", rank, scratch))
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return refuse("is not a directory")
+	}
+	return dir, nil
 }
 
 // gatherJSON all-gathers one JSON value per rank.

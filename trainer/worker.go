@@ -767,7 +767,7 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 	if env.FsyncCheckpointsOnly {
 		policy.Fsync = storage.FsyncCheckpointRecords
 	}
-	st, err := storage.Open(env.StoragePath, env.RunName, policy)
+	st, err := storage.Open(env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
@@ -789,10 +789,12 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
-	name, _, ok, err := st.Latest()
+	latest, err := st.LatestIntact()
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
+	s.reportRestore(latest)
+	name, ok := latest.Name, latest.OK
 	// Training restarts from the latest checkpoint (or from scratch), so
 	// reports made after it are rolled back: the history then reads as if
 	// the run had never failed.

@@ -74,21 +74,23 @@ func (f FileProgress) Available() bool {
 
 // Latest implements ProgressSource.
 func (f FileProgress) Latest(ctx context.Context) (storage.Record, error) {
-	data, err := os.ReadFile(f.Path())
+	// Streamed: only the last record is kept, however long the history.
+	var last storage.Record
+	n := 0
+	err := storage.ScanProgressFile(f.Path(), func(rec storage.Record) error {
+		last, n = rec, n+1
+		return nil
+	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return storage.Record{}, ErrNoProgress
 	}
 	if err != nil {
 		return storage.Record{}, fmt.Errorf("reading progress file: %w", err)
 	}
-	recs, err := storage.ReadProgress(bytes.NewReader(data))
-	if err != nil {
-		return storage.Record{}, fmt.Errorf("reading progress file: %w", err)
-	}
-	if len(recs) == 0 {
+	if n == 0 {
 		return storage.Record{}, ErrNoProgress
 	}
-	return recs[len(recs)-1], nil
+	return last, nil
 }
 
 // KV is the one Consul KV call ConsulProgress needs; *consul.KV has it.

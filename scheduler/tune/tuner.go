@@ -1,7 +1,6 @@
 package tune
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -700,12 +699,15 @@ func inode(fi fs.FileInfo) uint64 {
 // read returns the records written since the last read, and whether the
 // file was rewritten since.
 func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool, err error) {
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("progress file %s is not a regular file (%v)", path, fi.Mode().Type())
 	}
 	size := fi.Size()
 	if ino := inode(fi); t.f == nil || ino == 0 || ino != t.ino {
@@ -721,6 +723,10 @@ func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool,
 			f.Close()
 			return nil, false, err
 		}
+		if !fi.Mode().IsRegular() {
+			f.Close()
+			return nil, false, fmt.Errorf("progress file %s is not a regular file (%v)", path, fi.Mode().Type())
+		}
 		ino = inode(fi)
 		rewritten = t.ino != 0 && ino != t.ino
 		t.f, t.ino, size = f, ino, fi.Size()
@@ -734,26 +740,23 @@ func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool,
 	if size == t.offset {
 		return nil, rewritten, nil
 	}
-	data := make([]byte, size-t.offset)
-	n, err := t.f.ReadAt(data, t.offset)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, false, err
-	}
-	recs, used, err := parseRecords(data[:n])
-	if err != nil {
-		return nil, false, err
-	}
-	t.offset += int64(used)
-	out := recs[:0]
-	for _, r := range recs {
+	// Stream what was appended, a line at a time: a file that grew huge
+	// is never held in memory whole.
+	var out []storage.Record
+	used, err := storage.ScanProgress(io.NewSectionReader(t.f, t.offset, size-t.offset), func(r storage.Record) error {
 		if rewritten && !r.Time.After(t.last) {
-			continue // read before the rollback
+			return nil // read before the rollback
 		}
 		out = append(out, r)
 		if r.Time.After(t.last) {
 			t.last = r.Time
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("reading %s: %w", path, err)
 	}
+	t.offset += used
 	return out, rewritten, nil
 }
 
@@ -777,28 +780,14 @@ func countOwn(recs []storage.Record) int {
 	return n
 }
 
-// readProgress reads every complete record of a progress file.
+// readProgress reads every complete record of a progress file (none when
+// it does not exist), streaming it through storage's reader.
 func readProgress(path string) ([]storage.Record, error) {
-	data, err := os.ReadFile(path)
+	recs, err := storage.ReadProgressFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	recs, _, err := parseRecords(data)
 	return recs, err
-}
-
-// parseRecords decodes the complete records in data (a torn last line
-// waits) and returns how many bytes they took.
-func parseRecords(data []byte) ([]storage.Record, int, error) {
-	end := bytes.LastIndexByte(data, '\n') + 1
-	recs, err := storage.ReadProgress(bytes.NewReader(data[:end]))
-	if err != nil {
-		return nil, 0, err
-	}
-	return recs, end, nil
 }
 
 // cloneInto copies the donor's latest checkpoint into the trial's storage
@@ -844,6 +833,13 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 		metrics[k] = v
 	}
 	metrics[ClonedFrom] = d.Donor
+	// The trial restarts from the clone and rolls back what it reported
+	// after the clone's step; roll back now, so the clone's record does
+	// not go back in steps (readers refuse a history that does).
+	if err := st.TruncateAfter(src.Step); err != nil {
+		staged.Abort()
+		return fmt.Errorf("roll trial back to the cloned step: %w", err)
+	}
 	if _, err := st.Commit(staged, storage.Record{Step: src.Step, Metrics: metrics}); err != nil {
 		return fmt.Errorf("commit cloned checkpoint: %w", err)
 	}

@@ -30,14 +30,20 @@ var (
 )
 
 // CorruptError reports a line of progress.jsonl that is not a valid record
-// and is not a torn last line. Line counts from 1.
+// and is not a torn last line, or that does not follow the lines before it
+// (a step going back, a checkpoint recorded twice). Line counts from 1;
+// Path is the file, when known.
 type CorruptError struct {
+	Path string
 	Line int
 	Err  error
 }
 
 // Error implements error.
 func (e *CorruptError) Error() string {
+	if e.Path != "" {
+		return fmt.Sprintf("%s:%d: progress line %d is corrupt: %v", e.Path, e.Line, e.Line, e.Err)
+	}
 	return fmt.Sprintf("progress line %d is corrupt: %v", e.Line, e.Err)
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -89,18 +90,40 @@ func FailedForGood(root, run, attempt string) (Failure, bool, error) {
 	if err != nil {
 		return Failure{}, false, err
 	}
-	b, err := os.ReadFile(filepath.Join(dir, FailedFile))
+	path := filepath.Join(dir, FailedFile)
+	file, err := openRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Failure{}, false, nil
 	}
 	if err != nil {
 		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
 	}
-	var f Failure
-	if err := json.Unmarshal(b, &f); err != nil {
-		return Failure{}, false, fmt.Errorf("read failure mark %s: %w", filepath.Join(dir, FailedFile), err)
+	defer file.Close()
+	b, err := io.ReadAll(io.LimitReader(file, maxFailureSize+1))
+	if err != nil {
+		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
+	}
+	f, err := DecodeFailure(b)
+	if err != nil {
+		return Failure{}, false, fmt.Errorf("read failure mark %s: %w", path, err)
 	}
 	return f, f.Concerns(attempt), nil
+}
+
+// maxFailureSize bounds a failure record read from storage.
+const maxFailureSize = 1 << 20
+
+// DecodeFailure parses the content of FailedFile: one JSON object of at
+// most maxFailureSize bytes.
+func DecodeFailure(b []byte) (Failure, error) {
+	if len(b) > maxFailureSize {
+		return Failure{}, fmt.Errorf("failure record is longer than %d bytes", maxFailureSize)
+	}
+	var f Failure
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Failure{}, fmt.Errorf("decoding failure record: %w", err)
+	}
+	return f, nil
 }
 
 // ClearFailed removes the mark, for a deliberate new attempt at the run.

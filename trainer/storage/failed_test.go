@@ -1,6 +1,9 @@
 package storage
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -70,4 +73,49 @@ func TestRebase(t *testing.T) {
 			t.Errorf("Rebase(%q) = %q, want %q", c.root, got, c.want)
 		}
 	}
+}
+
+// TestFailedMarkRefusesNonRegular: a FAILED.json that is a link to
+// /dev/zero is refused, not read without end.
+func TestFailedMarkRefusesNonRegular(t *testing.T) {
+	root := t.TempDir()
+	must.NoError(t, os.MkdirAll(filepath.Join(root, "r"), 0o755))
+	must.NoError(t, os.Symlink("/dev/zero", filepath.Join(root, "r", FailedFile)))
+	_, _, err := FailedForGood(root, "r", "")
+	must.ErrorIs(t, err, errNotRegular)
+}
+
+// FuzzDecodeFailure checks the decoder never panics and that what it
+// accepts encodes and decodes to the same record.
+func FuzzDecodeFailure(f *testing.F) {
+	for _, fl := range []Failure{
+		{Reason: "failure budget exhausted", ExitCode: 5, Time: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), Attempt: "0123456789abcdef"},
+		{Reason: "user error: panic: x\n\tstack", ExitCode: 3},
+	} {
+		b, err := json.Marshal(fl)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"reason":1}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fl, err := DecodeFailure(data)
+		if err != nil {
+			return
+		}
+		b, err := json.Marshal(fl)
+		if err != nil {
+			t.Fatalf("accepted record does not encode: %v", err)
+		}
+		again, err := DecodeFailure(b)
+		if err != nil {
+			t.Fatalf("re-encoded record does not decode: %v", err)
+		}
+		if again.Reason != fl.Reason || again.ExitCode != fl.ExitCode || again.Attempt != fl.Attempt || !again.Time.Equal(fl.Time) {
+			t.Fatalf("round trip changed the record: %+v -> %+v", fl, again)
+		}
+		_ = fl.Concerns("x")
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 )
 
@@ -55,18 +54,7 @@ func syncTree(root string) error {
 	if err != nil {
 		return err
 	}
-	errs := make([]error, len(paths))
-	sem := make(chan struct{}, syncParallel)
-	var wg sync.WaitGroup
-	for i, p := range paths {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = syncPath(p)
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return syncAll(paths)
 }
 
 // moveInto moves the entries of src into dst, merging directories that

@@ -1,11 +1,9 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 )
 
@@ -110,48 +108,6 @@ func decodeRecord(line []byte) (Record, error) {
 		Generation: w.Generation,
 		Attempt:    w.Attempt,
 	}, nil
-}
-
-// parseProgress decodes the contents of progress.jsonl. It returns the
-// records and the length of the prefix holding them: bytes after the last
-// newline are a torn line (a writer killed mid-append, or a partly flushed
-// block) and are left out. Any complete line that is not a record, and any
-// checkpoint named twice, is a *CorruptError.
-func parseProgress(data []byte) (recs []Record, valid int, err error) {
-	valid = bytes.LastIndexByte(data, '\n') + 1
-	seen := map[string]int{}
-	lineNo := 0
-	for rest := data[:valid]; len(rest) > 0; {
-		lineNo++
-		i := bytes.IndexByte(rest, '\n')
-		line := rest[:i]
-		rest = rest[i+1:]
-		rec, err := decodeRecord(line)
-		if err != nil {
-			return nil, 0, &CorruptError{Line: lineNo, Err: err}
-		}
-		if rec.Checkpoint != "" {
-			if prev, dup := seen[rec.Checkpoint]; dup {
-				return nil, 0, &CorruptError{Line: lineNo, Err: fmt.Errorf("checkpoint %s already recorded on line %d", rec.Checkpoint, prev)}
-			}
-			seen[rec.Checkpoint] = lineNo
-		}
-		recs = append(recs, rec)
-	}
-	return recs, valid, nil
-}
-
-// ReadProgress decodes a progress.jsonl stream. A torn last line (no
-// terminating newline, as left by a writer killed mid-append or still
-// appending) is ignored; any other malformed line is a *CorruptError naming
-// its line number.
-func ReadProgress(r io.Reader) ([]Record, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("reading progress: %w", err)
-	}
-	recs, _, err := parseProgress(data)
-	return recs, err
 }
 
 // EncodeRecord returns rec as one progress.jsonl line (with its newline),

@@ -20,9 +20,9 @@ const (
 
 func TestRecordRoundTrip(t *testing.T) {
 	in := []Record{
+		{Step: -1, Time: time.Unix(0, 1).UTC(), Checkpoint: "checkpoint_1234567"},
 		{Step: 0, Time: time.Date(2026, 12, 2, 15, 0, 0, 123456789, time.UTC), Metrics: map[string]any{"loss": 0.5, "name": "a\nb", "nested": map[string]any{"x": []any{1.0, "y"}}}},
 		{Step: 7, Time: time.Date(2026, 12, 2, 16, 0, 0, 0, time.FixedZone("x", 3600)), Checkpoint: "checkpoint_000012", Generation: 3, Attempt: 2},
-		{Step: -1, Time: time.Unix(0, 1).UTC(), Checkpoint: "checkpoint_1234567"},
 	}
 	var buf bytes.Buffer
 	for _, rec := range in {
@@ -41,8 +41,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		must.Eq(t, in[i].Generation, out[i].Generation)
 		must.Eq(t, in[i].Attempt, out[i].Attempt)
 	}
-	must.Eq(t, map[string]any{"loss": 0.5, "name": "a\nb", "nested": map[string]any{"x": []any{1.0, "y"}}}, out[0].Metrics)
-	must.Eq(t, map[string]any{}, out[1].Metrics)
+	must.Eq(t, map[string]any{"loss": 0.5, "name": "a\nb", "nested": map[string]any{"x": []any{1.0, "y"}}}, out[1].Metrics)
+	must.Eq(t, map[string]any{}, out[2].Metrics)
 }
 
 func TestEncodeRecordRejectsNaN(t *testing.T) {
@@ -74,7 +74,11 @@ func TestReadProgress(t *testing.T) {
 		{name: "trailing data", in: line1 + `{"step":1,"time":"2026-12-02T15:00:00Z"} x` + "\n", corrupt: 2},
 		{name: "path in checkpoint", in: `{"step":1,"time":"2026-12-02T15:00:00Z","checkpoint":"../../etc"}` + "\n", corrupt: 1, errMatch: "invalid checkpoint name"},
 		{name: "short checkpoint index", in: `{"step":1,"time":"2026-12-02T15:00:00Z","checkpoint":"checkpoint_1"}` + "\n", corrupt: 1},
-		{name: "duplicate checkpoint", in: line2 + line1 + line2, corrupt: 3, errMatch: "already recorded on line 1"},
+		{name: "duplicate checkpoint", in: line1 + line2 + line2, corrupt: 3, errMatch: "already recorded on line 2"},
+		{name: "step goes back", in: line2 + line3 + line1, corrupt: 3, errMatch: "step 1 comes after step 3"},
+		{name: "same step twice", in: line1 + line1, steps: []int64{1, 1}},
+		{name: "line too long", in: line1 + `{"step":2,"time":"2026-12-02T15:00:00Z","metrics":{"x":"` + strings.Repeat("a", maxRecordLine) + `"}}` + "\n", corrupt: 2, errMatch: "longer than"},
+		{name: "long torn line", in: line1 + strings.Repeat("a", maxRecordLine+10), steps: []int64{1}},
 		{name: "unknown fields are kept compatible", in: `{"step":5,"time":"2026-12-02T15:00:00Z","future":true}` + "\n", steps: []int64{5}},
 	}
 	for _, tc := range cases {

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,12 +42,16 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 type Recovery struct {
 	// TornBytes is the length of the torn last line cut from progress.jsonl.
 	TornBytes int
-	// Removed lists scratch entries (staging, trash, temporary files) and
-	// uncommitted checkpoint directories that Open deleted.
+	// Removed lists the scratch entries (staging, trash, temporary files)
+	// that Open deleted. Checkpoint directories are never among them.
 	Removed []string
 	// Pruned lists committed checkpoints that retention deleted during Open
 	// (a crash had interrupted it).
 	Pruned []string
+	// Rebuilt lists checkpoints that no record named (a crash between
+	// the rename and the record, or a lost or cut progress.jsonl), whose
+	// records Open rebuilt from their manifests.
+	Rebuilt []string
 }
 
 // Run is the storage of one training run: its progress history and its
@@ -74,13 +76,15 @@ type Run struct {
 	broken   error           // sticky: the file may differ from recs
 	closed   bool
 	recovery Recovery
+	intact   map[string]bool // checkpoints whose files matched their manifest
+	legacy   bool            // said once that checkpoints without manifests are unverified
 }
 
 // Open opens the run named run under the storage path root as its writer,
 // creating the directories when needed and recovering from a crash of the
 // previous writer: it cuts a torn last line off progress.jsonl, removes
-// staging and trash directories and checkpoint directories that no record
-// commits, and applies retention under p (finishing what a crash
+// staging and trash directories, rebuilds the records of checkpoints that
+// none names from their manifests, and applies retention under p (finishing what a crash
 // interrupted, or a tighter policy). Only one process may hold a run open
 // for writing (ErrLocked otherwise).
 func Open(root, run string, p Policy, opts ...Option) (*Run, error) {
@@ -132,6 +136,7 @@ func newRun(root, run string, p Policy, readOnly bool, opts []Option) (*Run, err
 		log:      o.log.Named("storage").With("run", run),
 		now:      o.now,
 		live:     map[string]bool{},
+		intact:   map[string]bool{},
 	}, nil
 }
 
@@ -166,80 +171,6 @@ func (r *Run) openWriter() error {
 	if len(r.recovery.Removed)+len(r.recovery.Pruned) > 0 {
 		r.log.Info("recovered run directory", "removed", r.recovery.Removed, "pruned", r.recovery.Pruned)
 		return syncDir(r.dir)
-	}
-	return nil
-}
-
-// recoverProgress opens progress.jsonl, cuts a torn last line and loads the
-// records.
-func (r *Run) recoverProgress() error {
-	path := filepath.Join(r.dir, ProgressFile)
-	_, statErr := os.Stat(path)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("opening progress: %w", err)
-	}
-	r.progress = f
-	if errors.Is(statErr, fs.ErrNotExist) {
-		if err := syncDir(r.dir); err != nil {
-			return err
-		}
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("reading progress: %w", err)
-	}
-	recs, valid, err := parseProgress(data)
-	if err != nil {
-		return fmt.Errorf("loading %s: %w", path, err)
-	}
-	if torn := len(data) - valid; torn > 0 {
-		if err := f.Truncate(int64(valid)); err != nil {
-			return fmt.Errorf("cutting torn progress line: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("syncing progress: %w", err)
-		}
-		r.recovery.TornBytes = torn
-		r.log.Warn("cut torn last line of progress", "bytes", torn, "records", len(recs))
-	}
-	r.recs, r.size = recs, int64(valid)
-	return nil
-}
-
-// recoverDir removes scratch entries and uncommitted checkpoints, and finds
-// the live checkpoints and the next index.
-func (r *Run) recoverDir() error {
-	recorded := map[string]bool{}
-	for _, rec := range r.recs {
-		if rec.Checkpoint != "" {
-			recorded[rec.Checkpoint] = true
-			idx, _ := checkpointIndex(rec.Checkpoint)
-			r.next = max(r.next, idx+1)
-		}
-	}
-	entries, err := os.ReadDir(r.dir)
-	if err != nil {
-		return fmt.Errorf("listing run directory: %w", err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		idx, isCkpt := checkpointIndex(name)
-		switch {
-		case strings.HasPrefix(name, stagingPrefix) || strings.HasPrefix(name, trashPrefix) || strings.HasPrefix(name, tempPrefix):
-			if err := os.RemoveAll(filepath.Join(r.dir, name)); err != nil {
-				return fmt.Errorf("removing scratch entry: %w", err)
-			}
-			r.recovery.Removed = append(r.recovery.Removed, name)
-		case isCkpt && recorded[name] && e.IsDir():
-			r.live[name] = true
-		case isCkpt && !recorded[name]:
-			r.next = max(r.next, idx+1)
-			if err := r.discard(name); err != nil {
-				return err
-			}
-			r.recovery.Removed = append(r.recovery.Removed, name)
-		}
 	}
 	return nil
 }
@@ -299,6 +230,7 @@ func (r *Run) Recovery() Recovery {
 		TornBytes: r.recovery.TornBytes,
 		Removed:   append([]string(nil), r.recovery.Removed...),
 		Pruned:    append([]string(nil), r.recovery.Pruned...),
+		Rebuilt:   append([]string(nil), r.recovery.Rebuilt...),
 	}
 }
 
@@ -325,6 +257,9 @@ func (r *Run) Append(rec Record) error {
 	}
 	if rec.Checkpoint != "" {
 		return fmt.Errorf("%w: Append with checkpoint %q (use Commit)", ErrInvalidRecord, rec.Checkpoint)
+	}
+	if err := r.checkStep(rec.Step); err != nil {
+		return err
 	}
 	if rec.Time.IsZero() {
 		rec.Time = r.now()
@@ -369,133 +304,6 @@ func (r *Run) appendLine(rec Record, line []byte, sync bool) error {
 	return nil
 }
 
-// Stage starts a checkpoint: a new staging directory inside the run
-// directory, invisible to readers until Commit.
-func (r *Run) Stage() (*Staged, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.writable(); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(r.dir, stagingPrefix+"*")
-	if err != nil {
-		return nil, fmt.Errorf("creating staging directory: %w", err)
-	}
-	return &Staged{run: r, dir: dir}, nil
-}
-
-// Commit makes a staged checkpoint durable and visible, then applies
-// retention. It flushes every staged file and directory, renames the
-// staging directory to checkpoint_NNNNNN, flushes the run directory and
-// appends rec naming the checkpoint: that record is the commit point. It
-// returns the checkpoint's name. rec.Checkpoint must be empty.
-//
-// Any failure leaves the previous checkpoint latest. Before the rename the
-// Staged stays usable (Commit again or Abort); after it, the renamed
-// directory is removed. A failure to delete old checkpoints is logged, not
-// returned: the commit stands, and Open finishes the deletion.
-func (r *Run) Commit(s *Staged, rec Record) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := r.checkCommit(s, rec); err != nil {
-		return "", err
-	}
-	// Flush without holding mu: a large checkpoint does not hold up Append.
-	if err := syncTree(s.dir); err != nil {
-		return "", fmt.Errorf("flushing staged checkpoint: %w", err)
-	}
-	r.callHook(pointSynced)
-	name, trashed, err := r.commitFlushed(s, rec)
-	// Retention renamed the dropped checkpoints away under mu; the slow
-	// removal runs without it.
-	for _, p := range trashed {
-		if err := r.empty(p); err != nil {
-			r.log.Warn("retention could not delete checkpoint", "error", err)
-		}
-	}
-	return name, err
-}
-
-// checkCommit rejects a commit that cannot proceed. s.mu is held.
-func (r *Run) checkCommit(s *Staged, rec Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.writable(); err != nil {
-		return err
-	}
-	switch {
-	case s.run != r:
-		return fmt.Errorf("committing a checkpoint staged by another run")
-	case s.done:
-		return ErrStagedDone
-	case rec.Checkpoint != "":
-		return fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
-	}
-	return nil
-}
-
-// commitFlushed renames a flushed staging directory into place, records it
-// and moves the checkpoints retention drops to trash, returning their trash
-// paths. s.mu is held.
-func (r *Run) commitFlushed(s *Staged, rec Record) (name string, trashed []string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.writable(); err != nil {
-		return "", nil, err
-	}
-	name = checkpointName(r.next)
-	rec.Checkpoint = name
-	if rec.Time.IsZero() {
-		rec.Time = r.now()
-	}
-	rec, line, err := normalize(rec)
-	if err != nil {
-		return "", nil, err
-	}
-	final := filepath.Join(r.dir, name)
-	switch _, err := os.Lstat(final); {
-	case err == nil:
-		r.next++ // something else took the name; the next commit skips it
-		return "", nil, fmt.Errorf("checkpoint directory %s appeared outside this writer", name)
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", nil, fmt.Errorf("checking checkpoint directory: %w", err)
-	}
-	if err := os.Rename(s.dir, final); err != nil {
-		return "", nil, fmt.Errorf("renaming staged checkpoint: %w", err)
-	}
-	r.next++
-	s.done = true
-	if err := syncDir(r.dir); err != nil {
-		return "", nil, r.uncommit(name, err)
-	}
-	r.callHook(pointRenamed)
-	if err := r.appendLine(rec, line, true); err != nil {
-		return "", nil, r.uncommit(name, err)
-	}
-	r.live[name] = true
-	r.callHook(pointRecorded)
-	for _, drop := range Prune(r.liveRecords(), r.policy) {
-		p, err := r.trash(drop)
-		if err != nil {
-			r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
-			continue
-		}
-		delete(r.live, drop)
-		trashed = append(trashed, p)
-	}
-	return name, trashed, nil
-}
-
-// uncommit removes a renamed checkpoint whose record could not be written.
-// Without its record it is garbage; Open would remove it too.
-func (r *Run) uncommit(name string, cause error) error {
-	if err := r.discard(name); err != nil {
-		r.broken = err
-		return fmt.Errorf("committing %s: %w (and removing it: %w)", name, cause, err)
-	}
-	return fmt.Errorf("committing %s: %w", name, cause)
-}
-
 // liveRecords returns the records of live checkpoints in commit order.
 // mu is held.
 func (r *Run) liveRecords() []Record {
@@ -523,14 +331,10 @@ func (r *Run) snapshot() (recs, live []Record, err error) {
 }
 
 func (r *Run) readSnapshot() (recs, live []Record, err error) {
-	data, err := os.ReadFile(filepath.Join(r.dir, ProgressFile))
+	recs, err = ReadProgressFile(filepath.Join(r.dir, ProgressFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading progress: %w", err)
-	}
-	recs, err = ReadProgress(bytes.NewReader(data))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -538,7 +342,7 @@ func (r *Run) readSnapshot() (recs, live []Record, err error) {
 		if rec.Checkpoint == "" {
 			continue
 		}
-		if fi, err := os.Stat(filepath.Join(r.dir, rec.Checkpoint)); err == nil && fi.IsDir() {
+		if fi, err := os.Lstat(filepath.Join(r.dir, rec.Checkpoint)); err == nil && fi.IsDir() {
 			live = append(live, rec)
 		}
 	}
@@ -559,17 +363,6 @@ func cloneRecords(recs []Record) []Record {
 func (r *Run) Records() ([]Record, error) {
 	recs, _, err := r.snapshot()
 	return recs, err
-}
-
-// Latest returns the most recent committed checkpoint that exists: its name
-// and directory. ok is false when there is none.
-func (r *Run) Latest() (name, path string, ok bool, err error) {
-	_, live, err := r.snapshot()
-	if err != nil || len(live) == 0 {
-		return "", "", false, err
-	}
-	name = live[len(live)-1].Checkpoint
-	return name, filepath.Join(r.dir, name), true, nil
 }
 
 // Best returns the records of up to n existing checkpoints, best first
@@ -602,21 +395,40 @@ func (r *Run) TruncateAfter(step int64) error {
 		return err
 	}
 	var keep, drop []Record
-	var buf bytes.Buffer
 	for _, rec := range r.recs {
 		if rec.Step > step {
 			drop = append(drop, rec)
 			continue
 		}
+		keep = append(keep, rec)
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	if err := r.rewriteProgress(keep); err != nil {
+		return err
+	}
+	for _, rec := range drop {
+		if rec.Checkpoint != "" && r.live[rec.Checkpoint] {
+			if err := r.removeCheckpoint(rec.Checkpoint); err != nil {
+				return fmt.Errorf("deleting rolled-back checkpoint: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// rewriteProgress atomically replaces progress.jsonl by recs (write a
+// temporary file, flush, rename, flush the directory) and appends to the
+// new file from then on. mu is held.
+func (r *Run) rewriteProgress(recs []Record) error {
+	var buf bytes.Buffer
+	for _, rec := range recs {
 		line, err := encodeRecord(rec)
 		if err != nil {
 			return err
 		}
 		buf.Write(line)
-		keep = append(keep, rec)
-	}
-	if len(drop) == 0 {
-		return nil
 	}
 	path := filepath.Join(r.dir, ProgressFile)
 	tmp := filepath.Join(r.dir, scratchName(tempPrefix, ProgressFile))
@@ -628,7 +440,7 @@ func (r *Run) TruncateAfter(step int64) error {
 		os.Remove(tmp)
 		return fmt.Errorf("replacing progress: %w", err)
 	}
-	// From here the file on disk is the truncated one.
+	// From here the file on disk is the new one.
 	if err := syncDir(r.dir); err != nil {
 		r.broken = err
 		return err
@@ -639,25 +451,23 @@ func (r *Run) TruncateAfter(step int64) error {
 		return fmt.Errorf("reopening progress: %w", err)
 	}
 	r.progress.Close()
-	r.progress, r.size, r.recs = f, int64(buf.Len()), keep
-	for _, rec := range drop {
-		if rec.Checkpoint != "" && r.live[rec.Checkpoint] {
-			if err := r.removeCheckpoint(rec.Checkpoint); err != nil {
-				return fmt.Errorf("deleting rolled-back checkpoint: %w", err)
-			}
-		}
-	}
+	r.progress, r.size, r.recs = f, int64(buf.Len()), recs
 	return nil
 }
 
 // writeFileSync creates path with data and flushes it.
-func writeFileSync(path string, data []byte) error {
+func writeFileSync(path string, data []byte) error { return createFile(path, data, true) }
+
+// writeFile creates path with data, not flushed.
+func writeFile(path string, data []byte) error { return createFile(path, data, false) }
+
+func createFile(path string, data []byte, flush bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", path, err)
 	}
 	_, err = f.Write(data)
-	if err == nil {
+	if err == nil && flush {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

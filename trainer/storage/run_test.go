@@ -48,12 +48,13 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-// readTree returns relative path -> content of the regular files under dir.
+// readTree returns relative path -> content of the regular files under dir,
+// the checkpoint's manifest left out.
 func readTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	must.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil || d.IsDir() || p == filepath.Join(dir, ManifestFile) {
 			return err
 		}
 		b, err := os.ReadFile(p)
@@ -255,19 +256,18 @@ func TestOpenRemovesDebris(t *testing.T) {
 		".staging-123/model.bin":             "half",
 		".trash-checkpoint_000000-abc/x":     "old",
 		".tmp-progress.jsonl-xyz":            "",
-		"checkpoint_000005/model.bin":        "renamed but never recorded",
-		"checkpoint_000002":                  "a stray file",
 		"user-notes.txt":                     "not ours, kept",
 		"checkpoint_000000-not-a-checkpoint": "kept too",
+		"checkpoint_000004.corrupt/x":        "moved aside by an earlier restore, kept",
 	})
 
 	r2 := openT(t, root, Policy{})
 	rec := r2.Recovery()
 	sort.Strings(rec.Removed)
-	must.Eq(t, []string{".staging-123", ".tmp-progress.jsonl-xyz", ".trash-checkpoint_000000-abc", "checkpoint_000002", "checkpoint_000005"}, rec.Removed)
-	must.Eq(t, []string{".writer.lock", "checkpoint_000000", "checkpoint_000000-not-a-checkpoint", ProgressFile, "user-notes.txt"}, entries(t, dir))
-	// An index seen on disk is not reused.
-	must.Eq(t, "checkpoint_000006", commitT(t, r2, map[string]string{"x": "6"}, Record{Step: 6}))
+	must.Eq(t, []string{".staging-123", ".tmp-progress.jsonl-xyz", ".trash-checkpoint_000000-abc"}, rec.Removed)
+	must.Eq(t, []string{".writer.lock", "checkpoint_000000", "checkpoint_000000-not-a-checkpoint", "checkpoint_000004.corrupt", ProgressFile, "user-notes.txt"}, entries(t, dir))
+	// An index seen on disk is not reused, even one moved aside.
+	must.Eq(t, "checkpoint_000005", commitT(t, r2, map[string]string{"x": "5"}, Record{Step: 5}))
 }
 
 func TestOpenFinishesRetention(t *testing.T) {
@@ -409,13 +409,18 @@ func TestStagedAddDirAcrossFilesystems(t *testing.T) {
 	writeTree(t, other, map[string]string{"model.bin": "w", "sub/opt.bin": "o"})
 	must.NoError(t, os.Symlink("model.bin", filepath.Join(other, "link")))
 	must.NoError(t, s.AddDir(other))
+	link, err := os.Readlink(filepath.Join(s.Dir(), "link"))
+	must.NoError(t, err)
+	must.Eq(t, "model.bin", link, must.Sprint("a link is copied as a link"))
+	// A manifest vouches for file contents only: a link, whose target lies
+	// outside what it hashes, is refused.
+	_, err = r.Commit(s, Record{Step: 1})
+	must.ErrorContains(t, err, "link is a L")
+	must.NoError(t, os.Remove(filepath.Join(s.Dir(), "link")))
 	name, err := r.Commit(s, Record{Step: 1})
 	must.NoError(t, err)
 	path := r.CheckpointPath(name)
-	must.Eq(t, map[string]string{"model.bin": "w", "sub/opt.bin": "o", "link": "w"}, readTree(t, path))
-	link, err := os.Readlink(filepath.Join(path, "link"))
-	must.NoError(t, err)
-	must.Eq(t, "model.bin", link)
+	must.Eq(t, map[string]string{"model.bin": "w", "sub/opt.bin": "o"}, readTree(t, path))
 	left, err := os.ReadDir(other)
 	must.NoError(t, err)
 	must.SliceEmpty(t, left)
@@ -503,11 +508,13 @@ func TestConcurrentAppends(t *testing.T) {
 			for g := range 4 {
 				wg.Go(func() {
 					for i := range 10 {
-						step := int64(g*100 + i)
+						// Steps must not go back; writers racing on one
+						// step keep the file in order.
+						label, step := int64(g*100+i), int64(7)
 						if i%5 == 0 {
 							s, err := r.Stage()
 							must.NoError(t, err)
-							writeTree(t, s.Dir(), map[string]string{"x": fmt.Sprint(step)})
+							writeTree(t, s.Dir(), map[string]string{"x": fmt.Sprint(label)})
 							_, err = r.Commit(s, Record{Step: step})
 							must.NoError(t, err)
 						} else {
