@@ -42,7 +42,9 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader) (PutResult,
 // condition. It returns ErrExists when key holds one, and
 // ErrConditionalUnsupported when the server answers that it does not
 // implement the condition. A server that ignores the header silently
-// overwrites: ProbeConditionalWrite tells the two kinds apart.
+// overwrites: ProbeConditionalWrite tells the two kinds apart. For a body
+// bigger than one part the condition is checked when the upload is
+// completed, after the parts are sent; a refused upload is aborted.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, body io.Reader) (PutResult, error) {
 	return s.put(ctx, key, body, true)
 }
@@ -60,21 +62,26 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 		return PutResult{}, fmt.Errorf("put %s: read body: %w", key, err)
 	}
 	res := PutResult{Key: key}
-	if n < len(first) {
+	single := func(data []byte) (PutResult, error) {
 		defer s.putBuf(first)
 		h.Sum(res.SHA256[:0])
-		return res, s.putSingle(ctx, key, first[:n], ifAbsent, &res)
+		if err := s.putSingle(ctx, key, data, ifAbsent, &res); err != nil {
+			return PutResult{}, err
+		}
+		return res, nil
+	}
+	if n < len(first) {
+		return single(first[:n])
 	}
 	// A full first part: one more byte decides between one PutObject and
 	// a multipart upload.
 	var peek [1]byte
 	if m, err := io.ReadFull(r, peek[:]); m == 0 {
-		defer s.putBuf(first)
 		if !errors.Is(err, io.EOF) {
+			s.putBuf(first)
 			return PutResult{}, fmt.Errorf("put %s: read body: %w", key, err)
 		}
-		h.Sum(res.SHA256[:0])
-		return res, s.putSingle(ctx, key, first, ifAbsent, &res)
+		return single(first)
 	}
 	rest := io.MultiReader(bytes.NewReader(peek[:]), r)
 	if err := s.putMultipart(ctx, key, first, rest, h, ifAbsent, &res); err != nil {
