@@ -43,6 +43,10 @@ const (
 	Region    = "us-east-1"
 )
 
+// Version is the versitygw release the tests are run with (.ci/run
+// installs it).
+const Version = "v1.8.0"
+
 // EnvServer names the environment variable that points at the server
 // binary (versitygw).
 const EnvServer = "NOMAD_TRAIN_TEST_S3_SERVER"
@@ -94,7 +98,8 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("s3test: %v", err)
 	}
 	if bin == "" {
-		t.Skipf("s3test: no S3 server: set %s or put versitygw on PATH (.ci/run installs it)", EnvServer)
+		t.Skipf("s3test: no S3 server: set %s or put versitygw on PATH "+
+			"(go install github.com/versity/versitygw/cmd/versitygw@%s)", EnvServer, Version)
 	}
 	// A free port can be taken between our probe and the server's bind;
 	// try a few times.
