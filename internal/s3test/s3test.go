@@ -1,0 +1,243 @@
+// Package s3test starts a real S3 server process for tests: versitygw's
+// POSIX gateway, on 127.0.0.1 with a free port, a temporary data directory
+// and fixed test credentials. The process is stopped by its PID when the
+// test ends.
+//
+// The server binary is the file named by NOMAD_TRAIN_TEST_S3_SERVER, or
+// versitygw on PATH. When neither is there, Start skips the test with a
+// message; .ci/run installs versitygw and sets the variable, so CI runs
+// these tests. A variable that names a missing file fails the test: a
+// broken CI set-up must not turn into skips.
+//
+//	srv := s3test.Start(t)
+//	client := srv.Client(t)
+//	_, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: &srv.Bucket, ...})
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Fixed test credentials and region. They are not secrets: the server
+// lives only as long as one test, bound to the loopback interface.
+const (
+	AccessKey = "nomad-train-test"
+	SecretKey = "nomad-train-test-secret"
+	Region    = "us-east-1"
+)
+
+// Version is the versitygw release the tests are run with (.ci/run
+// installs it).
+const Version = "v1.8.0"
+
+// EnvServer names the environment variable that points at the server
+// binary (versitygw).
+const EnvServer = "NOMAD_TRAIN_TEST_S3_SERVER"
+
+// startTimeout bounds the wait for the server to answer. Generous: the
+// tests run on loaded 2-core machines.
+const startTimeout = 60 * time.Second
+
+// Server is one running S3 server with one bucket made for the test.
+type Server struct {
+	// Endpoint is the server's base URL, http://127.0.0.1:<port>.
+	Endpoint string
+	// Bucket is a fresh, empty bucket.
+	Bucket string
+	// AccessKey, SecretKey and Region are what a client signs with.
+	AccessKey, SecretKey, Region string
+	// Dir is the server's data directory; each bucket is a folder in it.
+	Dir string
+	// PID is the server process's id.
+	PID int
+	// ConditionalWrites says whether the server refuses a write with
+	// If-None-Match: "*" to a key that exists, on PutObject and on
+	// CompleteMultipartUpload. versitygw (1.8) does; tests assert it, so
+	// a client that stops sending the header fails rather than skips.
+	ConditionalWrites bool
+}
+
+// Binary returns the path of the S3 server binary, or "" when there is
+// none. The error reports a variable that names a file that is not there.
+func Binary() (string, error) {
+	if p := os.Getenv(EnvServer); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %w", EnvServer, err)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p, nil
+	}
+	return "", nil
+}
+
+// Start starts a server for the test and makes a bucket on it. It skips
+// the test when there is no server binary.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	if bin == "" {
+		t.Skipf("s3test: no S3 server: set %s or put versitygw on PATH "+
+			"(go install github.com/versity/versitygw/cmd/versitygw@%s)", EnvServer, Version)
+	}
+	// A free port can be taken between our probe and the server's bind;
+	// try a few times.
+	var lastErr error
+	for range 3 {
+		srv, err := start(t, bin)
+		if err == nil {
+			srv.Bucket = srv.NewBucket(t)
+			return srv
+		}
+		lastErr = err
+	}
+	t.Fatalf("s3test: %v", lastErr)
+	return nil
+}
+
+func start(t testing.TB, bin string) (*Server, error) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		return nil, fmt.Errorf("make data directory: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(dir, "server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create server log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "--port", addr, "--region", Region, "--quiet", "posix", data)
+	cmd.Env = append(os.Environ(),
+		"ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() { stopProcess(t, cmd, exited) }
+	srv := &Server{
+		Endpoint:  "http://" + addr,
+		AccessKey: AccessKey, SecretKey: SecretKey, Region: Region,
+		Dir: data, PID: cmd.Process.Pid, ConditionalWrites: true,
+	}
+	if err := waitReady(srv.Endpoint, exited); err != nil {
+		stop()
+		log, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("server on %s: %w; its log:\n%s", addr, err, tail(log, 2000))
+	}
+	t.Cleanup(stop)
+	return srv, nil
+}
+
+// stopProcess ends the server by its PID: SIGTERM, then SIGKILL if it has
+// not exited after a grace period.
+func stopProcess(t testing.TB, cmd *exec.Cmd, exited <-chan struct{}) {
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-exited:
+		return
+	case <-time.After(10 * time.Second):
+	}
+	t.Logf("s3test: server %d ignored SIGINT; killing it", cmd.Process.Pid)
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady polls the endpoint until it answers HTTP at all (an
+// unauthenticated request gets an S3 error document, which is an answer).
+func waitReady(endpoint string, exited <-chan struct{}) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		resp, err := client.Get(endpoint + "/")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("server exited before answering")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer after %s: %w", startTimeout, err)
+		}
+	}
+}
+
+// Client returns an S3 client for the server, signing with the test
+// credentials, addressing buckets by path.
+func (s *Server) Client(t testing.TB) *s3.Client {
+	t.Helper()
+	return s3.New(s3.Options{
+		BaseEndpoint: aws.String(s.Endpoint),
+		Region:       s.Region,
+		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		UsePathStyle: true,
+	})
+}
+
+// NewBucket makes another empty bucket on the server and returns its name.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "test-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if _, err := s.Client(t).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		t.Fatalf("s3test: create bucket %s: %v", name, err)
+	}
+	return name
+}
+
+func tail(b []byte, n int) []byte {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}

@@ -1,0 +1,47 @@
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/shoenig/test/must"
+)
+
+func TestStartServesAndStops(t *testing.T) {
+	var pid int
+	t.Run("serve", func(t *testing.T) {
+		srv := Start(t)
+		pid = srv.PID
+		ctx := context.Background()
+		c := srv.Client(t)
+		key := "a/b.txt"
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &srv.Bucket, Key: &key, Body: bytes.NewReader([]byte("hello"))})
+		must.NoError(t, err)
+		out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &srv.Bucket, Key: &key})
+		must.NoError(t, err)
+		got, err := io.ReadAll(out.Body)
+		out.Body.Close()
+		must.NoError(t, err)
+		must.EqOp(t, "hello", string(got))
+		must.NotEq(t, srv.Bucket, srv.NewBucket(t))
+	})
+	if pid == 0 {
+		t.Skip("no server started")
+	}
+	// The subtest's cleanup has stopped the server: its PID is gone (the
+	// wait in cleanup reaped it, so signal 0 finds no such process).
+	err := syscall.Kill(pid, 0)
+	must.ErrorIs(t, err, syscall.ESRCH)
+}
+
+func TestBinaryEnvNamesMissingFile(t *testing.T) {
+	t.Setenv(EnvServer, filepath.Join(t.TempDir(), "no-such-server"))
+	_, err := Binary()
+	must.ErrorIs(t, err, os.ErrNotExist)
+}

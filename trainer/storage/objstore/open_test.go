@@ -1,0 +1,79 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+)
+
+// isolateAWS clears the AWS settings of the machine running the tests.
+func isolateAWS(t *testing.T) string {
+	dir := t.TempDir()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+		"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	return dir
+}
+
+// TestOpenCredentialChain opens stores the ways a user configures them:
+// credentials and endpoint from the standard AWS sources, non-secret
+// options from Config.
+func TestOpenCredentialChain(t *testing.T) {
+	srv := s3test.Start(t)
+	url := "s3://" + srv.Bucket + "/runs"
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		cfg   Config
+	}{
+		{"env credentials and AWS_ENDPOINT_URL_S3", func(t *testing.T, _ string) {
+			t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+			t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+			t.Setenv("AWS_REGION", srv.Region)
+			t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+		}, Config{PathStyle: true}},
+		{"profile in shared files, endpoint from config", func(t *testing.T, dir string) {
+			creds := "[train]\naws_access_key_id = " + srv.AccessKey + "\naws_secret_access_key = " + srv.SecretKey + "\n"
+			must.NoError(t, os.WriteFile(filepath.Join(dir, "credentials"), []byte(creds), 0o600))
+			t.Setenv("AWS_PROFILE", "train")
+		}, Config{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true}},
+		{"profile's own endpoint_url and region", func(t *testing.T, dir string) {
+			conf := "[profile train]\nregion = " + srv.Region + "\nendpoint_url = " + srv.Endpoint +
+				"\naws_access_key_id = " + srv.AccessKey + "\naws_secret_access_key = " + srv.SecretKey + "\n"
+			must.NoError(t, os.WriteFile(filepath.Join(dir, "config"), []byte(conf), 0o600))
+			t.Setenv("AWS_PROFILE", "train")
+		}, Config{PathStyle: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup(t, isolateAWS(t))
+			ctx := context.Background()
+			st, err := Open(ctx, url, tc.cfg)
+			must.NoError(t, err)
+			_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
+			must.NoError(t, err)
+			info, err := st.Head(ctx, "k")
+			must.NoError(t, err)
+			must.EqOp(t, int64(1), info.Size)
+		})
+	}
+}
+
+func TestOpenRefusesBadInput(t *testing.T) {
+	isolateAWS(t)
+	_, err := Open(context.Background(), "s3://key:secret@bucket/x", Config{})
+	must.ErrorContains(t, err, "credentials are not allowed")
+	_, err = Open(context.Background(), "s3://bucket/x", Config{PartSize: 1 << 20})
+	must.ErrorContains(t, err, "below S3's minimum")
+}

@@ -1,0 +1,277 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+// PutResult describes an object written by Put or PutIfAbsent.
+type PutResult struct {
+	Key  string
+	Size int64
+	// SHA256 is the digest of the bytes read from the body, computed while
+	// uploading (one pass over the data).
+	SHA256 [sha256.Size]byte
+	ETag   string
+	// Parts is the number of multipart parts, 0 for a single PutObject.
+	Parts int
+}
+
+// Put uploads body to key, replacing any object there. A body no bigger
+// than one part goes up in one PutObject; a bigger one as a multipart
+// upload with Concurrency parts in flight. A failed multipart upload is
+// aborted; one that cannot be (the process dies) is left for
+// ListMultipartUploads and AbortMultipartUpload.
+func (s *Store) Put(ctx context.Context, key string, body io.Reader) (PutResult, error) {
+	return s.put(ctx, key, body, false)
+}
+
+// PutIfAbsent is Put with the condition If-None-Match: "*": it writes only
+// when key holds no object, atomically on servers that implement the
+// condition. It returns ErrExists when key holds one, and
+// ErrConditionalUnsupported when the server answers that it does not
+// implement the condition. A server that ignores the header silently
+// overwrites: ProbeConditionalWrite tells the two kinds apart. For a body
+// bigger than one part the condition is checked when the upload is
+// completed, after the parts are sent; a refused upload is aborted.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, body io.Reader) (PutResult, error) {
+	return s.put(ctx, key, body, true)
+}
+
+func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bool) (PutResult, error) {
+	if err := checkKey(key); err != nil {
+		return PutResult{}, fmt.Errorf("put: %w", err)
+	}
+	h := sha256.New()
+	r := io.TeeReader(body, h)
+	first := s.getBuf()
+	n, err := io.ReadFull(r, first)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		s.putBuf(first)
+		return PutResult{}, fmt.Errorf("put %s: read body: %w", key, err)
+	}
+	res := PutResult{Key: key}
+	single := func(data []byte) (PutResult, error) {
+		defer s.putBuf(first)
+		h.Sum(res.SHA256[:0])
+		if err := s.putSingle(ctx, key, data, ifAbsent, &res); err != nil {
+			return PutResult{}, err
+		}
+		return res, nil
+	}
+	if n < len(first) {
+		return single(first[:n])
+	}
+	// A full first part: one more byte decides between one PutObject and
+	// a multipart upload.
+	var peek [1]byte
+	if m, err := io.ReadFull(r, peek[:]); m == 0 {
+		if !errors.Is(err, io.EOF) {
+			s.putBuf(first)
+			return PutResult{}, fmt.Errorf("put %s: read body: %w", key, err)
+		}
+		return single(first)
+	}
+	rest := io.MultiReader(bytes.NewReader(peek[:]), r)
+	if err := s.putMultipart(ctx, key, first, rest, h, ifAbsent, &res); err != nil {
+		return PutResult{}, err
+	}
+	return res, nil
+}
+
+// getBuf returns a part buffer of PartSize bytes from the store's pool.
+func (s *Store) getBuf() []byte {
+	if b, ok := s.bufs.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, s.cfg.PartSize)
+}
+
+func (s *Store) putBuf(b []byte) {
+	b = b[:cap(b)]
+	s.bufs.Put(&b)
+}
+
+func (s *Store) putSingle(ctx context.Context, key string, data []byte, ifAbsent bool, res *PutResult) error {
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(s.loc.Bucket),
+		Key:           aws.String(s.objectKey(key)),
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+	}
+	if ifAbsent {
+		in.IfNoneMatch = aws.String("*")
+	}
+	out, err := s.client.PutObject(ctx, in, s3.WithAPIOptions(withPayloadHash(res.SHA256[:])))
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, conditional(err))
+	}
+	res.Size = int64(len(data))
+	res.ETag = aws.ToString(out.ETag)
+	return nil
+}
+
+// part is one multipart part on its way to a worker.
+type part struct {
+	num  int32
+	data []byte // a pooled buffer, returned after the upload
+}
+
+func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest io.Reader,
+	h hash.Hash, ifAbsent bool, res *PutResult) error {
+	objKey := s.objectKey(key)
+	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket: aws.String(s.loc.Bucket), Key: aws.String(objKey),
+	})
+	if err != nil {
+		return fmt.Errorf("put %s: start multipart upload: %w", key, err)
+	}
+	id := aws.ToString(created.UploadId)
+	parts, size, err := s.uploadParts(ctx, key, id, first, rest)
+	if err != nil {
+		return s.abortAfter(ctx, key, id, err)
+	}
+	in := &s3.CompleteMultipartUploadInput{
+		Bucket: aws.String(s.loc.Bucket), Key: aws.String(objKey), UploadId: aws.String(id),
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	}
+	if ifAbsent {
+		in.IfNoneMatch = aws.String("*")
+	}
+	out, err := s.client.CompleteMultipartUpload(ctx, in)
+	if err != nil {
+		return s.abortAfter(ctx, key, id, fmt.Errorf("put %s: complete multipart upload: %w", key, conditional(err)))
+	}
+	res.Size, res.Parts, res.ETag = size, len(parts), aws.ToString(out.ETag)
+	h.Sum(res.SHA256[:0])
+	return nil
+}
+
+// uploadParts reads the body part by part on this goroutine (so the
+// digest sees the bytes in order) and uploads the parts on Concurrency
+// workers. At most Concurrency+1 part buffers are in use at a time; first
+// is one of them.
+func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, rest io.Reader) ([]types.CompletedPart, int64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan part)
+	tokens := make(chan struct{}, s.cfg.Concurrency+1)
+	var (
+		mu   sync.Mutex
+		done []types.CompletedPart // guarded by mu
+		wg   sync.WaitGroup
+	)
+	for range s.cfg.Concurrency {
+		wg.Go(func() {
+			for p := range jobs {
+				if ctx.Err() == nil {
+					cp, err := s.uploadPart(ctx, key, id, p)
+					if err != nil {
+						cancel(err)
+					} else {
+						mu.Lock()
+						done = append(done, cp)
+						mu.Unlock()
+					}
+				}
+				s.putBuf(p.data)
+				<-tokens
+			}
+		})
+	}
+	tokens <- struct{}{} // first's
+	size, err := s.produceParts(ctx, key, first, rest, jobs, tokens)
+	close(jobs)
+	wg.Wait()
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	slices.SortFunc(done, func(a, b types.CompletedPart) int { return int(*a.PartNumber - *b.PartNumber) })
+	return done, size, nil
+}
+
+// produceParts sends first and then the rest of the body as parts, taking
+// a token for each buffer it fills; the workers give tokens back.
+func (s *Store) produceParts(ctx context.Context, key string, first []byte, rest io.Reader,
+	jobs chan<- part, tokens chan struct{}) (int64, error) {
+	release := func(buf []byte) {
+		s.putBuf(buf)
+		<-tokens
+	}
+	send := func(p part) error {
+		select {
+		case jobs <- p:
+			return nil
+		case <-ctx.Done():
+			release(p.data)
+			return context.Cause(ctx)
+		}
+	}
+	if err := send(part{num: 1, data: first}); err != nil {
+		return 0, err
+	}
+	size := int64(len(first))
+	for num := int32(2); ; num++ {
+		select {
+		case tokens <- struct{}{}:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+		buf := s.getBuf()
+		n, err := io.ReadFull(rest, buf)
+		size += int64(n)
+		switch {
+		case n == 0:
+			release(buf)
+		case num > maxParts:
+			release(buf)
+			return 0, fmt.Errorf("put %s: body needs more than %d parts of %d bytes", key, maxParts, s.cfg.PartSize)
+		default:
+			if err := send(part{num: num, data: buf[:n]}); err != nil {
+				return 0, err
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return size, nil
+		case err != nil:
+			return 0, fmt.Errorf("put %s: read body: %w", key, err)
+		}
+	}
+}
+
+func (s *Store) uploadPart(ctx context.Context, key, id string, p part) (types.CompletedPart, error) {
+	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.objectKey(key)), UploadId: aws.String(id),
+		PartNumber: aws.Int32(p.num), Body: bytes.NewReader(p.data), ContentLength: aws.Int64(int64(len(p.data))),
+	}, s3.WithAPIOptions(unsignedPayload))
+	if err != nil {
+		return types.CompletedPart{}, fmt.Errorf("put %s: upload part %d: %w", key, p.num, err)
+	}
+	return types.CompletedPart{PartNumber: aws.Int32(p.num), ETag: out.ETag}, nil
+}
+
+// abortAfter aborts a failed multipart upload, even when ctx is done, and
+// returns cause (with the abort's own failure, if any).
+func (s *Store) abortAfter(ctx context.Context, key, id string, cause error) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	if err := s.AbortMultipartUpload(actx, key, id); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}

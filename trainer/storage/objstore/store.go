@@ -1,0 +1,200 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+)
+
+// Sentinel errors callers test with errors.Is.
+var (
+	// ErrNotFound is returned when an object (or the bucket) does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrExists is returned by PutIfAbsent when the key already holds an
+	// object.
+	ErrExists = errors.New("object already exists")
+	// ErrConditionalUnsupported is returned by PutIfAbsent when the server
+	// says it does not implement conditional writes.
+	ErrConditionalUnsupported = errors.New("server does not support conditional writes")
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultPartSize    = 8 << 20
+	DefaultConcurrency = 4
+	// MinPartSize is S3's smallest part but the last.
+	MinPartSize = 5 << 20
+	// maxParts is S3's limit on parts in one upload.
+	maxParts = 10000
+	// abortTimeout bounds the clean-up of a failed multipart upload, which
+	// runs even when the caller's context is done.
+	abortTimeout = 30 * time.Second
+)
+
+// Config holds the non-secret options of a store; a train.hcl may set
+// them. Credentials never come from here: Open uses the AWS credential
+// chain (environment, shared config and profiles, web identity, container
+// and instance roles).
+type Config struct {
+	// Endpoint is the server's base URL (for MinIO, SeaweedFS, Ceph RGW,
+	// R2, versitygw). Empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
+	// profile's endpoint_url, or AWS S3 itself, in that order.
+	Endpoint string
+	// Region overrides AWS_REGION and the profile's region.
+	Region string
+	// PathStyle addresses buckets as endpoint/bucket instead of
+	// bucket.endpoint; most self-hosted servers need it.
+	PathStyle bool
+	// PartSize is the size of each multipart part, at least MinPartSize;
+	// a body no bigger than one part goes up in one PutObject. Memory used
+	// by one Put is about (Concurrency+1) * PartSize.
+	PartSize int64
+	// Concurrency is the number of parts uploaded in parallel.
+	Concurrency int
+	// ListPageSize is the number of keys asked for per list request; zero
+	// lets the server choose (1000 on S3).
+	ListPageSize int32
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.PartSize == 0 {
+		c.PartSize = DefaultPartSize
+	}
+	if c.PartSize < MinPartSize {
+		return c, fmt.Errorf("part size %d is below S3's minimum %d", c.PartSize, MinPartSize)
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.ListPageSize < 0 {
+		return c, fmt.Errorf("list page size %d is negative", c.ListPageSize)
+	}
+	return c, nil
+}
+
+// Store reads and writes objects under one bucket and prefix. Keys given
+// to and returned by its methods are relative to the prefix. A Store is
+// safe for concurrent use.
+type Store struct {
+	client *s3.Client
+	loc    Location
+	cfg    Config
+	bufs   sync.Pool // of *[]byte, PartSize long
+}
+
+// Open parses an s3:// URL and connects with the AWS SDK's default
+// configuration: credentials, region and endpoint the standard way, with
+// cfg's non-secret options on top. Options (such as a static credentials
+// provider in tests) are applied last.
+func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Options)) (*Store, error) {
+	loc, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load aws config for %s: %w", loc, err)
+	}
+	fns := []func(*s3.Options){func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		if cfg.Region != "" {
+			o.Region = cfg.Region
+		}
+		o.UsePathStyle = o.UsePathStyle || cfg.PathStyle
+	}}
+	client := s3.NewFromConfig(awsCfg, append(fns, optFns...)...)
+	return New(client, loc, cfg)
+}
+
+// New returns a store over an existing client.
+func New(client *s3.Client, loc Location, cfg Config) (*Store, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", loc, err)
+	}
+	return &Store{client: client, loc: loc, cfg: cfg}, nil
+}
+
+// Location returns the bucket and prefix the store works under.
+func (s *Store) Location() Location { return s.loc }
+
+// Client returns the underlying S3 client.
+func (s *Store) Client() *s3.Client { return s.client }
+
+// objectKey maps a store key, or a prefix of keys, to the bucket's key.
+// It joins without cleaning: S3 keys are strings, "a//b" is a key.
+func (s *Store) objectKey(key string) string {
+	if s.loc.Prefix == "" {
+		return key
+	}
+	return s.loc.Prefix + "/" + key
+}
+
+// storeKey maps a bucket key back to a store key.
+func (s *Store) storeKey(objKey string) string {
+	if s.loc.Prefix == "" {
+		return objKey
+	}
+	return strings.TrimPrefix(objKey, s.loc.Prefix+"/")
+}
+
+func checkKey(key string) error {
+	if key == "" || strings.HasPrefix(key, "/") {
+		return fmt.Errorf("key %q: must be non-empty and relative", key)
+	}
+	return nil
+}
+
+// statusCode returns the HTTP status of an SDK error, or 0.
+func statusCode(err error) int {
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+// errorCode returns the S3 error code of an SDK error, or "".
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// notFound marks an SDK error for a missing object or bucket with
+// ErrNotFound, keeping the original in the chain.
+func notFound(err error) error {
+	switch errorCode(err) {
+	case "NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload":
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	if statusCode(err) == http.StatusNotFound {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// conditional marks the answers to a conditional write: 412 (the key
+// exists) and 501 (the server does not implement the condition).
+func conditional(err error) error {
+	switch {
+	case errorCode(err) == "PreconditionFailed", statusCode(err) == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	case errorCode(err) == "NotImplemented", statusCode(err) == http.StatusNotImplemented:
+		return fmt.Errorf("%w: %w", ErrConditionalUnsupported, err)
+	}
+	return err
+}

@@ -1,0 +1,282 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+)
+
+// newStore starts a server and returns a store on a fresh bucket under a
+// prefix, so the prefix mapping is exercised by every test.
+func newStore(t *testing.T, cfg Config) (*Store, *s3test.Server) {
+	t.Helper()
+	srv := s3test.Start(t)
+	return storeOn(t, srv, cfg), srv
+}
+
+func storeOn(t *testing.T, srv *s3test.Server, cfg Config) *Store {
+	t.Helper()
+	st, err := New(srv.Client(t), Location{Bucket: srv.Bucket, Prefix: "runs/r1"}, cfg)
+	must.NoError(t, err)
+	return st
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	_, _ = r.Read(b)
+	return b
+}
+
+func TestPutGetRoundTrip(t *testing.T) {
+	st, _ := newStore(t, Config{PartSize: MinPartSize, Concurrency: 3})
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		size  int
+		parts int
+	}{
+		{"empty", 0, 0},
+		{"1MiB", 1 << 20, 0},
+		{"one-full-part", MinPartSize, 0},
+		{"one-part-and-a-byte", MinPartSize + 1, 2},
+		{"20MiB", 20 << 20, 4},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := randomBytes(tc.size, uint64(i))
+			key := "ckpt/" + tc.name + ".bin"
+			// OneByteReader and a short-reading body: Put must not assume
+			// a Read fills its buffer.
+			body := iotest.HalfReader(bytes.NewReader(data))
+			res, err := st.Put(ctx, key, body)
+			must.NoError(t, err)
+			must.EqOp(t, int64(tc.size), res.Size)
+			must.EqOp(t, tc.parts, res.Parts)
+			must.Eq(t, sha256.Sum256(data), res.SHA256)
+
+			info, err := st.Head(ctx, key)
+			must.NoError(t, err)
+			must.EqOp(t, int64(tc.size), info.Size)
+
+			rc, info, err := st.Get(ctx, key)
+			must.NoError(t, err)
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			must.NoError(t, err)
+			must.EqOp(t, int64(tc.size), info.Size)
+			must.True(t, bytes.Equal(data, got), must.Sprintf("%d bytes differ", tc.size))
+		})
+	}
+}
+
+func TestGetRange(t *testing.T) {
+	st, _ := newStore(t, Config{})
+	ctx := context.Background()
+	data := randomBytes(1000, 7)
+	_, err := st.Put(ctx, "x", bytes.NewReader(data))
+	must.NoError(t, err)
+	for _, tc := range []struct{ off, n, wantFrom, wantTo int64 }{
+		{0, 10, 0, 10}, {990, -1, 990, 1000}, {500, 100, 500, 600},
+	} {
+		t.Run(fmt.Sprint(tc.off, tc.n), func(t *testing.T) {
+			rc, _, err := st.GetRange(ctx, "x", tc.off, tc.n)
+			must.NoError(t, err)
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			must.NoError(t, err)
+			must.Eq(t, data[tc.wantFrom:tc.wantTo], got)
+		})
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	st, srv := newStore(t, Config{})
+	ctx := context.Background()
+	_, err := st.Head(ctx, "missing")
+	must.ErrorIs(t, err, ErrNotFound)
+	must.ErrorContains(t, err, "missing")
+	_, _, err = st.Get(ctx, "missing")
+	must.ErrorIs(t, err, ErrNotFound)
+	must.ErrorContains(t, err, "missing")
+	// A missing bucket is not found too.
+	other, err := New(srv.Client(t), Location{Bucket: "no-such-bucket"}, Config{})
+	must.NoError(t, err)
+	_, _, err = other.Get(ctx, "k")
+	must.ErrorIs(t, err, ErrNotFound)
+	// Deleting what is not there is fine.
+	must.NoError(t, st.Delete(ctx, "missing"))
+}
+
+func TestListCursor(t *testing.T) {
+	st, srv := newStore(t, Config{ListPageSize: 3})
+	ctx := context.Background()
+	var keys []string
+	for i := range 10 {
+		k := fmt.Sprintf("progress/%08d.jsonl", i)
+		keys = append(keys, k)
+		_, err := st.Put(ctx, k, bytes.NewReader([]byte(k)))
+		must.NoError(t, err)
+	}
+	// Outside the listed prefix, and outside the store's prefix.
+	_, err := st.Put(ctx, "progressive", bytes.NewReader(nil))
+	must.NoError(t, err)
+	_, err = srv.Client(t).PutObject(ctx, &s3.PutObjectInput{Bucket: &srv.Bucket, Key: aws.String("runs/r2/progress/x")})
+	must.NoError(t, err)
+
+	names := func(objs []ObjectInfo) []string {
+		var out []string
+		for _, o := range objs {
+			out = append(out, o.Key)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		opts ListOptions
+		want []string
+	}{
+		{"all over 4 pages", ListOptions{Prefix: "progress/"}, keys},
+		{"after a cursor", ListOptions{Prefix: "progress/", StartAfter: keys[6]}, keys[7:]},
+		{"after the last", ListOptions{Prefix: "progress/", StartAfter: keys[9]}, nil},
+		{"limit", ListOptions{Prefix: "progress/", StartAfter: keys[1], Limit: 4}, keys[2:6]},
+		{"whole store", ListOptions{}, append(append([]string{}, keys...), "progressive")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := st.List(ctx, tc.opts)
+			must.NoError(t, err)
+			must.Eq(t, tc.want, names(got))
+		})
+	}
+	// Following: a reader that keeps the last key sees only new objects.
+	cursor := keys[9]
+	_, err = st.Put(ctx, "progress/00000010.jsonl", bytes.NewReader(nil))
+	must.NoError(t, err)
+	got, err := st.List(ctx, ListOptions{Prefix: "progress/", StartAfter: cursor})
+	must.NoError(t, err)
+	must.Eq(t, []string{"progress/00000010.jsonl"}, names(got))
+}
+
+func TestDeleteMany(t *testing.T) {
+	st, _ := newStore(t, Config{})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b/c", "d"} {
+		_, err := st.Put(ctx, k, bytes.NewReader([]byte(k)))
+		must.NoError(t, err)
+	}
+	must.NoError(t, st.DeleteMany(ctx, []string{"a", "b/c", "never-there"}))
+	got, err := st.List(ctx, ListOptions{})
+	must.NoError(t, err)
+	must.SliceLen(t, 1, got)
+	must.EqOp(t, "d", got[0].Key)
+	must.NoError(t, st.DeleteMany(ctx, nil))
+}
+
+func TestPutIfAbsent(t *testing.T) {
+	st, srv := newStore(t, Config{PartSize: MinPartSize})
+	ctx := context.Background()
+	supported, err := st.ProbeConditionalWrite(ctx, "probe")
+	must.NoError(t, err)
+	must.EqOp(t, srv.ConditionalWrites, supported)
+	if !supported {
+		t.Skip("server ignores If-None-Match; nothing to refuse")
+	}
+	for _, size := range []int{10, MinPartSize + 10} { // single and multipart
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			key := fmt.Sprintf("manifest-%d.json", size)
+			first, second := randomBytes(size, 1), randomBytes(size, 2)
+			_, err := st.PutIfAbsent(ctx, key, bytes.NewReader(first))
+			must.NoError(t, err)
+			_, err = st.PutIfAbsent(ctx, key, bytes.NewReader(second))
+			must.ErrorIs(t, err, ErrExists)
+			must.ErrorContains(t, err, key)
+			rc, _, err := st.Get(ctx, key)
+			must.NoError(t, err)
+			got, _ := io.ReadAll(rc)
+			rc.Close()
+			must.True(t, bytes.Equal(first, got), must.Sprint("the first write must survive"))
+			// The refused multipart upload was aborted, not left behind.
+			ups, err := st.ListMultipartUploads(ctx, "")
+			must.NoError(t, err)
+			must.SliceEmpty(t, ups)
+		})
+	}
+}
+
+// errReader fails after n bytes, as a crashed writer's body would.
+type errReader struct{ n int }
+
+func (r *errReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, errors.New("disk on fire")
+	}
+	n := min(len(p), r.n)
+	r.n -= n
+	return n, nil
+}
+
+func TestFailedPutAborts(t *testing.T) {
+	st, _ := newStore(t, Config{PartSize: MinPartSize})
+	ctx := context.Background()
+	_, err := st.Put(ctx, "big", &errReader{n: 3 * MinPartSize})
+	must.ErrorContains(t, err, "disk on fire")
+	must.ErrorContains(t, err, "big")
+	ups, err := st.ListMultipartUploads(ctx, "")
+	must.NoError(t, err)
+	must.SliceEmpty(t, ups)
+	_, err = st.Head(ctx, "big")
+	must.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestOrphanUploadAborted(t *testing.T) {
+	st, srv := newStore(t, Config{ListPageSize: 1})
+	ctx := context.Background()
+	c := srv.Client(t)
+	// A writer that died mid-upload: parts sent, never completed.
+	var ids []string
+	for _, k := range []string{"ckpt/1/rank0.bin", "ckpt/1/rank1.bin"} {
+		created, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+			Bucket: &srv.Bucket, Key: aws.String("runs/r1/" + k)})
+		must.NoError(t, err)
+		_, err = c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &srv.Bucket, Key: aws.String("runs/r1/" + k),
+			UploadId: created.UploadId, PartNumber: aws.Int32(1), Body: bytes.NewReader(randomBytes(1000, 3))})
+		must.NoError(t, err)
+		ids = append(ids, *created.UploadId)
+	}
+	ups, err := st.ListMultipartUploads(ctx, "ckpt/")
+	must.NoError(t, err)
+	must.SliceLen(t, 2, ups) // over two pages of one
+	for i, u := range ups {
+		must.EqOp(t, fmt.Sprintf("ckpt/1/rank%d.bin", i), u.Key)
+		must.EqOp(t, ids[i], u.ID)
+		must.NoError(t, st.AbortMultipartUpload(ctx, u.Key, u.ID))
+	}
+	ups, err = st.ListMultipartUploads(ctx, "")
+	must.NoError(t, err)
+	must.SliceEmpty(t, ups)
+	err = st.AbortMultipartUpload(ctx, "ckpt/1/rank0.bin", ids[0])
+	must.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestPutCancelled(t *testing.T) {
+	st, _ := newStore(t, Config{PartSize: MinPartSize})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := st.Put(ctx, "k", bytes.NewReader(randomBytes(2*MinPartSize, 4)))
+	must.ErrorIs(t, err, context.Canceled)
+	_, err = st.Put(ctx, "k", bytes.NewReader(nil))
+	must.ErrorIs(t, err, context.Canceled)
+}
