@@ -45,7 +45,8 @@
 //     allocations to end and purges it. Its results reach the tuner through
 //     the trials' progress files, so on a cluster storage_path must be
 //     shared storage that the tuner's machine mounts at the same path.
-//   - Tuner.Fit is the loop: it starts trials up to max_concurrent_trials,
+//   - Tuner.Fit is the loop (tuner.go; setting up and resuming in
+//     resume.go, trial tailing in tail.go, PBT cloning in clone.go): it starts trials up to max_concurrent_trials,
 //     reads each trial's progress.jsonl (trainer/storage) as it grows
 //     (woken by inotify on Linux; polled too, for storage that other
 //     machines write), asks the scheduler, stops trials through their

@@ -1,0 +1,95 @@
+package tune
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// PBT cloning: copying a donor trial's latest checkpoint into a recipient.
+
+// cloneInto copies the donor's latest checkpoint into the trial's storage
+// as a committed checkpoint (PBT exploit); the trial, stopped, restarts
+// from it. The commit record carries the donor's step and metrics, so the
+// trial's iteration count continues from the donor's.
+func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
+	donor, err := storage.OpenReadOnly(e.dir, d.Donor, storage.Policy{})
+	if err != nil {
+		return fmt.Errorf("open donor storage: %w", err)
+	}
+	defer donor.Close()
+	name, path, ok, err := donor.Latest()
+	if err != nil || !ok {
+		return fmt.Errorf("find donor checkpoint: %w (found %v)", err, ok)
+	}
+	recs, err := donor.Records()
+	if err != nil {
+		return fmt.Errorf("read donor progress: %w", err)
+	}
+	var src storage.Record
+	for _, r := range recs {
+		if r.Checkpoint == name {
+			src = r
+		}
+	}
+	st, err := storage.Open(e.dir, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
+		ScoreAttribute: e.cfg.Checkpoint.ScoreAttribute, ScoreOrder: e.cfg.Checkpoint.ScoreOrder})
+	if err != nil {
+		return fmt.Errorf("open trial storage: %w", err)
+	}
+	defer st.Close()
+	staged, err := st.Stage()
+	if err != nil {
+		return err
+	}
+	if err := copyTree(path, staged.Dir()); err != nil {
+		staged.Abort()
+		return fmt.Errorf("copy donor checkpoint: %w", err)
+	}
+	metrics := trainer.Metrics{}
+	for k, v := range src.Metrics {
+		metrics[k] = v
+	}
+	metrics[ClonedFrom] = d.Donor
+	// The trial restarts from the clone and rolls back what it reported
+	// after the clone's step; roll back now, so the clone's record does
+	// not go back in steps (readers refuse a history that does).
+	if err := st.TruncateAfter(src.Step); err != nil {
+		staged.Abort()
+		return fmt.Errorf("roll trial back to the cloned step: %w", err)
+	}
+	if _, err := st.Commit(staged, storage.Record{Step: src.Step, Metrics: metrics}); err != nil {
+		return fmt.Errorf("commit cloned checkpoint: %w", err)
+	}
+	ts.Exploits = append(ts.Exploits, ExploitRecord{Donor: d.Donor, Time: e.result(d.Donor, src).Time})
+	return nil
+}
+
+// copyTree copies the regular files and directories under src into dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if de.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !de.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+}

@@ -1,0 +1,157 @@
+package tune
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// Setting an experiment up: a fresh state, or one restored from
+// experiment_state.json with its scheduler rebuilt by replaying the
+// recorded results.
+
+// setup creates or restores the state and rebuilds the scheduler.
+func (e *experiment) setup(space map[string]any, mustExist bool) error {
+	e.obj = Objective{Metric: e.cfg.Metric, Mode: e.cfg.Mode, TimeAttr: e.cfg.TimeAttr}
+	settings := e.cfg.Scheduler
+	if settings == nil {
+		settings = FIFO{}
+	}
+	sched, err := settings.Build(e.obj, e.cfg.Seed)
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	e.sched = sched
+	st, ok, err := LoadState(e.dir)
+	if err != nil {
+		return err
+	}
+	if !ok && mustExist {
+		return fmt.Errorf("%w in %s", ErrNoExperiment, e.dir)
+	}
+	if !ok {
+		gen, err := NewGenerator(space, e.cfg.Searcher, e.cfg.NumSamples, e.cfg.Seed)
+		if err != nil {
+			return err
+		}
+		st = &ExperimentState{Version: 1, Name: e.cfg.Name}
+		for v, ok := gen.Next(); ok; v, ok = gen.Next() {
+			st.Trials = append(st.Trials, &TrialState{ID: fmt.Sprintf("trial_%04d", v.Index),
+				Config: v.Config, Params: v.Params, Status: StatusPending})
+		}
+		e.state = st
+		e.log.Info("new experiment", "trials", len(st.Trials))
+		// Every trial's run directory is made now, rather than one per
+		// trial start. They are flushed with the experiment directory by
+		// the first state write (writeAtomic flushes the directory after
+		// its rename), in the background: until that write is on disk there
+		// is no state to resume from, and a fresh start makes them again.
+		for _, ts := range st.Trials {
+			if err := os.MkdirAll(filepath.Join(e.dir, ts.ID), 0o755); err != nil {
+				return fmt.Errorf("make trial directory: %w", err)
+			}
+		}
+	} else {
+		e.state = st
+		e.log.Info("restoring experiment", "trials", len(st.Trials))
+		e.resume()
+	}
+	for _, ts := range e.state.Trials {
+		e.rt[ts.ID] = &trialRuntime{}
+		e.sched.OnTrialAdd(ts.ID, ts.Config)
+	}
+	if ok {
+		if err := e.replay(); err != nil {
+			return err
+		}
+	}
+	return e.save()
+}
+
+// resume makes the restored trials that are to run again pending: those
+// that were running when the last Fit ended, and those it left in ERROR
+// (a failure for good may have been an outage that is over: Ray's
+// resume_errored), which start with a fresh failure budget. The trials
+// that finished stay as they are.
+func (e *experiment) resume() {
+	// With the time budget spent no trial runs again, and a failed one
+	// stays failed rather than pending for ever.
+	spent := e.cfg.TimeBudget > 0 && e.state.Elapsed >= e.cfg.TimeBudget
+	retried := 0
+	for _, ts := range e.state.Trials {
+		switch ts.Status {
+		case StatusRunning:
+			ts.Status = StatusPending
+		case StatusError:
+			if spent {
+				continue
+			}
+			ts.Status, ts.FailuresForgiven = StatusPending, ts.Failures
+			retried++
+		}
+	}
+	if retried > 0 {
+		e.log.Info("retrying trials that failed before", "trials", retried)
+		e.note("retrying %d %s that failed before", retried, plural(retried, "trial", "trials"))
+	}
+}
+
+// replay feeds every trial's recorded results to the fresh scheduler in the
+// order they were written, so that it decides from the same history as
+// before the restart. Decisions for finished trials are ignored; an
+// unfinished trial the scheduler stops is marked stopped.
+func (e *experiment) replay() error {
+	type item struct {
+		ts  *TrialState
+		rec storage.Record
+	}
+	var all []item
+	for _, ts := range e.state.Trials {
+		tail := &e.rt[ts.ID].tail
+		recs, _, err := tail.read(e.progressPath(ts.ID))
+		tail.close()
+		if err != nil {
+			return err
+		}
+		ts.Iterations = 0
+		for _, rec := range recs {
+			if _, cloned := rec.Metrics[ClonedFrom]; cloned {
+				continue
+			}
+			ts.Iterations++
+			ts.LastResult = rec.Metrics
+			all = append(all, item{ts, rec})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].rec.Time.Before(all[j].rec.Time) })
+	// The history is whole: a warning only if none of it holds the metric.
+	for _, it := range all {
+		_, held := it.rec.Metrics[e.cfg.Metric]
+		e.metricSeen = e.metricSeen || held
+	}
+	if len(all) > 0 {
+		e.checkMetric(all[0].ts.ID, all[0].rec.Metrics)
+	}
+	done := map[string]bool{}
+	for _, it := range all {
+		if done[it.ts.ID] {
+			continue
+		}
+		d := e.sched.OnResult(e.result(it.ts.ID, it.rec))
+		if d.Action == Stop {
+			done[it.ts.ID] = true
+			if !finished(it.ts.Status) {
+				it.ts.Status, it.ts.Reason = StatusStopped, d.Reason
+			}
+		}
+	}
+	for _, ts := range e.state.Trials {
+		if finished(ts.Status) {
+			e.sched.OnTrialComplete(ts.ID)
+		}
+	}
+	return nil
+}
