@@ -20,10 +20,10 @@ import (
 
 // table maps builtin names to training functions.
 var table = map[string]trainer.TrainFunc{
-	"quickstart":         quickstart.Train,
-	"mnist-mlp":          mnist.TrainMLP,
-	"mnist-cnn":          mnist.TrainCNN,
-	"mnist-logreg":       mnist.TrainLogReg,
+	"quickstart":              quickstart.Train,
+	"mnist-mlp":               mnist.TrainMLP,
+	"mnist-cnn":               mnist.TrainCNN,
+	"mnist-logreg":            mnist.TrainLogReg,
 	workerenv.ExternalBuiltin: external.Train,
 }
 

@@ -14,9 +14,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-train/nomad-train/builtins"
-	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/driver"
 	"github.com/nomad-train/nomad-train/driver/executor"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
