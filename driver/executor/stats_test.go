@@ -14,17 +14,28 @@ func TestStatsOfBusyTree(t *testing.T) {
 	task := startTask(t, f.config("busy"))
 	expectLine(t, f.outLines, "allocated")
 	ctx := context.Background()
-	time.Sleep(200 * time.Millisecond)
-	u, err := task.Stats(ctx)
-	must.NoError(t, err)
+	// A busy tree shows CPU once it has been scheduled between two samples;
+	// on a loaded machine that may take a while, so sample until it has
+	// (a tree that never uses CPU fails at the deadline).
+	busy := func() Usage {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			time.Sleep(200 * time.Millisecond)
+			u, err := task.Stats(ctx)
+			must.NoError(t, err)
+			if u.CPUPercent > 0 && u.UserMode > 0 || time.Now().After(deadline) {
+				return u
+			}
+		}
+	}
+	u := busy()
 	must.Greater(t, 0, u.CPUPercent) // percent of one core; the host may be loaded
 	must.Greater(t, 0, u.UserMode)
 	must.GreaterEq(t, 64<<20, u.RSS) // the child's memory counts
 	must.SliceContains(t, u.Measured, MeasuredRSS)
 	must.SliceContains(t, u.Measured, MeasuredPercent)
-	time.Sleep(200 * time.Millisecond)
-	u2, err := task.Stats(ctx)
-	must.NoError(t, err)
+	u2 := busy()
 	must.Greater(t, 0, u2.CPUPercent)
 	must.True(t, u2.Time.After(u.Time))
 }
