@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
@@ -80,14 +79,9 @@ func (f *clusterFlags) client() (*nomad.Client, error) {
 	return nomad.NewClient(nomad.Config{Address: addr, Token: f.token, Namespace: f.namespace, Region: f.region})
 }
 
-// runCluster submits the spec to Nomad and follows it until it ends.
-// Ctrl-C detaches: the run goes on on the cluster.
-func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdout, stderr io.Writer) int {
-	job, diags := trainhcl.Compile(spec)
-	if diags.HasErrors() {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", diags)
-		return 1
-	}
+// runCluster submits the spec to Nomad as a new attempt and follows it
+// until it ends. Ctrl-C detaches: the run goes on on the cluster.
+func runCluster(ctx context.Context, spec *trainhcl.Spec, job *api.Job, cf *clusterFlags, stdout, stderr io.Writer) int {
 	if cf.namespace != "" && job.Namespace == nil {
 		job.Namespace = &cf.namespace
 	}
@@ -96,68 +90,48 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
 	}
-	// Submitting is a deliberate new attempt: a run that failed for good
-	// may try again. Best effort: this machine may not mount the storage.
-	_ = storage.ClearFailed(spec.Run.StoragePath, spec.Name)
-	if spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
-		// And it starts with the whole failure budget: the last gang's
-		// generation, left in Consul, would otherwise count against it.
-		if kv := consulKV(); kv != nil {
-			if err := nomad.ClearRendezvous(ctx, c, kv, cf.namespace, *job.ID); err != nil {
-				fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-			}
-		}
-	}
 	out := &syncWriter{w: stdout}
+	opts := nomad.RunOptions{
+		AttemptOptions: nomad.AttemptOptions{StoragePath: spec.Run.StoragePath, Run: spec.Name,
+			OnClearError: func(err error) { fmt.Fprintf(stderr, "nomad-train run: %v\n", err) },
+			Submit: nomad.SubmitOptions{WaitForCapacity: cf.waitForCapacity,
+				OnBlocked: func(err error) { fmt.Fprintf(out, "    waiting for capacity: %v\n", err) }}},
+		Count:    spec.Scaling.NumWorkers,
+		OnReport: func(r storage.Record) { fmt.Fprintf(out, "    %s\n", formatRecord(r)) },
+		OnSubmitted: func(sub *nomad.Submission) {
+			if sub.Warnings != "" {
+				fmt.Fprintf(stderr, "nomad-train run: nomad warns: %s\n", sub.Warnings)
+			}
+			fmt.Fprintf(out, "    job %s registered (evaluation %s)\n", sub.JobID, sub.EvalID)
+		},
+		OnStatus:      (&statusPrinter{w: out, count: spec.Scaling.NumWorkers}).print,
+		Settle:        followSettle,
+		ProgressEvery: progressEvery,
+	}
+	kv, tree := consulKV()
+	if tree != nil && spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
+		// The attempt starts with the whole failure budget: the last
+		// gang's generation, left in Consul, would otherwise count.
+		opts.KV = tree
+	}
+	opts.Progress = nomad.ProgressFor(cf.namespace, *job.ID, spec.Name, spec.Run.StoragePath, kv)
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
 		spec.Name, cf.address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
-	submitted := time.Now()
-	sub, err := nomad.Submit(ctx, c, job, nomad.SubmitOptions{
-		WaitForCapacity: cf.waitForCapacity,
-		OnBlocked: func(err error) {
-			fmt.Fprintf(out, "    waiting for capacity: %v\n", err)
-		},
-	})
-	if errors.Is(err, nomad.ErrUnplaceable) {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; waiting would not help until the cluster's nodes change)\n", err)
-		return 1
-	}
-	if errors.Is(err, nomad.ErrInsufficientCapacity) {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; -wait-for-capacity waits until the whole gang fits)\n", err)
-		return 1
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		return exitFor(ctx, 1)
-	}
-	if sub.Warnings != "" {
-		fmt.Fprintf(stderr, "nomad-train run: nomad warns: %s\n", sub.Warnings)
-	}
-	fmt.Fprintf(out, "    job %s registered (evaluation %s)\n", sub.JobID, sub.EvalID)
-
-	var wg sync.WaitGroup
-	pctx, stopProgress := context.WithCancel(ctx)
-	// Reports from before this submission are an earlier attempt's (the
-	// storage keeps the run's whole history); a little slack for clocks.
-	since := submitted.Add(-2 * time.Second)
-	src := progressSource(cf.namespace, sub.JobID, spec.Name, spec.Run.StoragePath)
-	if src != nil {
-		wg.Go(func() { followProgress(pctx, src, out, since) })
-	}
-	printer := &statusPrinter{w: out, count: spec.Scaling.NumWorkers}
-	st, err := nomad.Follow(ctx, c, nomad.FollowOptions{
-		JobID: sub.JobID, Namespace: cf.namespace, Count: spec.Scaling.NumWorkers, Since: sub.Index,
-		WaitForCapacity: cf.waitForCapacity, OnStatus: printer.print, Settle: followSettle,
-	})
-	stopProgress()
-	wg.Wait()
-	if src != nil {
-		if rec, perr := src.Latest(context.WithoutCancel(ctx)); perr == nil && !rec.Time.Before(since) {
-			fmt.Fprintln(out, "==> last report")
-			fmt.Fprintf(out, "    %s\n", formatRecord(rec))
-		}
+	res, err := nomad.RunJob(ctx, c, job, opts)
+	if res.Reported {
+		fmt.Fprintln(out, "==> last report")
+		fmt.Fprintf(out, "    %s\n", formatRecord(res.Last))
 	}
 	switch {
+	case errors.Is(err, nomad.ErrUnplaceable):
+		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; waiting would not help until the cluster's nodes change)\n", err)
+		return 1
+	case errors.Is(err, nomad.ErrInsufficientCapacity):
+		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; -wait-for-capacity waits until the whole gang fits)\n", err)
+		return 1
+	case res.Submission == nil && err != nil:
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return exitFor(ctx, 1)
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "nomad-train run: detached; %q goes on on Nomad (nomad-train status %s, nomad-train stop %s)\n",
 			spec.Name, spec.Name, spec.Name)
@@ -167,18 +141,18 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, cf *clusterFlags, stdo
 		// Each rank's last failure says why it stopped; the whole history
 		// (every restart and reschedule) is in status.
 		last := map[int]nomad.Failure{}
-		for _, f := range st.Failures {
+		for _, f := range res.Status.Failures {
 			last[f.Rank] = f // in time order
 		}
 		for _, r := range slices.Sorted(maps.Keys(last)) {
 			fmt.Fprintf(stderr, "    %s\n", last[r])
 		}
-		if len(st.Failures) > len(last) {
-			fmt.Fprintf(stderr, "    (nomad-train status %s lists all %d failures)\n", sub.JobID, len(st.Failures))
+		if len(res.Status.Failures) > len(last) {
+			fmt.Fprintf(stderr, "    (nomad-train status %s lists all %d failures)\n", res.Submission.JobID, len(res.Status.Failures))
 		}
 		return 1
 	}
-	fmt.Fprintf(out, "==> run %q complete (%d restarts)\n", spec.Name, st.Restarts())
+	fmt.Fprintf(out, "==> run %q complete (%d restarts)\n", spec.Name, res.Status.Restarts())
 	return 0
 }
 
@@ -253,66 +227,20 @@ func (p *statusPrinter) print(st nomad.Status) {
 // ranks' allocations to end (nomad.FollowOptions.Settle); tests shorten it.
 var followSettle = 10 * time.Second
 
-// progressSource picks where to read the run's progress from: the shared
-// storage when this machine mounts it, else Consul KV when
-// CONSUL_HTTP_ADDR is set, else nowhere.
+// consulKV is the Consul KV that CONSUL_HTTP_ADDR names, as the nomad
+// package reads and clears it; both are nil when it is not set.
+func consulKV() (nomad.KV, nomad.KVTree) {
+	if c := nomad.EnvConsulKV(); c != nil {
+		return c, c
+	}
+	return nil, nil
+}
+
+// progressSource is where status reads a run's progress from
+// (nomad.ProgressFor, with Consul when CONSUL_HTTP_ADDR is set).
 func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSource {
-	var kv nomad.ProgressSource
-	if c := consulKV(); c != nil {
-		kv = nomad.ConsulProgress{KV: c, Namespace: namespace, Job: jobID, Run: run}
-	}
-	file := nomad.FileProgress{StoragePath: storagePath, Run: run}
-	if file.Path() == "" {
-		return kv
-	}
-	return storageOrConsul{file: file, kv: kv}
-}
-
-// storageOrConsul reads the reports from the run's storage when this
-// machine mounts it, else from Consul when it can. It looks at each read:
-// a first run's workers make the storage directories as they start.
-type storageOrConsul struct {
-	file nomad.FileProgress
-	kv   nomad.ProgressSource // nil without CONSUL_HTTP_ADDR
-}
-
-func (s storageOrConsul) Latest(ctx context.Context) (storage.Record, error) {
-	if s.kv == nil || s.file.Available() {
-		return s.file.Latest(ctx)
-	}
-	return s.kv.Latest(ctx)
-}
-
-// consulKV is the KV endpoint of the Consul agent CONSUL_HTTP_ADDR names,
-// or nil when it is not set.
-func consulKV() *consul.KV {
-	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
-		return nil
-	}
-	c, err := consul.NewClient(consul.DefaultConfig())
-	if err != nil {
-		return nil
-	}
-	return c.KV()
-}
-
-// followProgress prints each new report made since since until ctx ends.
-func followProgress(ctx context.Context, src nomad.ProgressSource, w io.Writer, since time.Time) {
-	t := time.NewTicker(progressEvery)
-	defer t.Stop()
-	var last time.Time
-	lastStep := int64(-1)
-	for {
-		if rec, err := src.Latest(ctx); err == nil && !rec.Time.Before(since) && (rec.Step != lastStep || !rec.Time.Equal(last)) {
-			lastStep, last = rec.Step, rec.Time
-			fmt.Fprintf(w, "    %s\n", formatRecord(rec))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	kv, _ := consulKV()
+	return nomad.ProgressFor(namespace, jobID, run, storagePath, kv)
 }
 
 // formatRecord is one line: step, epoch, metrics, generation, attempt.

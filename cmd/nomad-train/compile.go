@@ -25,13 +25,17 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if code >= 0 {
 		return code
 	}
-	spec, hclOut, jsonOut, ok := loadSpecFor("nomad-train compile", path, &sf, true, stderr)
+	_, job, ok := loadSpecFor("nomad-train compile", path, &sf, true, stderr)
 	if !ok {
 		return exitSpec
 	}
-	b := hclOut
+	b := trainhcl.RenderHCL(job)
 	if *asJSON {
-		b = jsonOut
+		var err error
+		if b, err = trainhcl.RenderJSON(job); err != nil {
+			fmt.Fprintf(stderr, "nomad-train compile: %v\n", err)
+			return exitSpec
+		}
 	}
 	var err error
 	if *out == "" {
@@ -43,7 +47,6 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
 		return exitSpec
 	}
-	job, _ := trainhcl.Compile(spec) // its diagnostics were printed by loadSpec
 	printSecretHint(stderr, job)
 	return exitOK
 }

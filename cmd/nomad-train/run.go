@@ -44,12 +44,12 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	// Compile-time warnings are about Nomad: a local run skips them.
-	spec, _, _, ok := loadSpecFor("nomad-train run", path, &sf, cf.address != "", stderr)
+	spec, job, ok := loadSpecFor("nomad-train run", path, &sf, cf.address != "", stderr)
 	if !ok {
 		return 1
 	}
 	if cf.address != "" {
-		return runCluster(ctx, spec, &cf, stdout, stderr)
+		return runCluster(ctx, spec, job, &cf, stdout, stderr)
 	}
 	return runLocal(ctx, spec, stdout, stderr)
 }

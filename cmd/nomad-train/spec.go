@@ -13,6 +13,7 @@ import (
 
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
@@ -115,13 +116,13 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) 
 // Nomad job (whose warnings are about Nomad, e.g. a relative storage path),
 // printing diagnostics (with source snippets) to stderr. The rendered job is
 // nil when there were errors or forNomad is false.
-func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
+func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, *api.Job, bool) {
 	return loadSpecFor("", path, f, forNomad, stderr)
 }
 
 // loadSpecFor is loadSpec for a command that trains the spec's config
 // once (run, compile): it refuses an experiment (a tune block).
-func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, []byte, []byte, bool) {
+func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, *api.Job, bool) {
 	parser := hclparse.NewParser()
 	spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{
 		Vars:        f.vars,
@@ -138,21 +139,14 @@ func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Wr
 	if command != "" && !diags.HasErrors() {
 		diags = append(diags, trainhcl.OneRun(spec, command)...)
 	}
-	var hclOut, jsonOut []byte
+	var job *api.Job
 	if forNomad && !diags.HasErrors() {
-		job, cdiags := trainhcl.Compile(spec)
+		var cdiags hcl2.Diagnostics
+		job, cdiags = trainhcl.Compile(spec)
 		diags = append(diags, cdiags...)
-		if !diags.HasErrors() {
-			hclOut = trainhcl.RenderHCL(job)
-			var err error
-			if jsonOut, err = trainhcl.RenderJSON(job); err != nil {
-				fmt.Fprintf(stderr, "nomad-train: %v\n", err)
-				return nil, nil, nil, false
-			}
-		}
 	}
 	printDiagnostics(stderr, parser, diags)
-	return spec, hclOut, jsonOut, !diags.HasErrors()
+	return spec, job, !diags.HasErrors()
 }
 
 func printDiagnostics(w io.Writer, parser *hclparse.Parser, diags hcl2.Diagnostics) {
@@ -174,7 +168,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if code >= 0 {
 		return code
 	}
-	spec, _, _, ok := loadSpec(path, &sf, true, stderr)
+	spec, _, ok := loadSpec(path, &sf, true, stderr)
 	if !ok {
 		return exitSpec
 	}

@@ -30,7 +30,7 @@ type experiment struct {
 
 // loadExperiment reads a train.hcl spec with a tune block.
 func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer) (*experiment, bool) {
-	spec, _, _, ok := loadSpec(path, sf, forNomad, stderr)
+	spec, _, ok := loadSpec(path, sf, forNomad, stderr)
 	if !ok {
 		return nil, false
 	}
@@ -105,9 +105,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		nj := &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
-		if kv := consulKV(); kv != nil {
-			nj.KV = kv
-		}
+		_, nj.KV = consulKV()
 		backend = nj
 		fmt.Fprintf(stdout, "==> tune %q: trials as Nomad jobs (%s), storage %s\n", cfg.Name, cf.address, filepath.Join(cfg.StoragePath, cfg.Name))
 	} else {

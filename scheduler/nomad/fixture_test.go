@@ -2,10 +2,11 @@ package nomad
 
 import (
 	"context"
-	"github.com/hashicorp/go-hclog"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/shoenig/test/must"
 

@@ -165,3 +165,48 @@ func deref(p *string, def string) string {
 	}
 	return *p
 }
+
+// ProgressFor picks where to read a run's progress from: its storage when
+// this machine mounts it, else Consul KV when kv is set (the workers
+// publish their latest report there), else nowhere (nil). It looks at
+// each read: a first run's workers make the storage directories as they
+// start.
+func ProgressFor(namespace, jobID, run, storagePath string, kv KV) ProgressSource {
+	var fromKV ProgressSource
+	if kv != nil {
+		fromKV = ConsulProgress{KV: kv, Namespace: namespace, Job: jobID, Run: run}
+	}
+	file := FileProgress{StoragePath: storagePath, Run: run}
+	if file.Path() == "" {
+		return fromKV
+	}
+	return storageOrConsul{file: file, kv: fromKV}
+}
+
+// storageOrConsul reads the reports from the run's storage when this
+// machine mounts it, else from Consul when it can.
+type storageOrConsul struct {
+	file FileProgress
+	kv   ProgressSource // nil without Consul
+}
+
+func (s storageOrConsul) Latest(ctx context.Context) (storage.Record, error) {
+	if s.kv == nil || s.file.Available() {
+		return s.file.Latest(ctx)
+	}
+	return s.kv.Latest(ctx)
+}
+
+// EnvConsulKV is the KV endpoint of the Consul agent that CONSUL_HTTP_ADDR
+// names (with the rest of consul/api's environment), or nil when it is not
+// set.
+func EnvConsulKV() *consul.KV {
+	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
+		return nil
+	}
+	c, err := consul.NewClient(consul.DefaultConfig())
+	if err != nil {
+		return nil
+	}
+	return c.KV()
+}

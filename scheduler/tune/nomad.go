@@ -11,7 +11,6 @@ import (
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
-	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // NomadJobs is the cluster backend: each trial is a Nomad job of its own,
@@ -89,17 +88,13 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 	var since uint64 // an adopted job's allocations are all the trial's
 	if !adopt {
 		// A restart is a deliberate new attempt: a trial marked failed for
-		// good may try again.
-		if err := storage.ClearFailed(t.StoragePath, t.ID); err != nil {
-			log.Debug("cannot clear the trial's failed mark", "error", err)
+		// good may try again, with its whole failure budget.
+		ao := nomad.AttemptOptions{StoragePath: t.StoragePath, Run: t.ID,
+			Submit: nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity, Logger: log, PlanInterval: b.PlanInterval}}
+		if b.Spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
+			ao.KV = b.KV
 		}
-		if b.KV != nil && b.Spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
-			if err := nomad.ClearRendezvous(ctx, b.API, b.KV, ns, jobID); err != nil {
-				return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("trial %s: %w", t.ID, err))
-			}
-		}
-		sub, err := nomad.Submit(ctx, b.API, job, nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity,
-			Logger: log, PlanInterval: b.PlanInterval})
+		sub, err := nomad.SubmitAttempt(ctx, b.API, job, ao)
 		if err != nil {
 			return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("submit trial %s: %w", t.ID, err))
 		}
