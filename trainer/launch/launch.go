@@ -156,11 +156,15 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if err := storage.ClearFailed(o.StoragePath, o.RunName); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "nomad-train-"+safeName(o.RunName)+"-")
+	sweepStale(o.Logger)
+	tmp, lock, err := makeScratch(o.RunName)
 	if err != nil {
-		return nil, fmt.Errorf("launch: make run scratch dir: %w", err)
+		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		os.RemoveAll(tmp)
+		lock.Close()
+	}()
 	secret, err := newSecret()
 	if err != nil {
 		return nil, err
