@@ -54,7 +54,10 @@ type Options struct {
 	StallFactor float64
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
-	Logger         hclog.Logger
+	// Logger receives the launcher's own log lines, the rendezvous
+	// server's included (refused strangers, failed accepts). Default:
+	// warnings and errors to Stderr, between whole lines of the workers'.
+	Logger hclog.Logger
 }
 
 // RankOutcome is how one worker ended.
@@ -137,6 +140,14 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if o.NumWorkers < 1 {
 		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
 	}
+	stdout := &syncWriter{w: o.Stdout}
+	stderr := stdout
+	if o.Stderr != o.Stdout {
+		stderr = &syncWriter{w: o.Stderr}
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "nomad-train", Output: stderr, Level: hclog.Warn})
+	}
 	// The run's storage must be writable and not in use by another run of
 	// the same name. Found here, that is one clear error; found by the
 	// workers, each would fail on it and be replaced until the failure
@@ -217,12 +228,8 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		base = append(base, workerenv.StallFactor+"="+strconv.FormatFloat(o.StallFactor, 'g', -1, 64))
 	}
 
-	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout},
+	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: stdout, stderr: stderr,
 		envs: make([][]string, o.NumWorkers), store: mem, secret: secretFile, attempt: storage.AttemptID([]byte(secret))}
-	g.stderr = g.stdout
-	if o.Stderr != o.Stdout {
-		g.stderr = &syncWriter{w: o.Stderr}
-	}
 	for i := 0; i < o.NumWorkers; i++ {
 		env := append(base[:len(base):len(base)],
 			workerenv.RankHint+"="+strconv.Itoa(i),
@@ -263,9 +270,6 @@ func (o *Options) defaults() {
 	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
-	}
-	if o.Logger == nil {
-		o.Logger = hclog.NewNullLogger()
 	}
 	if len(o.Config) == 0 {
 		o.Config = []byte("null")
