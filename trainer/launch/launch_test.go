@@ -116,6 +116,8 @@ func fakeWorker(mode string) int {
 			return 1
 		}
 		return 0
+	case "crashloop":
+		return crashLoopWorker(rank)
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		// A grandchild in the same process group must go too.
