@@ -47,7 +47,8 @@ type FailureConfig struct {
 	StallFloor  time.Duration
 	StallFactor float64
 	// RejoinTimeout is how long a worker may stay out of a re-forming gang
-	// before it is presumed hung and replaced (default 1m).
+	// before it is presumed hung and replaced (default 20s, twice the
+	// time in which its peers notice that it is gone).
 	RejoinTimeout time.Duration
 }
 

@@ -46,7 +46,8 @@ type Options struct {
 	StopGrace time.Duration
 	// RejoinTimeout is how long a running worker may stay out of a gang
 	// that is re-forming before it is presumed hung (frozen, or stuck in
-	// its own code) and killed, so that a replacement can join (default 1m).
+	// its own code) and killed, so that a replacement can join (default
+	// workerenv.DefaultRejoinTimeout).
 	RejoinTimeout time.Duration
 	// StallFloor and StallFactor set the workers' progress watchdog (see
 	// workerenv.StallFloor); zero keeps the workers' defaults.
@@ -263,7 +264,7 @@ func (o *Options) defaults() {
 		o.StopGrace = 10 * time.Second
 	}
 	if o.RejoinTimeout <= 0 {
-		o.RejoinTimeout = time.Minute
+		o.RejoinTimeout = workerenv.DefaultRejoinTimeout
 	}
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
