@@ -4,6 +4,7 @@ package ownerlock
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,4 +142,57 @@ func TestPIDNamed(t *testing.T) {
 			must.Eq(t, c.want, match(c.name))
 		})
 	}
+}
+
+// Sweeps running all the while owners make, hold and remove their entries
+// never take a held one: an entry a sweep takes between its creation and
+// its lock is made again under a new name.
+func TestSweepRacingOwners(t *testing.T) {
+	dir := t.TempDir()
+	stop := make(chan struct{})
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				Sweep(dir, PIDNamed("e-"))
+			}
+		}
+	}()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 200 {
+				f, err := CreateFile(dir, Pattern("e-", "*"))
+				if err != nil {
+					errs <- err
+					return
+				}
+				d, lock, err := MkdirTemp(dir, Pattern("e-", "*"))
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, p := range []string{f.Name(), filepath.Join(d, LockFile)} {
+					if !exists(p) {
+						errs <- fmt.Errorf("%s went while its owner held it", p)
+						return
+					}
+				}
+				os.Remove(f.Name())
+				f.Close()
+				os.RemoveAll(d)
+				lock.Close()
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		must.NoError(t, <-errs)
+	}
+	close(stop)
+	<-swept
 }
