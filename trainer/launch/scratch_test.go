@@ -23,8 +23,9 @@ func TestLaunchSweepsWhatDeadRunsLeft(t *testing.T) {
 	liveDir, liveLock, err := ownerlock.MkdirTemp(tmp, ownerlock.Pattern(scratchPrefix, "live-*"))
 	must.NoError(t, err)
 	defer func() { os.RemoveAll(liveDir); liveLock.Close() }()
-	foreign := filepath.Join(tmp, scratchPrefix+"py-123")
-	must.NoError(t, os.Mkdir(foreign, 0o700))
+	foreign, err := os.MkdirTemp(tmp, scratchPrefix+"py-") // another tool's, with no lock
+	must.NoError(t, err)
+	defer os.RemoveAll(foreign)
 
 	shm := "/dev/shm"
 	if fi, err := os.Stat(shm); err != nil || !fi.IsDir() {
