@@ -132,6 +132,13 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Subject:  s.ranges.rangeOr(s.ranges.backend),
 		})
 	}
+	if s.Rendezvous.RejoinTimeout > 0 {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "rejoin_timeout applies to local runs only",
+			Detail:   "The local launcher replaces a worker that stays out of a re-forming gang for rendezvous.rejoin_timeout; on Nomad nothing replaces a frozen worker yet, and the compiled job does not carry the setting.",
+		})
+	}
 	if !filepath.IsAbs(s.Run.StoragePath) {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagWarning,

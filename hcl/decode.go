@@ -563,7 +563,7 @@ func localStoragePath(p string) (string, error) {
 }
 
 var rendezvousSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}},
+	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}, {Name: "rejoin_timeout"}},
 }
 
 func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
@@ -587,5 +587,23 @@ func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
 				r.Timeout = t
 			}
 		}
+	}
+	d.positiveDuration(c.Attributes["rejoin_timeout"], &r.RejoinTimeout)
+}
+
+// positiveDuration decodes attr, when set, as a positive duration into dst.
+func (d *decoder) positiveDuration(attr *hcl.Attribute, dst *time.Duration) {
+	var s string
+	if attr == nil || !d.str(attr, &s) {
+		return
+	}
+	t, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		d.errorf(attr, "Invalid duration", "%s must be a duration such as \"30s\" or \"5m\"; %q is not one.", attr.Name, s)
+	case t <= 0:
+		d.errorf(attr, "Invalid duration", "%s must be positive; got %q.", attr.Name, s)
+	default:
+		*dst = t
 	}
 }

@@ -37,7 +37,7 @@
 //
 // The train block also takes datacenters, namespace, region, node_pool,
 // priority, meta, env and a rendezvous block (backend = "consul" or
-// "embedded", address, timeout); entrypoint may instead name a command with
+// "embedded", address, timeout, rejoin_timeout); entrypoint may instead name a command with
 // args and an artifact; scaling takes use_gpu, placement_strategy ("PACK",
 // "SPREAD", "STRICT_SPREAD") and trainer_resources; resources_per_worker
 // takes gpu, gpu_model, and gpu_constraint / gpu_affinity blocks (attribute

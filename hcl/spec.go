@@ -193,6 +193,11 @@ type Rendezvous struct {
 	// Address is the store's address when it is not the default one.
 	Address string `json:",omitempty"`
 	Timeout time.Duration
+	// RejoinTimeout is how long a worker may stay out of a gang that is
+	// re-forming before it is presumed hung (frozen, or stuck in its own
+	// code) and replaced; 0 leaves it to the runtime (20 s, twice the
+	// time in which a gang notices a frozen worker).
+	RejoinTimeout time.Duration `json:",omitempty"`
 }
 
 // BackendFor is the backend a run uses: the one the spec names, or else

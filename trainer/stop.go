@@ -8,6 +8,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer/collective"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // A stop of some workers is not a stop of the run. Nomad stops one
@@ -113,5 +114,5 @@ func (w *worker) failuresUsed(ctx context.Context, gen uint64) int {
 		w.log.Warn("cannot count agreed stops; counting every generation as a failure", "error", err)
 		stops = 0
 	}
-	return int(gen-first) - stops
+	return workerenv.FailuresUsed(gen, first, stops, 0)
 }

@@ -47,7 +47,8 @@ type FailureConfig struct {
 	StallFloor  time.Duration
 	StallFactor float64
 	// RejoinTimeout is how long a worker may stay out of a re-forming gang
-	// before it is presumed hung and replaced (default 1m).
+	// before it is presumed hung and replaced (default 20s, twice the
+	// time in which its peers notice that it is gone).
 	RejoinTimeout time.Duration
 }
 
@@ -73,7 +74,8 @@ type Trainer struct {
 	// Stdout and Stderr receive the workers' output, each line prefixed with
 	// "[rank N] ". They default to os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
-	// Logger receives the launcher's own log lines.
+	// Logger receives the launcher's own log lines. It defaults to
+	// warnings and errors on Stderr.
 	Logger hclog.Logger
 }
 
@@ -82,7 +84,7 @@ type Trainer struct {
 // worker as JSON (Session.DecodeConfig).
 func New(fn TrainFunc, scaling Scaling, run Run, config any) *Trainer {
 	return &Trainer{fn: fn, scaling: scaling, run: run, config: config,
-		Stdout: os.Stdout, Stderr: os.Stderr, Logger: hclog.NewNullLogger()}
+		Stdout: os.Stdout, Stderr: os.Stderr}
 }
 
 // Fit trains. In the launching process it starts the workers as copies of

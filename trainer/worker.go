@@ -536,7 +536,7 @@ func (w *worker) generation(ctx context.Context) error {
 	log := w.log.With("rank", a.Rank, "gen", a.Generation)
 	// Every generation after this attempt's first is one gang failure,
 	// except one that followed an agreed stop (see stop.go).
-	if used := w.failuresUsed(ctx, a.Generation); env.MaxFailures >= 0 && used > env.MaxFailures {
+	if used := w.failuresUsed(ctx, a.Generation); workerenv.BudgetExhausted(used, env.MaxFailures) {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
 		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
 		w.markFailed(err, ExitBudgetExhausted)

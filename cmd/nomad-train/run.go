@@ -56,21 +56,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runLocal runs the spec on this machine: the embedded default.
 func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
-	opts := launch.Options{
-		NumWorkers:  spec.Scaling.NumWorkers,
-		RunName:     spec.Name,
-		StoragePath: spec.Run.StoragePath,
-		Config:      spec.ConfigJSON,
-		Checkpoint: workerenv.CheckpointPolicy{
-			NumToKeep:      spec.Run.Checkpoint.NumToKeep,
-			ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute,
-			ScoreOrder:     spec.Run.Checkpoint.ScoreOrder,
-		},
-		MaxFailures:       spec.Run.Failure.MaxFailures,
-		RendezvousTimeout: spec.Rendezvous.Timeout,
-		Stdout:            stdout,
-		Stderr:            stderr,
-	}
+	opts := localOptions(spec, stdout, stderr)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		opts.Env = append(opts.Env, k+"="+spec.Env[k])
 	}
@@ -108,6 +94,26 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 		return 1
 	}
 	return 0
+}
+
+// localOptions are the launcher's settings that the spec gives directly.
+func localOptions(spec *trainhcl.Spec, stdout, stderr io.Writer) launch.Options {
+	return launch.Options{
+		NumWorkers:  spec.Scaling.NumWorkers,
+		RunName:     spec.Name,
+		StoragePath: spec.Run.StoragePath,
+		Config:      spec.ConfigJSON,
+		Checkpoint: workerenv.CheckpointPolicy{
+			NumToKeep:      spec.Run.Checkpoint.NumToKeep,
+			ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute,
+			ScoreOrder:     spec.Run.Checkpoint.ScoreOrder,
+		},
+		MaxFailures:       spec.Run.Failure.MaxFailures,
+		RendezvousTimeout: spec.Rendezvous.Timeout,
+		RejoinTimeout:     spec.Rendezvous.RejoinTimeout,
+		Stdout:            stdout,
+		Stderr:            stderr,
+	}
 }
 
 // lastConfigFile, in a run's directory, holds the config (JSON) of its

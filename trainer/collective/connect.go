@@ -253,6 +253,7 @@ func connect(ctx context.Context, cfg Config, log hclog.Logger) (links, error) {
 		setup.dir = defaultShmDir()
 	}
 	if setup.want {
+		sweepOnce(setup.dir, log)
 		hostID := cfg.hostID
 		if hostID == nil {
 			hostID = hostIdentity
@@ -269,6 +270,25 @@ func connect(ctx context.Context, cfg Config, log hclog.Logger) (links, error) {
 		return links{}, err
 	}
 	return links{next: next, prev: prev, out: out, in: in}, nil
+}
+
+// swept holds the shared-memory directories this process has swept.
+var swept sync.Map
+
+// sweepOnce removes, once per process and directory, the shared files that
+// processes now gone left in dir (a worker killed while it set up a ring):
+// on a host where the launcher does not sweep (Nomad), the workers do.
+func sweepOnce(dir string, log hclog.Logger) {
+	if _, done := swept.LoadOrStore(dir, true); done {
+		return
+	}
+	removed, err := SweepRegions(dir)
+	if len(removed) > 0 {
+		log.Info("removed shared files of processes now gone", "dir", dir, "count", len(removed))
+	}
+	if err != nil {
+		log.Warn("cannot sweep shared files", "error", err)
+	}
 }
 
 // dialAndAccept dials rank+1 and accepts rank-1 at the same time, and

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nomad-train/nomad-train/internal/ownerlock"
 )
 
 // bootIDFile holds a random identity of the running kernel: two processes
@@ -39,35 +41,53 @@ func defaultShmDir() string {
 
 // createRegion makes a new shared file of size bytes in dir, reserves its
 // space (so a full tmpfs is an error now, not a SIGBUS later) and maps it
-// read-write. The caller removes the file once the peer has mapped it.
-func createRegion(dir string, size int) (mem []byte, path string, err error) {
-	f, err := os.CreateTemp(dir, shmFilePrefix+"*")
+// read-write. The file is named for this process and locked for it
+// (package ownerlock), so that once this process is gone, even killed in
+// the moment before it removes the file, the next sweep (SweepRegions)
+// knows the file for a stale one. The caller removes the file once the
+// peer has mapped it, then closes f.
+func createRegion(dir string, size int) (mem []byte, f *os.File, err error) {
+	f, err = ownerlock.CreateFile(dir, ownerlock.Pattern(shmFilePrefix, "*"))
 	if err != nil {
-		return nil, "", fmt.Errorf("create shared file: %w", err)
+		return nil, nil, fmt.Errorf("create shared file: %w", err)
 	}
-	path = f.Name()
+	path := f.Name()
 	defer func() {
-		f.Close()
 		if err != nil {
 			os.Remove(path)
+			f.Close()
 		}
 	}()
 	if len(path) > pathMax {
-		return nil, "", fmt.Errorf("shared file path %q is longer than %d bytes", path, pathMax)
+		return nil, nil, fmt.Errorf("shared file path %q is longer than %d bytes", path, pathMax)
 	}
 	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
 		if !errors.Is(err, syscall.EOPNOTSUPP) {
-			return nil, "", fmt.Errorf("reserve %d bytes of shared memory: %w", size, err)
+			return nil, nil, fmt.Errorf("reserve %d bytes of shared memory: %w", size, err)
 		}
 		if err := f.Truncate(int64(size)); err != nil {
-			return nil, "", fmt.Errorf("size shared file: %w", err)
+			return nil, nil, fmt.Errorf("size shared file: %w", err)
 		}
 	}
 	mem, err = syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, "", fmt.Errorf("map shared file: %w", err)
+		return nil, nil, fmt.Errorf("map shared file: %w", err)
 	}
-	return mem, path, nil
+	return mem, f, nil
+}
+
+// SweepRegions removes the shared files in dir (the default shared-memory
+// directory when empty) that processes now gone left behind, and returns
+// their paths. Files of live processes stay, whoever they belong to.
+func SweepRegions(dir string) ([]string, error) {
+	if dir == "" {
+		dir = defaultShmDir()
+	}
+	removed, err := ownerlock.Sweep(dir, ownerlock.PIDNamed(shmFilePrefix))
+	if err != nil {
+		return removed, fmt.Errorf("sweep shared memory: %w", err)
+	}
+	return removed, nil
 }
 
 // openRegion maps the peer's shared file read-only after checking it is

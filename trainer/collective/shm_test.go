@@ -199,8 +199,10 @@ func TestOpenRegionRefuses(t *testing.T) {
 	_, err = openRegion("relative/"+shmFilePrefix+"x", regionBytes(1, 64))
 	must.ErrorContains(t, err, "not one of ours")
 
-	mem, path, err := createRegion(dir, regionBytes(1, 64))
+	mem, f, err := createRegion(dir, regionBytes(1, 64))
 	must.NoError(t, err)
+	defer f.Close()
+	path := f.Name()
 	defer unmap(mem)
 	_, err = openRegion(path, regionBytes(2, 64)) // wrong size: mapping it would fault
 	must.ErrorContains(t, err, "regular file of")
@@ -237,8 +239,10 @@ func TestRegionNonceMismatchFallsBack(t *testing.T) {
 	ans, err := recvMsg(a, msgAnswer)
 	must.NoError(t, err)
 	must.True(t, ans.OK)
-	mem, path, err := createRegion(dir, regionBytes(shmSlots, 64))
+	mem, f, err := createRegion(dir, regionBytes(shmSlots, 64))
 	must.NoError(t, err)
+	defer f.Close()
+	path := f.Name()
 	defer unmap(mem)
 	writeRegionHeader(mem, [32]byte{7})
 	must.NoError(t, sendMsg(a, transportMsg{Type: msgRegion, OK: true, Slots: shmSlots, SlotBytes: 64, Nonce: [32]byte{8}, Path: path}))
@@ -301,4 +305,31 @@ func TestAgreementOnABrokenRingIsPeerLost(t *testing.T) {
 	_, _, err = s.agree(context.Background(), next, prev)
 	must.ErrorIs(t, err, ErrPeerLost)
 	must.StrNotContains(t, err.Error(), "closed network connection")
+}
+
+// A shared file whose process is gone (here: let go of, as a killed
+// process's files are) is swept; one whose process lives stays, and so do
+// files that are not shared regions of ours.
+func TestSweepRegionsRemovesOnlyStaleOnes(t *testing.T) {
+	dir := t.TempDir()
+	_, live, err := createRegion(dir, regionBytes(1, 64))
+	must.NoError(t, err)
+	defer live.Close()
+	mem, dead, err := createRegion(dir, regionBytes(1, 64))
+	must.NoError(t, err)
+	// Its owner is gone: nothing holds the lock (the mapping holds the
+	// open file, and so the lock, as much as the descriptor does).
+	must.NoError(t, unmap(mem))
+	must.NoError(t, dead.Close())
+	other := filepath.Join(dir, "nomad-train-secret")
+	must.NoError(t, os.WriteFile(other, nil, 0o600))
+
+	removed, err := SweepRegions(dir)
+	must.NoError(t, err)
+	must.Eq(t, []string{dead.Name()}, removed)
+	_, err = os.Stat(live.Name())
+	must.NoError(t, err)
+	_, err = os.Stat(other)
+	must.NoError(t, err)
+	must.StrContains(t, filepath.Base(live.Name()), fmt.Sprintf("%s%d-", shmFilePrefix, os.Getpid()))
 }

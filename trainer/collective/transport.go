@@ -122,14 +122,18 @@ func (s *transportSetup) offer(conn net.Conn) (out *shmOut, err error) {
 	size := regionBytes(shmSlots, s.slotBytes)
 	var nonce [32]byte
 	_, _ = rand.Read(nonce[:]) // never fails (crypto/rand panics instead)
-	mem, path, err := createRegion(s.dir, size)
+	mem, f, err := createRegion(s.dir, size)
 	if err != nil {
 		s.log.Debug("shared memory unavailable, using TCP", "error", err)
 		return nil, sendMsg(conn, transportMsg{Type: msgRegion})
 	}
 	// The file goes as soon as the peer has it mapped (or gave up), so no
 	// exit path leaves it behind.
-	defer os.Remove(path)
+	path := f.Name()
+	defer func() {
+		os.Remove(path)
+		f.Close()
+	}()
 	defer func() {
 		if out == nil {
 			unmap(mem)

@@ -46,7 +46,8 @@ type Options struct {
 	StopGrace time.Duration
 	// RejoinTimeout is how long a running worker may stay out of a gang
 	// that is re-forming before it is presumed hung (frozen, or stuck in
-	// its own code) and killed, so that a replacement can join (default 1m).
+	// its own code) and killed, so that a replacement can join (default
+	// workerenv.DefaultRejoinTimeout).
 	RejoinTimeout time.Duration
 	// StallFloor and StallFactor set the workers' progress watchdog (see
 	// workerenv.StallFloor); zero keeps the workers' defaults.
@@ -54,7 +55,10 @@ type Options struct {
 	StallFactor float64
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
-	Logger         hclog.Logger
+	// Logger receives the launcher's own log lines, the rendezvous
+	// server's included (refused strangers, failed accepts). Default:
+	// warnings and errors to Stderr, between whole lines of the workers'.
+	Logger hclog.Logger
 }
 
 // RankOutcome is how one worker ended.
@@ -137,6 +141,14 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if o.NumWorkers < 1 {
 		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
 	}
+	stdout := &syncWriter{w: o.Stdout}
+	stderr := stdout
+	if o.Stderr != o.Stdout {
+		stderr = &syncWriter{w: o.Stderr}
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "nomad-train", Output: stderr, Level: hclog.Warn})
+	}
 	// The run's storage must be writable and not in use by another run of
 	// the same name. Found here, that is one clear error; found by the
 	// workers, each would fail on it and be replaced until the failure
@@ -156,11 +168,15 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if err := storage.ClearFailed(o.StoragePath, o.RunName); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "nomad-train-"+safeName(o.RunName)+"-")
+	sweepStale(o.Logger)
+	tmp, lock, err := makeScratch(o.RunName)
 	if err != nil {
-		return nil, fmt.Errorf("launch: make run scratch dir: %w", err)
+		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		os.RemoveAll(tmp)
+		lock.Close()
+	}()
 	secret, err := newSecret()
 	if err != nil {
 		return nil, err
@@ -213,12 +229,8 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		base = append(base, workerenv.StallFactor+"="+strconv.FormatFloat(o.StallFactor, 'g', -1, 64))
 	}
 
-	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: &syncWriter{w: o.Stdout},
-		envs: make([][]string, o.NumWorkers), store: mem, secret: secretFile, attempt: storage.AttemptID([]byte(secret))}
-	g.stderr = g.stdout
-	if o.Stderr != o.Stdout {
-		g.stderr = &syncWriter{w: o.Stderr}
-	}
+	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: stdout, stderr: stderr,
+		envs: make([][]string, o.NumWorkers), tmp: tmp, store: mem, secret: secretFile, attempt: storage.AttemptID([]byte(secret))}
 	for i := 0; i < o.NumWorkers; i++ {
 		env := append(base[:len(base):len(base)],
 			workerenv.RankHint+"="+strconv.Itoa(i),
@@ -252,16 +264,13 @@ func (o *Options) defaults() {
 		o.StopGrace = 10 * time.Second
 	}
 	if o.RejoinTimeout <= 0 {
-		o.RejoinTimeout = time.Minute
+		o.RejoinTimeout = workerenv.DefaultRejoinTimeout
 	}
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
-	}
-	if o.Logger == nil {
-		o.Logger = hclog.NewNullLogger()
 	}
 	if len(o.Config) == 0 {
 		o.Config = []byte("null")
@@ -273,6 +282,7 @@ type gang struct {
 	opts           Options
 	stdout, stderr *syncWriter
 	envs           [][]string // each rank's environment
+	tmp            string     // the run's scratch directory
 	done           chan int   // rank of each worker process as it is reaped
 
 	store   *rendezvous.MemStore
@@ -280,17 +290,19 @@ type gang struct {
 	attempt string   // storage.AttemptID of the run's secret
 
 	// Owned by Launch's goroutine.
-	restarts        []RankOutcome
-	startupFailures int    // workers lost before the gang first formed
-	exhausted       string // why the failure budget is spent, if it is
+	restarts          []RankOutcome
+	lostBeforeJoining int    // worker processes that failed before joining a generation
+	quickFailures     []int  // by rank: failures in a row of processes that did not run long
+	exhausted         string // why the failure budget is spent, if it is
 
 	stopped []RankOutcome // workers stopped on their own and replaced (Launch's goroutine)
 
-	mu      sync.Mutex  // guards below
-	procs   []*exec.Cmd // index = rank: the rank's current process
-	started []time.Time // when each rank's current process started
-	ended   []RankOutcome
-	order   int
+	mu       sync.Mutex  // guards below
+	procs    []*exec.Cmd // index = rank: the rank's current process
+	started  []time.Time // when each rank's current process started
+	evOffset []int64     // where each rank's current process began in its events file
+	ended    []RankOutcome
+	order    int
 }
 
 // secretFD is where a worker reads the run secret: the launcher's memfd,
@@ -334,6 +346,7 @@ func (g *gang) start(rank int) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.ExtraFiles = []*os.File{g.secret}
 	cmd.WaitDelay = 2 * time.Second
+	offset := eventsSize(eventsPath(g.tmp, rank))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("launch: start worker %d: %w", rank, err)
 	}
@@ -341,10 +354,13 @@ func (g *gang) start(rank int) error {
 	if rank == len(g.procs) {
 		g.procs = append(g.procs, cmd)
 		g.started = append(g.started, time.Now())
+		g.evOffset = append(g.evOffset, offset)
 		g.ended = append(g.ended, RankOutcome{Rank: rank, Order: -1})
+		g.quickFailures = append(g.quickFailures, 0)
 	} else {
 		g.procs[rank] = cmd
 		g.started[rank] = time.Now()
+		g.evOffset[rank] = offset
 		g.ended[rank] = RankOutcome{Rank: rank, Order: -1, Restarts: g.ended[rank].Restarts + 1}
 	}
 	g.mu.Unlock()
@@ -388,34 +404,48 @@ func (g *gang) reaped(rank int, err error) {
 // it is spent. A user error, a bad environment or a spent budget stops
 // every worker, and so does ctx ending.
 func (g *gang) supervise(ctx context.Context, tmp string) {
+	live := g.opts.NumWorkers // processes running or waiting to start
+	pending := map[int]*time.Timer{}
+	due := make(chan int, g.opts.NumWorkers)
 	stopping := false
 	stopAll := func(why string) {
 		if !stopping {
 			stopping = true
+			for rank, t := range pending {
+				if t.Stop() { // else it is in due already
+					delete(pending, rank)
+					live--
+				}
+			}
 			g.opts.Logger.Info("stopping workers", "reason", why)
 			go g.stop()
 		}
 	}
-	for live := g.opts.NumWorkers; live > 0; {
+	for live > 0 {
 		select {
 		case rank := <-g.done:
-			live--
 			g.mu.Lock()
 			r := g.ended[rank]
+			ran := time.Since(g.started[rank])
+			offset := g.evOffset[rank]
 			g.mu.Unlock()
 			if r.ExitCode == 0 || stopping {
+				live--
 				continue
 			}
 			if r.Err == "" {
 				r.Err = lastFailure(eventsPath(tmp, rank))
 			}
+			joined := joinedSince(eventsPath(tmp, rank), offset)
 			// A run its workers marked failed for good gets no replacement.
 			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.RunName, g.attempt)
 			if !failed && r.ExitCode == workerenv.ExitStopped {
+				live--
 				g.replaceStopped(r, &live, stopAll)
 				continue
 			}
-			if failed || !restartable(r) || !g.withinBudget() {
+			if failed || !restartable(r) || !g.withinBudget(joined) {
+				live--
 				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
 				if g.exhausted != "" {
 					g.stderr.printf("==> %s\n", g.exhausted)
@@ -427,13 +457,20 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 				stopAll(fmt.Sprintf("rank %d failed", rank))
 				continue
 			}
-			g.stderr.printf("==> rank %d failed: %s; starting a replacement\n", rank, r.Message())
-			if err := g.start(rank); err != nil {
-				stopAll(err.Error())
+			delay := g.replacementDelay(rank, ran)
+			g.stderr.printf("==> rank %d failed: %s; starting a replacement in %v\n", rank, r.Message(), delay)
+			g.restarts = append(g.restarts, r)
+			pending[rank] = time.AfterFunc(delay, func() { due <- rank })
+		case rank := <-due:
+			delete(pending, rank)
+			if stopping {
+				live--
 				continue
 			}
-			g.restarts = append(g.restarts, r)
-			live++
+			if err := g.start(rank); err != nil {
+				live--
+				stopAll(err.Error())
+			}
 		case <-ctx.Done():
 			stopAll("stopped")
 			ctx = context.Background() // fire once
@@ -497,39 +534,6 @@ func (g *gang) state() (rendezvous.State, bool) {
 }
 
 func memberID(rank int) string { return "local-" + strconv.Itoa(rank) }
-
-// withinBudget reports whether the gang may recover from a worker failure
-// without overspending its failure budget. It counts the way the workers
-// do: every rendezvous generation after the first is one gang failure, and
-// recovering from this one means the next generation (or the one already
-// forming, when the survivors are quicker than this launcher).
-func (g *gang) withinBudget() bool {
-	if g.opts.MaxFailures < 0 {
-		return true
-	}
-	next := uint64(1)
-	if st, ok := g.state(); ok {
-		next = st.Generation
-		if st.Phase == rendezvous.PhaseComplete {
-			next++
-		}
-	}
-	// A worker that dies before the gang first formed breaks no
-	// generation, but must not be restarted forever either.
-	if next == 1 {
-		g.startupFailures++
-	}
-	// A generation that ended in a stop the gang agreed on is no failure.
-	stops, err := rendezvous.Stops(context.Background(), g.store, g.opts.RunName, 1, next)
-	if err != nil {
-		stops = 0
-	}
-	if used := int(next) - 1 + g.startupFailures - stops; used > g.opts.MaxFailures {
-		g.exhausted = fmt.Sprintf("failure budget exhausted: the gang failed %d times, max_failures is %d", used, g.opts.MaxFailures)
-		return false
-	}
-	return true
-}
 
 // replaceStopped starts a replacement for a worker that exited as stopped
 // while the launcher is not stopping the run: the worker alone was asked to

@@ -20,6 +20,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/testtmp"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -106,6 +107,17 @@ func fakeWorker(mode string) int {
 		fmt.Printf("secret path=%s len=%d sum=%x write-refused=%v on-disk=%d\n",
 			path, len(secret), sha256.Sum256(secret), writeErr != nil, onDisk)
 		return 0
+	case "stranger":
+		// Knock on the run's rendezvous server without the secret.
+		addr := strings.TrimPrefix(os.Getenv(workerenv.Rendezvous), "embedded://")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := rendezvous.Dial(ctx, addr, []byte("not the secret"), nil); err == nil {
+			return 1
+		}
+		return 0
+	case "crashloop":
+		return crashLoopWorker(rank)
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		// A grandchild in the same process group must go too.
@@ -337,4 +349,15 @@ func TestReplacesWorkerStoppedOnItsOwn(t *testing.T) {
 	must.Eq(t, 1, res.Ranks[1].Restarts)
 	must.StrContains(t, out.String(), "==> rank 1 stopped on its own; starting a replacement")
 	noneLeft(t, pids)
+}
+
+// A stranger at a local run's rendezvous server (here: a process without
+// the run's secret) is refused and logged on the launcher's stderr, with
+// no logger set up by the caller.
+func TestStrangerIsLogged(t *testing.T) {
+	o, out, _ := opts(t, "stranger", 1)
+	res, err := Launch(context.Background(), o)
+	must.NoError(t, err)
+	must.False(t, res.Failed(), must.Sprint(out.String()))
+	must.StrContains(t, out.String(), "[WARN]  nomad-train.rendezvous.rendezvous-server: refused connection")
 }

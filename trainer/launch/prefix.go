@@ -20,6 +20,12 @@ func (s *syncWriter) writeLine(prefix, line []byte) {
 	s.w.Write(append(append(make([]byte, 0, len(prefix)+len(line)), prefix...), line...))
 }
 
+// Write writes p, one or more whole lines (a logger's), in one locked write.
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.writeLine(nil, p)
+	return len(p), nil
+}
+
 // printf writes one line of the launcher's own.
 func (s *syncWriter) printf(format string, args ...any) {
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -103,8 +104,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.mu.Unlock()
 	})
 	defer stop()
+	var delay time.Duration // the wait after the last failed accept
 	for {
 		conn, err := s.ln.Accept()
+		if err != nil && ctx.Err() == nil && temporaryAcceptError(err) {
+			// Out of descriptors (a flood of connections, a low ulimit)
+			// or a connection gone before it was accepted: the next
+			// accept may well work, and the gang needs this server.
+			delay = acceptBackoff(delay)
+			s.logger.Warn("accept failed, retrying", "error", err, "retry_in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			continue
+		}
 		if err != nil {
 			s.wg.Wait()
 			if ctx.Err() != nil {
@@ -112,6 +128,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("accept rendezvous connection: %w", err)
 		}
+		delay = 0
 		s.mu.Lock()
 		if ctx.Err() != nil {
 			s.mu.Unlock()
@@ -129,6 +146,39 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.mu.Unlock()
 		}()
 	}
+}
+
+// Accept retries back off from minAcceptDelay, doubling up to maxAcceptDelay.
+const (
+	minAcceptDelay = 5 * time.Millisecond
+	maxAcceptDelay = time.Second
+)
+
+// acceptBackoff is the wait after a failed accept whose predecessor waited
+// last (0 after a success).
+func acceptBackoff(last time.Duration) time.Duration {
+	if last <= 0 {
+		return minAcceptDelay
+	}
+	return min(2*last, maxAcceptDelay)
+}
+
+// temporaryAcceptError reports whether an accept failed for a reason that
+// may pass: too many open files in the process or the system, no buffer
+// space or memory, a connection aborted before it was accepted, a timeout.
+// A closed listener is for good.
+func temporaryAcceptError(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // serverConn is one client connection. The reading goroutine owns reads
