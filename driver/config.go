@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/hclspec"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // PluginConfig is the agent's plugin "train" { config { ... } } block.
@@ -114,6 +115,22 @@ type TaskConfig struct {
 	Failure     FailureConfig
 }
 
+// RunSpec is the run the task config describes (train.hcl's RunSpec,
+// compiled): every worker's contract variables come from it.
+func (c TaskConfig) RunSpec() workerenv.Run {
+	return workerenv.Run{
+		Name:        c.RunName,
+		NumWorkers:  c.WorldSize,
+		StoragePath: c.StoragePath,
+		Entrypoint:  workerenv.Entrypoint{Builtin: c.Builtin, Command: c.Command, Args: c.Args, Launcher: c.Launcher},
+		Config:      json.RawMessage(c.TrainConfig),
+		Checkpoint: workerenv.CheckpointPolicy{NumToKeep: c.Checkpoint.NumToKeep,
+			ScoreAttribute: c.Checkpoint.ScoreAttribute, ScoreOrder: c.Checkpoint.ScoreOrder},
+		MaxFailures:       c.Failure.MaxFailures,
+		RendezvousTimeout: c.Rendezvous.Timeout,
+	}
+}
+
 // RendezvousConfig is the task's rendezvous {} block.
 type RendezvousConfig struct {
 	Backend string // "consul" or "embedded"
@@ -133,22 +150,11 @@ type FailureConfig struct {
 	MaxFailures int // -1 unlimited
 }
 
-// Launchers of a command entrypoint.
+// Launchers of a command entrypoint (workerenv's).
 const (
-	// LauncherAuto runs a nomad-train Go trainer binary directly and any
-	// other program (python3 train.py, a shell script) as LauncherExternal
-	// would, exactly as nomad-train run does locally.
-	LauncherAuto = "auto"
-	// LauncherExternal runs the command under the builtin "external"
-	// (package trainer/external): the driver binary joins the rendezvous
-	// and starts the command with torchrun's environment (MASTER_ADDR,
-	// MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, ...) and the JSON-lines
-	// report protocol, restarting it in each new generation.
-	LauncherExternal = "external"
-	// LauncherDirect runs the command itself: it speaks the worker
-	// contract (NOMAD_TRAIN_* variables) on its own, e.g. a script that
-	// execs a Go trainer.
-	LauncherDirect = "direct"
+	LauncherAuto     = workerenv.LauncherAuto
+	LauncherExternal = workerenv.LauncherExternal
+	LauncherDirect   = workerenv.LauncherDirect
 )
 
 // Rendezvous backends.

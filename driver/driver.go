@@ -23,7 +23,6 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/base"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
-	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -340,7 +339,7 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 		}
 		ep.Command, argv0 = prog.Path, prog.Name
 	}
-	proc, err := workerenv.StartFor(ep, d.selfPath, external.SpeaksContract)
+	proc, err := workerenv.StartFor(ep, d.selfPath, workerenv.SpeaksContract)
 	if err != nil {
 		return ProcessSpec{}, "", fieldErr("builtin", "%v", err)
 	}

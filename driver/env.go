@@ -83,26 +83,26 @@ func workerEnv(in envInput) []string {
 	for k, v := range in.Task.GetDeviceEnv() {
 		take(k, v)
 	}
+	// The contract variables come from the run the task config describes,
+	// through workerenv, as a local launch's do; what is Nomad's is the
+	// place: the member, node, address, rendezvous, secret and events.
 	c := in.Config
-	env[workerenv.Worker] = "1"
-	env[workerenv.RunName] = c.RunName
-	env[workerenv.WorldSize] = strconv.Itoa(c.WorldSize)
-	if idx, ok := env[envAllocIndex]; ok {
-		env[workerenv.RankHint] = idx
+	we := c.RunSpec().WorkerEnv()
+	if idx, err := strconv.Atoi(env[envAllocIndex]); err == nil {
+		we.RankHint = idx
 	}
 	// Rendezvous member IDs may not hold a slash (they are key path parts).
-	env[workerenv.MemberID] = in.Task.GetAllocId() + "." + in.Task.GetName()
-	node := in.Task.GetNodeName()
-	if node == "" {
-		node = in.HostName
+	we.MemberID = in.Task.GetAllocId() + "." + in.Task.GetName()
+	we.Node = in.Task.GetNodeName()
+	if we.Node == "" {
+		we.Node = in.HostName
 	}
-	env[workerenv.Node] = node
-	env[workerenv.Addr] = collectiveAddr(env, c.Port)
+	we.Addr = collectiveAddr(env, c.Port)
 	switch c.Rendezvous.Backend {
 	case BackendEmbedded:
-		env[workerenv.Rendezvous] = c.Rendezvous.Address
+		we.Rendezvous = c.Rendezvous.Address
 	default:
-		env[workerenv.Rendezvous] = storeuri.NomadJobURI(in.Task.GetNamespace(), in.Task.GetJobId())
+		we.Rendezvous = storeuri.NomadJobURI(in.Task.GetNamespace(), in.Task.GetJobId())
 		if _, ok := env[envConsulAddr]; !ok && in.Plugin.ConsulAddress != "" {
 			env[envConsulAddr] = in.Plugin.ConsulAddress
 		}
@@ -110,29 +110,21 @@ func workerEnv(in envInput) []string {
 			env[envConsulToken] = in.Plugin.TaskConsulToken
 		}
 	}
-	env[workerenv.RendezvousTimeout] = c.Rendezvous.Timeout.String()
-	env[workerenv.StoragePath] = c.StoragePath
-	env[workerenv.Config] = c.TrainConfig
-	ckpt, _ := json.Marshal(workerenv.CheckpointPolicy{
-		NumToKeep:      c.Checkpoint.NumToKeep,
-		ScoreAttribute: c.Checkpoint.ScoreAttribute,
-		ScoreOrder:     c.Checkpoint.ScoreOrder,
-	})
-	env[workerenv.Checkpoint] = string(ckpt)
-	env[workerenv.MaxFailures] = strconv.Itoa(c.Failure.MaxFailures)
-	for _, kv := range in.Process.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
+	we.Events = filepath.Join(in.Paths.LocalDir, eventsFileName)
+	if in.SecretFound {
+		we.SecretFile = filepath.Join(in.Paths.SecretsDir, secretFileName)
+	}
+	for _, kvs := range [][]string{we.Environ(), in.Process.Env} {
+		for _, kv := range kvs {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
 	}
 	if in.Process.External != nil {
 		if len(held) > 0 {
 			b, _ := json.Marshal(held) // a map[string]string always encodes
 			env[external.HeldEnv] = string(b)
 		}
-	}
-	env[workerenv.Events] = filepath.Join(in.Paths.LocalDir, eventsFileName)
-	if in.SecretFound {
-		env[workerenv.SecretFile] = filepath.Join(in.Paths.SecretsDir, secretFileName)
 	}
 	// GPU visibility: with no container, NVIDIA_VISIBLE_DEVICES alone hides
 	// nothing, so CUDA gets the reservation too. A task without a GPU

@@ -18,7 +18,6 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
-	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -39,7 +38,7 @@ func TestRunsExternal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.launcher+" "+filepath.Base(tc.program), func(t *testing.T) {
-			proc, err := workerenv.StartFor(workerenv.Entrypoint{Command: tc.program, Launcher: tc.launcher}, "/self", external.SpeaksContract)
+			proc, err := workerenv.StartFor(workerenv.Entrypoint{Command: tc.program, Launcher: tc.launcher}, "/self", workerenv.SpeaksContract)
 			must.NoError(t, err)
 			must.Eq(t, tc.want, proc.External != nil)
 			must.Eq(t, tc.want, proc.Path == "/self")

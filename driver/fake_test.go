@@ -162,10 +162,11 @@ func TestStartTaskEnvironment(t *testing.T) {
 			cfg:  map[string]any{"command": "/bin/echo", "args": []any{"a", "b"}, "run_name": "r", "world_size": 2, "storage_path": "/s"},
 			want: map[string]string{
 				workerenv.Rendezvous: "consul:///nomad-train/ml/job-a/", "CONSUL_HTTP_ADDR": "consul.local:8500", workerenv.Addr: "127.0.0.1:0",
-				workerenv.Checkpoint: `{}`, workerenv.MaxFailures: "0", workerenv.RendezvousTimeout: "5m0s",
+				workerenv.MaxFailures: "0", workerenv.RendezvousTimeout: "5m0s",
 				workerenv.Builtin: workerenv.ExternalBuiltin, workerenv.ExternalCommand: `["/bin/echo","a","b"]`,
 			},
-			cmd: "/bin/true", args: []string{"worker"},
+			gone: []string{workerenv.Checkpoint}, // no retention policy: keep all
+			cmd:  "/bin/true", args: []string{"worker"},
 		},
 		{
 			name: "launcher direct runs the command itself",

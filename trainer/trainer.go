@@ -119,15 +119,17 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 	}
 	policy := workerenv.CheckpointPolicy(t.run.Checkpoint)
 	out, err := launch.Launch(ctx, launch.Options{
-		Command:     exe,
-		Args:        args,
-		NumWorkers:  t.scaling.NumWorkers,
-		RunName:     t.run.Name,
-		StoragePath: storage,
-		Config:      cfg,
-		Checkpoint:  policy,
-		MaxFailures: t.run.Failure.MaxFailures,
-		StallFloor:  t.run.Failure.StallFloor, StallFactor: t.run.Failure.StallFactor,
+		Command: exe,
+		Args:    args,
+		Run: workerenv.Run{
+			Name:        t.run.Name,
+			NumWorkers:  t.scaling.NumWorkers,
+			StoragePath: storage,
+			Config:      cfg,
+			Checkpoint:  policy,
+			MaxFailures: t.run.Failure.MaxFailures,
+			StallFloor:  t.run.Failure.StallFloor, StallFactor: t.run.Failure.StallFactor,
+		},
 		RejoinTimeout: t.run.Failure.RejoinTimeout,
 		Stdout:        t.Stdout,
 		Stderr:        t.Stderr,

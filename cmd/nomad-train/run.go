@@ -15,7 +15,6 @@ import (
 
 	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer"
-	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -57,16 +56,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // runLocal runs the spec on this machine: the embedded default.
 func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
 	opts := localOptions(spec, stdout, stderr)
-	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		opts.Env = append(opts.Env, k+"="+spec.Env[k])
-	}
-	proc, err := workerProcess(spec)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		return 1
-	}
-	opts.Command, opts.Args = proc.Path, proc.Args
-	opts.Env = append(opts.Env, proc.Env...)
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), filepath.Join(spec.Run.StoragePath, spec.Name))
 	last := lastConfigPath(spec)
@@ -96,24 +85,11 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	return 0
 }
 
-// localOptions are the launcher's settings that the spec gives directly.
+// localOptions are the launcher's settings for the spec: its run, and
+// what only a local run has (the rejoin timeout, the output).
 func localOptions(spec *trainhcl.Spec, stdout, stderr io.Writer) launch.Options {
-	return launch.Options{
-		NumWorkers:  spec.Scaling.NumWorkers,
-		RunName:     spec.Name,
-		StoragePath: spec.Run.StoragePath,
-		Config:      spec.ConfigJSON,
-		Checkpoint: workerenv.CheckpointPolicy{
-			NumToKeep:      spec.Run.Checkpoint.NumToKeep,
-			ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute,
-			ScoreOrder:     spec.Run.Checkpoint.ScoreOrder,
-		},
-		MaxFailures:       spec.Run.Failure.MaxFailures,
-		RendezvousTimeout: spec.Rendezvous.Timeout,
-		RejoinTimeout:     spec.Rendezvous.RejoinTimeout,
-		Stdout:            stdout,
-		Stderr:            stderr,
-	}
+	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout,
+		Stdout: stdout, Stderr: stderr}
 }
 
 // lastConfigFile, in a run's directory, holds the config (JSON) of its
@@ -199,5 +175,5 @@ func workerProcess(spec *trainhcl.Spec) (workerenv.Process, error) {
 		return workerenv.Process{}, fmt.Errorf("find own executable: %w", err)
 	}
 	return workerenv.StartFor(workerenv.Entrypoint{Builtin: spec.Entrypoint.Builtin,
-		Command: spec.Entrypoint.Command, Args: spec.Entrypoint.Args}, exe, external.SpeaksContract)
+		Command: spec.Entrypoint.Command, Args: spec.Entrypoint.Args}, exe, workerenv.SpeaksContract)
 }

@@ -128,9 +128,9 @@ func (p *Processes) workerFunc() trainer.TrainFunc { return p.fn }
 // options are the launcher's options for the trial.
 func (p *Processes) options(t TrialSpec) (launch.Options, error) {
 	o := launch.Options{
-		Command: p.Command, Args: p.Args, Env: p.Env,
-		NumWorkers: max(p.NumWorkers, 1), RunName: t.ID, StoragePath: t.StoragePath,
-		Config: t.Config, Checkpoint: t.Checkpoint,
+		Command: p.Command, Args: p.Args,
+		Run: workerenv.Run{Env: p.Env, NumWorkers: max(p.NumWorkers, 1), Name: t.ID, StoragePath: t.StoragePath,
+			Config: t.Config, Checkpoint: t.Checkpoint},
 		StopGrace: p.StopGrace,
 		Logger:    p.Logger,
 	}

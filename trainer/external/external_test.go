@@ -1,8 +1,6 @@
 package external
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -31,18 +29,6 @@ func TestDecodeRequest(t *testing.T) {
 			must.NotEq(t, "", req.Op)
 		})
 	}
-}
-
-// Go binaries built with this module run as they are; anything else is
-// wrapped.
-func TestNeedsWrapper(t *testing.T) {
-	exe, err := os.Executable() // this test binary depends on the module
-	must.NoError(t, err)
-	must.True(t, SpeaksContract(exe))
-	sh, err := exec.LookPath("sh")
-	must.NoError(t, err)
-	must.False(t, SpeaksContract(sh))
-	must.True(t, SpeaksContract("no-such-command-here"))
 }
 
 func FuzzDecodeRequest(f *testing.F) {

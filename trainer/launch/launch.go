@@ -28,19 +28,15 @@ import (
 
 // Options describe one local run.
 type Options struct {
-	Command string   // the worker executable
-	Args    []string // its arguments
-	Env     []string // extra KEY=VALUE for every worker, after this process's environment
+	// Run is the run, as train.hcl or trainer.Run describe it. Its
+	// RendezvousTimeout defaults to 1m here, its CollectiveTimeout to 30s.
+	workerenv.Run
+	// Command and Args start a worker. When Command is empty, the run's
+	// Entrypoint decides (workerenv.StartFor, with this program as the
+	// binary that carries the builtins and the external wrapper).
+	Command string
+	Args    []string
 
-	NumWorkers  int
-	RunName     string
-	StoragePath string
-	Config      []byte // training loop config, JSON
-	Checkpoint  workerenv.CheckpointPolicy
-	MaxFailures int
-
-	RendezvousTimeout time.Duration // default 1m
-	CollectiveTimeout time.Duration // default 30s
 	// StopGrace is how long a stopped worker gets between SIGTERM and
 	// SIGKILL (default 10s).
 	StopGrace time.Duration
@@ -141,6 +137,18 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if o.NumWorkers < 1 {
 		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
 	}
+	var procEnv []string // what the way of starting needs (the builtin's name, say)
+	if o.Command == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("launch: find own executable: %w", err)
+		}
+		proc, err := workerenv.StartFor(o.Entrypoint, self, workerenv.SpeaksContract)
+		if err != nil {
+			return nil, fmt.Errorf("launch: %w", err)
+		}
+		o.Command, o.Args, procEnv = proc.Path, proc.Args, proc.Env
+	}
 	stdout := &syncWriter{w: o.Stdout}
 	stderr := stdout
 	if o.Stderr != o.Stdout {
@@ -153,9 +161,9 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	// the same name. Found here, that is one clear error; found by the
 	// workers, each would fail on it and be replaced until the failure
 	// budget ran out.
-	st, err := storage.Open(o.StoragePath, o.RunName, storage.Policy{}, storage.WithLogger(o.Logger))
+	st, err := storage.Open(o.StoragePath, o.Name, storage.Policy{}, storage.WithLogger(o.Logger))
 	if errors.Is(err, storage.ErrLocked) {
-		return nil, fmt.Errorf("launch: %w (is another run of %s still going?)", err, o.RunName)
+		return nil, fmt.Errorf("launch: %w (is another run of %s still going?)", err, o.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
@@ -165,11 +173,11 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	}
 	// Launching is a deliberate new attempt: a run that failed for good
 	// before may try again (from its latest checkpoint).
-	if err := storage.ClearFailed(o.StoragePath, o.RunName); err != nil {
+	if err := storage.ClearFailed(o.StoragePath, o.Name); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	sweepStale(o.Logger)
-	tmp, lock, err := makeScratch(o.RunName)
+	tmp, lock, err := makeScratch(o.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -204,40 +212,22 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	go func() { defer close(srvDone); srv.Serve(srvCtx) }()
 	defer func() { stopSrv(); <-srvDone }()
 
-	host, _ := os.Hostname()
+	// Every worker's contract variables come from the run description,
+	// through workerenv, as the driver's do on Nomad; what is this
+	// machine's is the place, the secret's descriptor and each rank's
+	// hint, member ID and events file.
 	base := append(os.Environ(), o.Env...)
-	base = append(base,
-		workerenv.Worker+"=1",
-		workerenv.RunName+"="+o.RunName,
-		workerenv.WorldSize+"="+strconv.Itoa(o.NumWorkers),
-		workerenv.Node+"="+host,
-		workerenv.Addr+"=127.0.0.1:0",
-		workerenv.Rendezvous+"=embedded://"+ln.Addr().String(),
-		workerenv.RendezvousTimeout+"="+o.RendezvousTimeout.String(),
-		workerenv.CollectiveTimeout+"="+o.CollectiveTimeout.String(),
-		workerenv.StoragePath+"="+o.StoragePath,
-		workerenv.Config+"="+string(o.Config),
-		workerenv.Checkpoint+"="+mustJSON(o.Checkpoint),
-		workerenv.MaxFailures+"="+strconv.Itoa(o.MaxFailures),
-		workerenv.SecretFile+"="+secretFD,
-		workerenv.StopGrace+"="+(o.StopGrace*3/4).String(),
-	)
-	if o.StallFloor > 0 {
-		base = append(base, workerenv.StallFloor+"="+o.StallFloor.String())
-	}
-	if o.StallFactor > 0 {
-		base = append(base, workerenv.StallFactor+"="+strconv.FormatFloat(o.StallFactor, 'g', -1, 64))
-	}
+	base = append(base, procEnv...)
+	we := o.LocalEnv()
+	we.Rendezvous = "embedded://" + ln.Addr().String()
+	we.SecretFile = secretFD
 
 	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: stdout, stderr: stderr,
 		envs: make([][]string, o.NumWorkers), tmp: tmp, store: mem, secret: secretFile, attempt: storage.AttemptID([]byte(secret))}
 	for i := 0; i < o.NumWorkers; i++ {
-		env := append(base[:len(base):len(base)],
-			workerenv.RankHint+"="+strconv.Itoa(i),
-			workerenv.MemberID+"="+memberID(i),
-			workerenv.Events+"="+eventsPath(tmp, i),
-		)
-		g.envs[i] = env
+		e := we
+		e.RankHint, e.MemberID, e.Events = i, memberID(i), eventsPath(tmp, i)
+		g.envs[i] = append(base[:len(base):len(base)], e.Environ()...)
 		if err := g.start(i); err != nil {
 			g.stopAll(syscall.SIGKILL)
 			g.waitAll()
@@ -251,6 +241,19 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	stopWatch()
 	<-watched
 	return g.outcome(tmp), nil
+}
+
+// LocalEnv is the contract environment every local worker of o shares:
+// the run's (workerenv.Run.WorkerEnv) and this machine's. Launch adds the
+// rendezvous endpoint, the secret's descriptor and each rank's hint,
+// member ID and events file.
+func (o Options) LocalEnv() workerenv.Env {
+	o.defaults()
+	e := o.WorkerEnv()
+	e.Node, _ = os.Hostname()
+	e.Addr = "127.0.0.1:0"
+	e.StopGrace = o.StopGrace * 3 / 4
+	return e
 }
 
 func (o *Options) defaults() {
@@ -438,7 +441,7 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 			}
 			joined := joinedSince(eventsPath(tmp, rank), offset)
 			// A run its workers marked failed for good gets no replacement.
-			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.RunName, g.attempt)
+			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.Name, g.attempt)
 			if !failed && r.ExitCode == workerenv.ExitStopped {
 				live--
 				g.replaceStopped(r, &live, stopAll)
@@ -450,7 +453,7 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 				if g.exhausted != "" {
 					g.stderr.printf("==> %s\n", g.exhausted)
 					f := storage.Failure{Reason: g.exhausted, ExitCode: workerenv.ExitBudgetExhausted, Time: time.Now().UTC(), Attempt: g.attempt}
-					if err := storage.MarkFailed(g.opts.StoragePath, g.opts.RunName, f); err != nil {
+					if err := storage.MarkFailed(g.opts.StoragePath, g.opts.Name, f); err != nil {
 						g.opts.Logger.Warn("cannot mark the run failed", "error", err)
 					}
 				}
@@ -526,7 +529,7 @@ func (g *gang) watchRejoin(ctx context.Context) {
 // state reads the run's rendezvous state document.
 func (g *gang) state() (rendezvous.State, bool) {
 	var st rendezvous.State
-	v, err := g.store.Get(context.Background(), g.opts.RunName+"/state")
+	v, err := g.store.Get(context.Background(), g.opts.Name+"/state")
 	if err != nil || v.Version == 0 || json.Unmarshal(v.Data, &st) != nil {
 		return st, false
 	}
@@ -654,14 +657,6 @@ func newSecret() (string, error) {
 		return "", fmt.Errorf("launch: make run secret: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
 }
 
 func safeName(s string) string {

@@ -157,10 +157,12 @@ func opts(t *testing.T, mode string, n int) (Options, *safeBuffer, string) {
 		Command: os.Args[0], Args: []string{"-test.run=^$"},
 		// The race runtime sleeps 1 s at exit unless told otherwise, which
 		// would eat the stop grace period.
-		Env:        []string{"LOCAL_TEST_MODE=" + mode, "LOCAL_TEST_PIDS=" + pids, "GORACE=atexit_sleep_ms=0"},
-		NumWorkers: n, RunName: "t", StoragePath: t.TempDir(),
-		StopGrace: time.Second, MaxFailures: -1,
-		Stdout: &out, Stderr: &out,
+		Run: workerenv.Run{
+			Env:        []string{"LOCAL_TEST_MODE=" + mode, "LOCAL_TEST_PIDS=" + pids, "GORACE=atexit_sleep_ms=0"},
+			NumWorkers: n, Name: "t", StoragePath: t.TempDir(), MaxFailures: -1,
+		},
+		StopGrace: time.Second,
+		Stdout:    &out, Stderr: &out,
 	}, &out, pids
 }
 
@@ -235,7 +237,7 @@ func TestSecretIsNeverOnDisk(t *testing.T) {
 // of every worker until the budget runs out.
 func TestStorageCheckedBeforeWorkersStart(t *testing.T) {
 	o, out, pids := opts(t, "echo", 2)
-	held, err := storage.Open(o.StoragePath, o.RunName, storage.Policy{})
+	held, err := storage.Open(o.StoragePath, o.Name, storage.Policy{})
 	must.NoError(t, err)
 	_, err = Launch(context.Background(), o)
 	must.ErrorIs(t, err, storage.ErrLocked)

@@ -64,7 +64,7 @@ func (g *gang) withinBudget(joined bool) bool {
 			next++
 		}
 	}
-	stops, err := rendezvous.Stops(context.Background(), g.store, g.opts.RunName, 1, next)
+	stops, err := rendezvous.Stops(context.Background(), g.store, g.opts.Name, 1, next)
 	if err != nil {
 		stops = 0
 	}

@@ -66,7 +66,7 @@ var ErrNoEntrypoint = errors.New("entrypoint needs a builtin or a command")
 // a builtin runs as self (the launching binary) with WorkerArg; a command
 // runs directly, or under ExternalBuiltin when its launcher says so or,
 // for LauncherAuto, when speaksContract(program) is false. speaksContract
-// is consulted only for LauncherAuto (trainer/external.SpeaksContract reads
+// is consulted only for LauncherAuto (SpeaksContract reads
 // the program's Go build information).
 func StartFor(ep Entrypoint, self string, speaksContract func(program string) bool) (Process, error) {
 	switch {

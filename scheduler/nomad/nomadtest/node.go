@@ -174,9 +174,10 @@ func LocalWorkers(command string, args, env []string) RunFunc {
 		if b := str("builtin"); b != "" {
 			e = append(append([]string(nil), env...), workerenv.Builtin+"="+b)
 		}
-		out, err := launch.Launch(ctx, launch.Options{Command: command, Args: args, Env: e,
-			NumWorkers: WorkerCount(job), RunName: str("run_name"), StoragePath: str("storage_path"),
-			Config: []byte(str("train_config")), StopGrace: 100 * time.Millisecond})
+		out, err := launch.Launch(ctx, launch.Options{Command: command, Args: args,
+			Run: workerenv.Run{Env: e, NumWorkers: WorkerCount(job), Name: str("run_name"), StoragePath: str("storage_path"),
+				Config: []byte(str("train_config"))},
+			StopGrace: 100 * time.Millisecond})
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package external
+package workerenv
 
 import (
 	"debug/buildinfo"

@@ -1,0 +1,50 @@
+package workerenv
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Run describes one training run: the one description of it, whatever it
+// was written in (train.hcl's Spec.RunSpec, trainer.Run and Scaling) and
+// wherever it runs (trainer/launch on this machine; on Nomad, compiled into
+// the train driver's task config, from which the driver rebuilds the same
+// worker environment). Zero values keep the runtime's defaults.
+type Run struct {
+	Name        string
+	NumWorkers  int
+	StoragePath string
+	Entrypoint  Entrypoint
+	// Config is the training loop config, JSON.
+	Config      json.RawMessage
+	Checkpoint  CheckpointPolicy
+	MaxFailures int // -1 unlimited
+
+	RendezvousTimeout time.Duration
+	CollectiveTimeout time.Duration
+	// StallFloor and StallFactor set the workers' progress watchdog.
+	StallFloor  time.Duration
+	StallFactor float64
+	// Env is the run's own environment for every worker (train.hcl's env),
+	// KEY=VALUE, beside the contract variables.
+	Env []string
+}
+
+// WorkerEnv is what the run decides of every worker's Env: what a launcher
+// adds is per worker or per place (member, node, address, rendezvous
+// endpoint, secret, events file, rank hint, stop grace).
+func (r Run) WorkerEnv() Env {
+	return Env{
+		RunName:           r.Name,
+		WorldSize:         r.NumWorkers,
+		RankHint:          -1,
+		StoragePath:       r.StoragePath,
+		Config:            r.Config,
+		Checkpoint:        r.Checkpoint,
+		MaxFailures:       r.MaxFailures,
+		RendezvousTimeout: r.RendezvousTimeout,
+		CollectiveTimeout: r.CollectiveTimeout,
+		StallFloor:        r.StallFloor,
+		StallFactor:       r.StallFactor,
+	}
+}
