@@ -97,6 +97,9 @@ func workerEnv(in envInput) []string {
 		}
 	}
 	env[workerenv.RendezvousTimeout] = c.Rendezvous.Timeout.String()
+	if c.Rendezvous.ConsulOutageGrace > 0 {
+		env[workerenv.ConsulOutageGrace] = c.Rendezvous.ConsulOutageGrace.String()
+	}
 	env[workerenv.StoragePath] = c.StoragePath
 	env[workerenv.Config] = c.TrainConfig
 	ckpt, _ := json.Marshal(workerenv.CheckpointPolicy{

@@ -572,7 +572,7 @@ func localStoragePath(p string) (string, error) {
 }
 
 var rendezvousSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}},
+	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}, {Name: "consul_outage_grace"}},
 }
 
 func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
@@ -596,5 +596,23 @@ func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
 				r.Timeout = t
 			}
 		}
+	}
+	d.duration(c.Attributes["consul_outage_grace"], "consul_outage_grace", &r.ConsulOutageGrace)
+}
+
+// duration decodes a positive duration attribute named name into out.
+func (d *decoder) duration(attr *hcl.Attribute, name string, out *time.Duration) {
+	var s string
+	if attr == nil || !d.str(attr, &s) {
+		return
+	}
+	t, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		d.errorf(attr, "Invalid duration", "%s must be a duration such as \"30s\" or \"2m\"; %q is not one.", name, s)
+	case t <= 0:
+		d.errorf(attr, "Invalid duration", "%s must be positive; got %q.", name, s)
+	default:
+		*out = t
 	}
 }

@@ -193,6 +193,10 @@ type Rendezvous struct {
 	// Address is the store's address when it is not the default one.
 	Address string `json:",omitempty"`
 	Timeout time.Duration
+	// ConsulOutageGrace is how long workers train on through a Consul
+	// outage before they give their generation up (0: the workers'
+	// default, 2m).
+	ConsulOutageGrace time.Duration `json:",omitempty"`
 }
 
 // BackendFor is the backend a run uses: the one the spec names, or else

@@ -69,6 +69,7 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 		},
 		MaxFailures:       spec.Run.Failure.MaxFailures,
 		RendezvousTimeout: spec.Rendezvous.Timeout,
+		ConsulOutageGrace: spec.Rendezvous.ConsulOutageGrace,
 		Stdout:            stdout,
 		Stderr:            stderr,
 	}

@@ -40,6 +40,9 @@ type Options struct {
 	MaxFailures int
 
 	RendezvousTimeout time.Duration // default 1m
+	// ConsulOutageGrace is the workers' rendezvous { consul_outage_grace }
+	// (0: their default).
+	ConsulOutageGrace time.Duration
 	CollectiveTimeout time.Duration // default 30s
 	// StopGrace is how long a stopped worker gets between SIGTERM and
 	// SIGKILL (default 10s).
@@ -203,6 +206,9 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	)
 	if o.StallFloor > 0 {
 		base = append(base, workerenv.StallFloor+"="+o.StallFloor.String())
+	}
+	if o.ConsulOutageGrace > 0 {
+		base = append(base, workerenv.ConsulOutageGrace+"="+o.ConsulOutageGrace.String())
 	}
 	if o.StallFactor > 0 {
 		base = append(base, workerenv.StallFactor+"="+strconv.FormatFloat(o.StallFactor, 'g', -1, 64))

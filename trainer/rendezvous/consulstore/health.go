@@ -67,6 +67,7 @@ type Health struct {
 	opts  HealthOptions
 
 	step    atomic.Int64
+	lost    atomic.Bool            // the agent may have forgotten the service (Reregister)
 	waiting atomic.Pointer[string] // the reason, while Waiting
 	beats   chan struct{}          // capacity 1: a pending beat
 	turned  chan struct{}          // capacity 1: a wait began or ended
@@ -168,6 +169,14 @@ func (h *Health) Waiting(reason string) (done func()) {
 	}
 }
 
+// Reregister makes the next update register the service again first, and
+// comes sooner than the pace of updates: for a caller that learned the
+// agent restarted empty (the rendezvous store found its keys gone).
+func (h *Health) Reregister() {
+	h.lost.Store(true)
+	poke(h.turned)
+}
+
 // poke sends on ch, a channel of capacity 1, unless a send is pending.
 func poke(ch chan struct{}) {
 	select {
@@ -178,10 +187,11 @@ func poke(ch chan struct{}) {
 
 // loop sends one passing update per beat, at most one per every, and one
 // every every while Waiting, until ctx ends; a wait that begins or ends
-// cuts the pause short. A failed update is logged, and the next one
-// registers the service again first: an agent that restarted empty (a dev
-// agent, a client agent) has forgotten it, and an unreachable agent lets
-// the check expire, which is the truth meanwhile.
+// cuts the pause short. A failed update is logged (once, until one
+// succeeds again), and the next one, at most healthRetry later, registers
+// the service again first: an agent that restarted empty (a dev agent, a
+// client agent) has forgotten it. An unreachable agent lets the check
+// expire, which is the truth meanwhile.
 func (h *Health) loop(ctx context.Context, reg *capi.AgentServiceRegistration, every time.Duration, done chan struct{}) {
 	defer close(done)
 	check := reg.Check.CheckID
@@ -206,19 +216,21 @@ func (h *Health) loop(ctx context.Context, reg *capi.AgentServiceRegistration, e
 		if reason := h.waiting.Load(); reason != nil {
 			output = *reason
 		}
-		if stale {
-			if err := h.register(ctx, reg); err == nil {
-				logger.Info("registered the health service again after a failed update")
-			}
+		if (h.lost.Swap(false) || stale) && h.register(ctx, reg) == nil {
+			logger.Info("registered the health service again after a failed update")
 		}
 		uctx, cancel := context.WithTimeout(ctx, every)
 		err := h.agent.UpdateTTLOpts(check, output, capi.HealthPassing, (&capi.QueryOptions{}).WithContext(uctx))
 		cancel()
-		stale = err != nil
-		if err != nil && ctx.Err() == nil {
-			logger.Warn("heartbeat update failed", "output", output, "error", err)
+		if err != nil && !stale && ctx.Err() == nil {
+			logger.Warn("heartbeat update failed; retrying", "output", output, "error", err)
 		}
-		t := h.opts.Clock.AfterFunc(every, func() { poke(tick) })
+		stale = err != nil
+		pause := every
+		if stale {
+			pause = min(every, healthRetry)
+		}
+		t := h.opts.Clock.AfterFunc(pause, func() { poke(tick) })
 		select {
 		case <-tick:
 		case <-h.turned:
@@ -233,6 +245,9 @@ func (h *Health) loop(ctx context.Context, reg *capi.AgentServiceRegistration, e
 		}
 	}
 }
+
+// healthRetry is the longest pause after a failed update.
+const healthRetry = time.Second
 
 // Deregister stops the update loop and removes the service and its check
 // from the agent. It is a no-op on a Health not registered.

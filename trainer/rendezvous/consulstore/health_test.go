@@ -141,6 +141,29 @@ func TestHealthRegistersAgainAfterAgentRestart(t *testing.T) {
 	svc, ok := fake.Service("run1-rank3")
 	must.True(t, ok)
 	must.Eq(t, "trainer", svc.Name)
+
+	// Told the agent lost it, the loop registers it again with the next
+	// beat, not at the next update. (The first request after the restart
+	// may fail on a connection the old agent closed; then the retry comes
+	// a second later.)
+	fake.Stop()
+	must.NoError(t, fake.Start())
+	must.True(t, fakeconsul.WaitFor(ctx, func() bool { return clock.Pending() == 1 }))
+	h.Reregister()
+	h.Beat(4)
+	var advanced time.Duration
+	must.True(t, fakeconsul.WaitFor(ctx, func() bool {
+		if c, ok := fake.CheckState(consulstore.CheckID("run1-rank3")); ok && c.Output == "step 4" {
+			return true
+		}
+		h.Beat(4) // a training loop beats on
+		if clock.Pending() == 1 {
+			clock.Advance(time.Second)
+			advanced += time.Second
+		}
+		return false
+	}))
+	must.Less(t, ttl/3, advanced, must.Sprint("Reregister waited for the next update"))
 }
 
 func TestHealthRegisterErrors(t *testing.T) {

@@ -495,10 +495,14 @@ func (s *Store) list(ctx context.Context, prefix string, index uint64, timeout t
 
 // WaitPrefix implements rendezvous.Store with blocking queries. An index
 // that went backwards differs from after, so it is returned: the caller
-// passes it back and blocks on the fresh index.
+// passes it back and blocks on the fresh index. After a failed query the
+// next listing is returned whatever its index: an agent that restarted
+// meanwhile counts again from low numbers and may be back at after with
+// other keys.
 func (s *Store) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]rendezvous.KeyValue, uint64, error) {
 	p := s.newPacer()
 	index := after
+	failed := false
 	for {
 		p.start()
 		kvs, last, err := s.list(ctx, prefix, index, 0)
@@ -506,10 +510,11 @@ func (s *Store) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]
 			if err := p.failed(ctx, err); err != nil {
 				return nil, 0, err
 			}
+			failed, index = true, 0
 			continue
 		}
 		p.ok()
-		if last != after {
+		if last != after || failed {
 			return kvs, last, nil
 		}
 		blocked := index > 0

@@ -283,6 +283,17 @@ func (s *Server) Session(id string) (SessionInfo, bool) {
 	return s.createdBy[id], live
 }
 
+// KV returns the value of key, if present.
+func (s *Server) KV(key string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.kv[key]
+	if !ok {
+		return nil, false
+	}
+	return bytes.Clone(e.Value), true
+}
+
 // Service returns the agent service id, if registered.
 func (s *Server) Service(id string) (Service, bool) {
 	s.mu.Lock()
