@@ -69,7 +69,10 @@ func (s *Store) Txn(ctx context.Context, ops []rendezvous.TxnOp) (rendezvous.Txn
 	err := s.takingOver(ctx, locked, func() (*refusal, error) {
 		var held *refusal
 		var err error
-		res, held, err = s.txnOnce(ctx, ops, tops)
+		err = s.again(ctx, func() (err error) {
+			res, held, err = s.txnOnce(ctx, ops, tops)
+			return err
+		})
 		return held, err
 	})
 	return res, err
