@@ -13,10 +13,6 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/rendezvoustest"
 )
 
-// healthTTL is long enough that a loaded CI machine still delivers an
-// update within a TTL; the update loop sends one every TTL/3.
-const healthTTL = 600 * time.Millisecond
-
 // registered registers service id with a TTL check of ttl on a fresh fake
 // agent, and returns it with a reader of the check's state.
 func registered(t *testing.T, ctx context.Context, id string, ttl time.Duration) (*fakeconsul.Server, *consulstore.Health, func() fakeconsul.Check) {
