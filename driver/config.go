@@ -128,6 +128,7 @@ func (c TaskConfig) RunSpec() workerenv.Run {
 			ScoreAttribute: c.Checkpoint.ScoreAttribute, ScoreOrder: c.Checkpoint.ScoreOrder},
 		MaxFailures:       c.Failure.MaxFailures,
 		RendezvousTimeout: c.Rendezvous.Timeout,
+		ConsulOutageGrace: c.Rendezvous.ConsulOutageGrace,
 	}
 }
 
@@ -136,6 +137,9 @@ type RendezvousConfig struct {
 	Backend string // "consul" or "embedded"
 	Address string // "embedded://host:port" for the embedded backend
 	Timeout time.Duration
+	// ConsulOutageGrace is how long workers train on through a Consul
+	// outage (0: the workers' default).
+	ConsulOutageGrace time.Duration
 }
 
 // CheckpointConfig is the task's checkpoint {} block.
@@ -177,9 +181,10 @@ func taskConfigSpec() *hclspec.Spec {
 		"storage_path": specAttr("storage_path", "string", true),
 		"port":         specDefault(specAttr("port", "string", false), `"train"`),
 		"rendezvous": specBlock("rendezvous", specObject(map[string]*hclspec.Spec{
-			"backend": specDefault(specAttr("backend", "string", false), `"consul"`),
-			"address": specAttr("address", "string", false),
-			"timeout": specDefault(specAttr("timeout", "string", false), `"5m"`),
+			"backend":             specDefault(specAttr("backend", "string", false), `"consul"`),
+			"address":             specAttr("address", "string", false),
+			"timeout":             specDefault(specAttr("timeout", "string", false), `"5m"`),
+			"consul_outage_grace": specAttr("consul_outage_grace", "string", false),
 		})),
 		"checkpoint": specBlock("checkpoint", specObject(map[string]*hclspec.Spec{
 			"num_to_keep":     specAttr("num_to_keep", "number", false),
@@ -305,6 +310,13 @@ func decodeRendezvous(r cty.Value, out *RendezvousConfig) error {
 			return fieldErr("rendezvous.timeout", "must be a positive duration such as \"5m\", got %q", t)
 		}
 		out.Timeout = d
+	}
+	if t := getString(r, "consul_outage_grace"); t != "" {
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 {
+			return fieldErr("rendezvous.consul_outage_grace", "must be a positive duration such as \"2m\", got %q", t)
+		}
+		out.ConsulOutageGrace = d
 	}
 	return nil
 }

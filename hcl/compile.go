@@ -309,6 +309,9 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	if s.Rendezvous.Address != "" {
 		rdzv["address"] = s.Rendezvous.Address
 	}
+	if s.Rendezvous.ConsulOutageGrace > 0 {
+		rdzv["consul_outage_grace"] = FormatDuration(s.Rendezvous.ConsulOutageGrace)
+	}
 	ckpt := map[string]any{
 		"num_to_keep": s.Run.Checkpoint.NumToKeep,
 		"score_order": s.Run.Checkpoint.ScoreOrder,

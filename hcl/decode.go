@@ -563,7 +563,7 @@ func localStoragePath(p string) (string, error) {
 }
 
 var rendezvousSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}, {Name: "rejoin_timeout"}},
+	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}, {Name: "rejoin_timeout"}, {Name: "consul_outage_grace"}},
 }
 
 func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
@@ -589,6 +589,7 @@ func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
 		}
 	}
 	d.positiveDuration(c.Attributes["rejoin_timeout"], &r.RejoinTimeout)
+	d.positiveDuration(c.Attributes["consul_outage_grace"], &r.ConsulOutageGrace)
 }
 
 // positiveDuration decodes attr, when set, as a positive duration into dst.

@@ -22,6 +22,7 @@ func (s *Spec) RunSpec() workerenv.Run {
 			ScoreAttribute: s.Run.Checkpoint.ScoreAttribute, ScoreOrder: s.Run.Checkpoint.ScoreOrder},
 		MaxFailures:       s.Run.Failure.MaxFailures,
 		RendezvousTimeout: s.Rendezvous.Timeout,
+		ConsulOutageGrace: s.Rendezvous.ConsulOutageGrace,
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		r.Env = append(r.Env, k+"="+s.Env[k])

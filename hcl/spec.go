@@ -198,6 +198,10 @@ type Rendezvous struct {
 	// code) and replaced; 0 leaves it to the runtime (20 s, twice the
 	// time in which a gang notices a frozen worker).
 	RejoinTimeout time.Duration `json:",omitempty"`
+	// ConsulOutageGrace is how long workers train on through a Consul
+	// outage before they give their generation up (0: the workers'
+	// default, 2m).
+	ConsulOutageGrace time.Duration `json:",omitempty"`
 }
 
 // BackendFor is the backend a run uses: the one the spec names, or else

@@ -102,11 +102,11 @@ func (w *worker) afterStop(a rendezvous.Assignment, leaving []bool) error {
 }
 
 // failuresUsed counts the gang's failures before generation gen in this
-// attempt at the run: one per generation after the attempt's first, less
+// attempt at the run, whose first generation is first: one per generation
+// after it, less
 // the generations that ended in an agreed stop. When the store cannot say
 // which did, every generation counts.
-func (w *worker) failuresUsed(ctx context.Context, gen uint64) int {
-	first := w.firstGeneration(ctx, gen)
+func (w *worker) failuresUsed(ctx context.Context, first, gen uint64) int {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	stops, err := rendezvous.Stops(ctx, w.store, w.env.RunName, first, gen)

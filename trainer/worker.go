@@ -216,6 +216,9 @@ type worker struct {
 	// root is the storage root every rank shares, as rank 0 resolved it
 	// (absolute), once a generation has restored; "" before.
 	root string
+	// first is this attempt's first generation (see firstGeneration),
+	// once a generation has joined; 0 before.
+	first uint64
 }
 
 // markFailed records that the run failed for good (see storage.FailedFile):
@@ -351,6 +354,31 @@ func (w *worker) firstGeneration(ctx context.Context, gen uint64) uint64 {
 	}
 	w.log.Debug("cannot tell this attempt's first generation; counting from 1")
 	return 1
+}
+
+// restoreKeys writes back what the run keeps in the rendezvous store
+// besides the generation's own keys, once the store lost them (a Consul
+// agent restarted empty) during training: the attempt record, without
+// which the next generation would count the failure budget from scratch.
+// Rank 0's progress comes back with its next report; a failure record is
+// not written while the gang trains.
+func (w *worker) restoreKeys(ctx context.Context) error {
+	// An agent that lost the keys lost this worker's health service too.
+	if r, ok := w.hb.(interface{ Reregister() }); ok {
+		r.Reregister()
+	}
+	if w.first == 0 {
+		return nil
+	}
+	b, err := json.Marshal(attemptRecord{Attempt: w.attempt, First: w.first})
+	if err != nil {
+		return fmt.Errorf("encode attempt record: %w", err)
+	}
+	// Only where it is absent: another member may have put it back.
+	if _, _, err := w.store.CompareAndSet(ctx, attemptKey(w.env.RunName), b, 0); err != nil {
+		return fmt.Errorf("restore attempt record: %w", err)
+	}
+	return nil
 }
 
 // publishProgress hands rank 0's latest report to the publisher, which
@@ -522,7 +550,8 @@ func (w *worker) generation(ctx context.Context) error {
 	waited := w.hb.Waiting(fmt.Sprintf("waiting for the gang (%d workers)", env.WorldSize))
 	rdzv, err := rendezvous.Join(jctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
-	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log})
+	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log,
+		OutageGrace: env.ConsulOutageGrace, Restore: w.restoreKeys})
 	waited()
 	stopJoin()
 	if err != nil {
@@ -536,7 +565,8 @@ func (w *worker) generation(ctx context.Context) error {
 	log := w.log.With("rank", a.Rank, "gen", a.Generation)
 	// Every generation after this attempt's first is one gang failure,
 	// except one that followed an agreed stop (see stop.go).
-	if used := w.failuresUsed(ctx, a.Generation); workerenv.BudgetExhausted(used, env.MaxFailures) {
+	w.first = w.firstGeneration(ctx, a.Generation)
+	if used := w.failuresUsed(ctx, w.first, a.Generation); workerenv.BudgetExhausted(used, env.MaxFailures) {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
 		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
 		w.markFailed(err, ExitBudgetExhausted)

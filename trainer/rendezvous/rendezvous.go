@@ -53,20 +53,35 @@ type Options struct {
 	// Clock times the join's Timeout (default: wall clock). Lease renewals
 	// run on the store's own clock.
 	Clock Clock
+	// OutageGrace is how long a complete generation rides out a store that
+	// fails or forgot the run (an agent restarted empty) before WatchLoss
+	// reports it (default DefaultOutageGrace; see outage.go).
+	OutageGrace time.Duration
+	// Restore, when set, is called after the generation's own keys were
+	// written back to a store that had lost them, to write back what else
+	// the caller keeps there. Its error is retried like the store's.
+	Restore func(ctx context.Context) error
 }
 
 // Session is a member's membership of one complete generation. Its lease
 // keeps the member's alive key "<run>/gen/<g>/alive/<id>" until Leave.
 type Session struct {
-	st       Store
-	run      string
-	me       Participant
-	assign   Assignment
-	lease    Lease
-	logger   hclog.Logger
-	kaCancel context.CancelFunc
-	kaDone   chan struct{} // closed when the keep-alive loop ends
-	kaErr    error         // why it ended; written before kaDone closes
+	st     Store
+	run    string
+	me     Participant
+	assign Assignment
+	logger hclog.Logger
+	opts   Options // with defaults applied
+	// state is the complete generation's state document and record this
+	// member's join record, as written: what a store that lost them gets
+	// back (see restore).
+	state, record []byte
+	stateVersion  uint64 // the version of state as the join read it
+
+	mu sync.Mutex
+	// guarded by mu:
+	ka   *keeper // the lease and its keep-alive loop
+	left bool    // Leave began: no new lease
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -108,6 +123,9 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if opts.OutageGrace <= 0 {
+		opts.OutageGrace = DefaultOutageGrace
+	}
 	clock := orRealClock(opts.Clock)
 	start := clock.Now()
 	logger := opts.Logger.Named("rendezvous").With("run", run, "member", me.ID)
@@ -131,20 +149,14 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 		}
 		return nil, fmt.Errorf("join rendezvous: %w", err)
 	}
-	kaCtx, kaCancel := context.WithCancel(context.Background())
 	s := &Session{
-		st:       st,
-		run:      run,
-		me:       Participant{Member: me, Incarnation: newID()},
-		lease:    lease,
-		logger:   logger,
-		kaCancel: kaCancel,
-		kaDone:   make(chan struct{}),
+		st:     st,
+		run:    run,
+		me:     Participant{Member: me, Incarnation: newID()},
+		logger: logger,
+		opts:   opts,
+		ka:     keep(lease),
 	}
-	go func() {
-		s.kaErr = lease.KeepAlive(kaCtx)
-		close(s.kaDone)
-	}()
 
 	last, err := s.joinLoop(jctx, worldSize)
 	if err == nil {
@@ -190,6 +202,10 @@ func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 			peers, err := view.State.Peers()
 			if err != nil {
 				return view, err
+			}
+			s.stateVersion = version
+			if s.state, err = json.Marshal(view.State); err != nil {
+				return view, fmt.Errorf("encode state: %w", err)
 			}
 			s.assign, err = NewAssignment(view.State.Generation, peers, s.me.ID)
 			return view, err
@@ -251,6 +267,7 @@ func (s *Session) signIn(ctx context.Context, d Decision, version uint64, worldS
 	if err != nil {
 		return TxnResult{}, fmt.Errorf("encode join record: %w", err)
 	}
+	s.record = rec
 	guard := TxnOp{Kind: TxnCheck, Key: stateKey(s.run), Version: version}
 	if d.Open {
 		guard.Kind = TxnCAS
@@ -260,7 +277,7 @@ func (s *Session) signIn(ctx context.Context, d Decision, version uint64, worldS
 	}
 	return s.st.Txn(ctx, []TxnOp{
 		guard,
-		{Kind: TxnPutEphemeral, Key: aliveKey(s.run, d.Generation, s.me.ID), Data: rec, Lease: s.lease},
+		{Kind: TxnPutEphemeral, Key: aliveKey(s.run, d.Generation, s.me.ID), Data: rec, Lease: s.keeper().lease},
 		{Kind: TxnList, Key: alivePrefix(s.run, d.Generation)},
 	})
 }
@@ -365,9 +382,12 @@ func (s *Session) Assignment() Assignment { return s.assign }
 // the member's alive key vanishes and the others' WatchLoss fires.
 func (s *Session) Leave(ctx context.Context) error {
 	s.leaveOnce.Do(func() {
-		s.kaCancel()
-		<-s.kaDone
-		if err := s.lease.Revoke(ctx); err != nil && !errors.Is(err, ErrLeaseNotFound) {
+		s.mu.Lock()
+		s.left = true
+		ka := s.ka
+		s.mu.Unlock()
+		ka.stop()
+		if err := ka.lease.Revoke(ctx); err != nil && !errors.Is(err, ErrLeaseNotFound) {
 			s.leaveErr = fmt.Errorf("leave rendezvous: %w", err)
 		}
 	})
@@ -412,9 +432,11 @@ func (e LostEvent) String() string {
 }
 
 // WatchLoss watches the generation and sends one LostEvent when a member's
-// alive key vanishes, the generation moves on, the own lease is lost or the
-// store fails; then it closes the channel. It closes the channel without an
-// event when ctx is done.
+// alive key vanishes, the generation moves on, the own lease expires or the
+// store is closed; then it closes the channel. A store that fails, or comes
+// back without the run's keys, is ridden out for Options.OutageGrace (see
+// outage.go) before it is reported. It closes the channel without an event
+// when ctx is done.
 func (s *Session) WatchLoss(ctx context.Context) <-chan LostEvent {
 	ch := make(chan LostEvent, 1)
 	go func() {
@@ -424,42 +446,6 @@ func (s *Session) WatchLoss(ctx context.Context) <-chan LostEvent {
 		}
 	}()
 	return ch
-}
-
-func (s *Session) watch(ctx context.Context) (LostEvent, bool) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.kaDone:
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
-	gen := s.assign.Generation
-	var idx uint64
-	for {
-		kvs, next, err := s.st.WaitPrefix(wctx, s.run+"/", idx)
-		if err != nil {
-			select {
-			case <-s.kaDone:
-				if ctx.Err() == nil {
-					return LostEvent{Generation: gen, Reason: ReasonLeaseLost, Err: s.kaErr}, s.kaErr != nil
-				}
-			default:
-			}
-			if ctx.Err() != nil {
-				return LostEvent{}, false
-			}
-			return LostEvent{Generation: gen, Reason: ReasonStoreError, Err: err}, true
-		}
-		idx = next
-		if ev, lost := CheckLoss(s.run, s.assign, kvs); lost {
-			s.logger.Debug("generation lost", "generation", gen, "reason", ev.Reason, "lost", ev.Member,
-				"new_generation", ev.NewGeneration)
-			return ev, true
-		}
-	}
 }
 
 // CheckLoss looks at the keys under "<run>/" and reports whether the

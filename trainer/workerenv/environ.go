@@ -35,6 +35,7 @@ func (e Env) Environ() []string {
 	str(Addr, e.Addr)
 	str(Rendezvous, e.Rendezvous)
 	dur(RendezvousTimeout, e.RendezvousTimeout)
+	dur(ConsulOutageGrace, e.ConsulOutageGrace)
 	str(StoragePath, e.StoragePath)
 	if len(e.Config) > 0 {
 		add(Config, string(e.Config))

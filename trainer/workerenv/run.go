@@ -21,6 +21,9 @@ type Run struct {
 	MaxFailures int // -1 unlimited
 
 	RendezvousTimeout time.Duration
+	// ConsulOutageGrace is how long a healthy gang trains on through a
+	// Consul outage.
+	ConsulOutageGrace time.Duration
 	CollectiveTimeout time.Duration
 	// StallFloor and StallFactor set the workers' progress watchdog.
 	StallFloor  time.Duration
@@ -43,6 +46,7 @@ func (r Run) WorkerEnv() Env {
 		Checkpoint:        r.Checkpoint,
 		MaxFailures:       r.MaxFailures,
 		RendezvousTimeout: r.RendezvousTimeout,
+		ConsulOutageGrace: r.ConsulOutageGrace,
 		CollectiveTimeout: r.CollectiveTimeout,
 		StallFloor:        r.StallFloor,
 		StallFactor:       r.StallFactor,

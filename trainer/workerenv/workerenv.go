@@ -42,6 +42,10 @@ const (
 	// RendezvousTimeout bounds how long a worker waits for the whole gang
 	// (a Go duration string).
 	RendezvousTimeout = "NOMAD_TRAIN_RENDEZVOUS_TIMEOUT"
+	// ConsulOutageGrace is how long a training gang rides out a failing
+	// or forgetful rendezvous store (a Consul agent restart) before it gives
+	// its generation up (a Go duration string; default 2m).
+	ConsulOutageGrace = "NOMAD_TRAIN_CONSUL_OUTAGE_GRACE"
 	// StoragePath is the root of run storage (a local or shared directory).
 	StoragePath = "NOMAD_TRAIN_STORAGE_PATH"
 	// Config is the training loop config as JSON.
@@ -135,6 +139,9 @@ type Env struct {
 	Addr              string
 	Rendezvous        string
 	RendezvousTimeout time.Duration
+	// ConsulOutageGrace is how long a Consul outage may last while the
+	// ring is healthy before the worker gives up (0: the default).
+	ConsulOutageGrace time.Duration
 	StoragePath       string
 	Config            json.RawMessage
 	Checkpoint        CheckpointPolicy
@@ -188,6 +195,9 @@ func Load(getenv func(string) string) (Env, error) {
 		return e, err
 	}
 	if e.RendezvousTimeout, err = durVar(getenv, RendezvousTimeout, 5*time.Minute); err != nil {
+		return e, err
+	}
+	if e.ConsulOutageGrace, err = durVar(getenv, ConsulOutageGrace, 2*time.Minute); err != nil {
 		return e, err
 	}
 	if e.CollectiveTimeout, err = durVar(getenv, CollectiveTimeout, 30*time.Second); err != nil {

@@ -10,6 +10,8 @@ import (
 
 	capi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 )
 
 // Heartbeat is what the training runtime calls to show progress; it does
@@ -45,6 +47,8 @@ type HealthOptions struct {
 	// DefaultRequestTimeout), so that an agent that stopped answering
 	// cannot hold a worker's start or exit.
 	RequestTimeout time.Duration
+	// Clock paces the updates (default: wall clock); tests drive it.
+	Clock rendezvous.Clock
 	// Logger (default: none).
 	Logger hclog.Logger
 }
@@ -54,12 +58,16 @@ type HealthOptions struct {
 // cannot carry TTL checks, so the worker does it: a hung worker (alive
 // process, no steps) turns critical one TTL after its last beat. Beat is
 // cheap and never blocks; a goroutine sends at most one update per TTL/3,
-// and only when a beat came since the last update.
+// and only when a beat came since the last update. An update that fails
+// (an agent restarted without its services, or unreachable) makes the next
+// one register the service again first, so a worker's check comes back
+// with the agent.
 type Health struct {
 	agent *capi.Agent
 	opts  HealthOptions
 
 	step    atomic.Int64
+	lost    atomic.Bool            // the agent may have forgotten the service (Reregister)
 	waiting atomic.Pointer[string] // the reason, while Waiting
 	beats   chan struct{}          // capacity 1: a pending beat
 	turned  chan struct{}          // capacity 1: a wait began or ended
@@ -83,6 +91,9 @@ func NewHealth(client *capi.Client, opts HealthOptions) *Health {
 	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Clock == nil {
+		opts.Clock = rendezvous.RealClock{}
 	}
 	return &Health{agent: client.Agent(), opts: opts, beats: make(chan struct{}, 1), turned: make(chan struct{}, 1)}
 }
@@ -120,15 +131,23 @@ func (h *Health) Register(ctx context.Context, service, id, addr string, port in
 			DeregisterCriticalServiceAfter: h.opts.DeregisterAfter.String(),
 		},
 	}
+	if err := h.register(ctx, reg); err != nil {
+		return err
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	h.serviceID, h.stop, h.done = id, stop, make(chan struct{})
+	go h.loop(lctx, reg, max(ttl/3, time.Millisecond), h.done)
+	return nil
+}
+
+// register registers reg with the agent, replacing its checks.
+func (h *Health) register(ctx context.Context, reg *capi.AgentServiceRegistration) error {
 	rctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
 	defer cancel()
 	opts := capi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(rctx)
 	if err := h.agent.ServiceRegisterOpts(reg, opts); err != nil {
-		return fmt.Errorf("register health service %s: %w", id, err)
+		return fmt.Errorf("register health service %s: %w", reg.ID, err)
 	}
-	lctx, stop := context.WithCancel(context.Background())
-	h.serviceID, h.stop, h.done = id, stop, make(chan struct{})
-	go h.loop(lctx, check, max(ttl/3, time.Millisecond), h.done)
 	return nil
 }
 
@@ -150,6 +169,14 @@ func (h *Health) Waiting(reason string) (done func()) {
 	}
 }
 
+// Reregister makes the next update register the service again first, and
+// comes sooner than the pace of updates: for a caller that learned the
+// agent restarted empty (the rendezvous store found its keys gone).
+func (h *Health) Reregister() {
+	h.lost.Store(true)
+	poke(h.turned)
+}
+
 // poke sends on ch, a channel of capacity 1, unless a send is pending.
 func poke(ch chan struct{}) {
 	select {
@@ -160,13 +187,17 @@ func poke(ch chan struct{}) {
 
 // loop sends one passing update per beat, at most one per every, and one
 // every every while Waiting, until ctx ends; a wait that begins or ends
-// cuts the pause short. A failed update is logged: the check then
-// expires, which is the truth if the agent is unreachable.
-func (h *Health) loop(ctx context.Context, check string, every time.Duration, done chan struct{}) {
+// cuts the pause short. A failed update is logged (once, until one
+// succeeds again), and the next one, at most healthRetry later, registers
+// the service again first: an agent that restarted empty (a dev agent, a
+// client agent) has forgotten it. An unreachable agent lets the check
+// expire, which is the truth meanwhile.
+func (h *Health) loop(ctx context.Context, reg *capi.AgentServiceRegistration, every time.Duration, done chan struct{}) {
 	defer close(done)
+	check := reg.Check.CheckID
 	logger := h.opts.Logger.Named("health").With("check", check)
-	t := time.NewTimer(0)
-	defer t.Stop()
+	tick := make(chan struct{}, 1)
+	stale := false // the last update failed
 	for {
 		if h.waiting.Load() == nil {
 			select {
@@ -177,25 +208,46 @@ func (h *Health) loop(ctx context.Context, check string, every time.Duration, do
 				return
 			}
 		}
+		select { // this update shows the wait as it is now
+		case <-h.turned:
+		default:
+		}
 		output := fmt.Sprintf("step %d", h.step.Load())
 		if reason := h.waiting.Load(); reason != nil {
 			output = *reason
 		}
+		if (h.lost.Swap(false) || stale) && h.register(ctx, reg) == nil {
+			logger.Info("registered the health service again after a failed update")
+		}
 		uctx, cancel := context.WithTimeout(ctx, every)
 		err := h.agent.UpdateTTLOpts(check, output, capi.HealthPassing, (&capi.QueryOptions{}).WithContext(uctx))
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			logger.Warn("heartbeat update failed", "output", output, "error", err)
+		if err != nil && !stale && ctx.Err() == nil {
+			logger.Warn("heartbeat update failed; retrying", "output", output, "error", err)
 		}
-		t.Reset(every)
+		stale = err != nil
+		pause := every
+		if stale {
+			pause = min(every, healthRetry)
+		}
+		t := h.opts.Clock.AfterFunc(pause, func() { poke(tick) })
 		select {
-		case <-t.C:
+		case <-tick:
 		case <-h.turned:
 		case <-ctx.Done():
+			t.Stop()
 			return
+		}
+		t.Stop()
+		select { // a tick that raced a turn
+		case <-tick:
+		default:
 		}
 	}
 }
+
+// healthRetry is the longest pause after a failed update.
+const healthRetry = time.Second
 
 // Deregister stops the update loop and removes the service and its check
 // from the agent. It is a no-op on a Health not registered.

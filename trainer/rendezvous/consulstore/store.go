@@ -114,22 +114,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// NewClient builds a Consul client from capi.DefaultConfig (so from
-// CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN and friends), with address applied
-// when it is not empty. It also returns the client's transport, whose idle
-// connections the owner closes when done.
-func NewClient(address string) (*capi.Client, *http.Transport, error) {
-	conf := capi.DefaultConfig()
-	if address != "" {
-		conf.Address = address
-	}
-	c, err := capi.NewClient(conf)
-	if err != nil {
-		return nil, nil, fmt.Errorf("consul client: %w", err)
-	}
-	return c, conf.Transport, nil
-}
-
 // Store is a rendezvous.Store on Consul KV and sessions. Versions are
 // ModifyIndexes; CompareAndSet is a one-operation transaction with the verb
 // "cas" (the ModifyIndex is the fencing token, and the transaction reports
@@ -290,7 +274,11 @@ func (s *Store) readOpts(ctx context.Context, index uint64, timeout time.Duratio
 
 // Get implements rendezvous.Store.
 func (s *Store) Get(ctx context.Context, key string) (rendezvous.Value, error) {
-	v, _, err := s.get(ctx, key, 0, s.cfg.RequestTimeout)
+	var v rendezvous.Value
+	err := s.again(ctx, func() (err error) {
+		v, _, err = s.get(ctx, key, 0, s.cfg.RequestTimeout)
+		return err
+	})
 	return v, err
 }
 
@@ -316,7 +304,15 @@ const staleCAS = "index is stale"
 
 // CompareAndSet implements rendezvous.Store with a one-operation
 // transaction; a lost race costs one more read for the winning value.
-func (s *Store) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (rendezvous.Value, bool, error) {
+func (s *Store) CompareAndSet(ctx context.Context, key string, data []byte, version uint64) (v rendezvous.Value, ok bool, err error) {
+	err = s.again(ctx, func() (err error) {
+		v, ok, err = s.compareAndSet(ctx, key, data, version)
+		return err
+	})
+	return v, ok, err
+}
+
+func (s *Store) compareAndSet(ctx context.Context, key string, data []byte, version uint64) (rendezvous.Value, bool, error) {
 	cctx, cancel, err := s.call(ctx, s.cfg.RequestTimeout)
 	if err != nil {
 		return rendezvous.Value{}, false, err
@@ -468,8 +464,12 @@ func (p *pacer) wait(ctx context.Context) error {
 }
 
 // List implements rendezvous.Store.
-func (s *Store) List(ctx context.Context, prefix string) ([]rendezvous.KeyValue, uint64, error) {
-	return s.list(ctx, prefix, 0, s.cfg.RequestTimeout)
+func (s *Store) List(ctx context.Context, prefix string) (kvs []rendezvous.KeyValue, index uint64, err error) {
+	err = s.again(ctx, func() (err error) {
+		kvs, index, err = s.list(ctx, prefix, 0, s.cfg.RequestTimeout)
+		return err
+	})
+	return kvs, index, err
 }
 
 func (s *Store) list(ctx context.Context, prefix string, index uint64, timeout time.Duration) ([]rendezvous.KeyValue, uint64, error) {
@@ -495,10 +495,14 @@ func (s *Store) list(ctx context.Context, prefix string, index uint64, timeout t
 
 // WaitPrefix implements rendezvous.Store with blocking queries. An index
 // that went backwards differs from after, so it is returned: the caller
-// passes it back and blocks on the fresh index.
+// passes it back and blocks on the fresh index. After a failed query the
+// next listing is returned whatever its index: an agent that restarted
+// meanwhile counts again from low numbers and may be back at after with
+// other keys.
 func (s *Store) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]rendezvous.KeyValue, uint64, error) {
 	p := s.newPacer()
 	index := after
+	failed := false
 	for {
 		p.start()
 		kvs, last, err := s.list(ctx, prefix, index, 0)
@@ -506,10 +510,11 @@ func (s *Store) WaitPrefix(ctx context.Context, prefix string, after uint64) ([]
 			if err := p.failed(ctx, err); err != nil {
 				return nil, 0, err
 			}
+			failed, index = true, 0
 			continue
 		}
 		p.ok()
-		if last != after {
+		if last != after || failed {
 			return kvs, last, nil
 		}
 		blocked := index > 0
@@ -531,19 +536,26 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (rendezvous.Lease,
 		return nil, fmt.Errorf("grant lease: ttl %v out of range", ttl)
 	}
 	ttl = max(ttl, s.cfg.MinTTL)
-	cctx, cancel, err := s.call(ctx, s.cfg.RequestTimeout)
+	var id string
+	err := s.again(ctx, func() error {
+		cctx, cancel, err := s.call(ctx, s.cfg.RequestTimeout)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		id, _, err = s.client.Session().CreateNoChecks(&capi.SessionEntry{
+			Name:      s.cfg.SessionName,
+			TTL:       ttl.String(),
+			Behavior:  capi.SessionBehaviorDelete,
+			LockDelay: s.cfg.LockDelay,
+		}, (&capi.WriteOptions{}).WithContext(cctx))
+		if err != nil {
+			return s.fail(ctx, "create session", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer cancel()
-	id, _, err := s.client.Session().CreateNoChecks(&capi.SessionEntry{
-		Name:      s.cfg.SessionName,
-		TTL:       ttl.String(),
-		Behavior:  capi.SessionBehaviorDelete,
-		LockDelay: s.cfg.LockDelay,
-	}, (&capi.WriteOptions{}).WithContext(cctx))
-	if err != nil {
-		return nil, s.fail(ctx, "create session", err)
 	}
 	l := &lease{s: s, id: id, ttl: ttl}
 	s.mu.Lock()
@@ -562,7 +574,13 @@ func (s *Store) PutEphemeral(ctx context.Context, l rendezvous.Lease, key string
 	if err != nil {
 		return err
 	}
-	return s.takingOver(ctx, key, func() (*refusal, error) { return s.acquire(ctx, ml.id, key, data) })
+	return s.takingOver(ctx, key, func() (held *refusal, err error) {
+		err = s.again(ctx, func() (err error) {
+			held, err = s.acquire(ctx, ml.id, key, data)
+			return err
+		})
+		return held, err
+	})
 }
 
 // ownLease returns l as a lease this store granted.

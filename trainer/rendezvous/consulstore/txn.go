@@ -66,10 +66,11 @@ func (s *Store) Txn(ctx context.Context, ops []rendezvous.TxnOp) (rendezvous.Txn
 		tops[i] = &capi.TxnOp{KV: kv}
 	}
 	var res rendezvous.TxnResult
-	err := s.takingOver(ctx, locked, func() (*refusal, error) {
-		var held *refusal
-		var err error
-		res, held, err = s.txnOnce(ctx, ops, tops)
+	err := s.takingOver(ctx, locked, func() (held *refusal, err error) {
+		err = s.again(ctx, func() (err error) {
+			res, held, err = s.txnOnce(ctx, ops, tops)
+			return err
+		})
 		return held, err
 	})
 	return res, err

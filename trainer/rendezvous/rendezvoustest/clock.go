@@ -88,3 +88,12 @@ func (c *FakeClock) Advance(d time.Duration) {
 		t.f()
 	}
 }
+
+// Pending returns how many timers are set and not yet fired or stopped, so
+// a test can wait until the code under test is waiting on the clock before
+// it advances it.
+func (c *FakeClock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}

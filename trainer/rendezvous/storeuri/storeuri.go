@@ -79,6 +79,11 @@ func Open(ctx context.Context, uri string, secret []byte, logger hclog.Logger) (
 		return nil, fmt.Errorf("open rendezvous store: %w", err)
 	}
 	cfg.Logger = logger
+	// One client per process, shared with RegisterHealth: a host full of
+	// workers stays under the agent's per-client connection limit.
+	if cfg.Client, err = consulstore.SharedClient(cfg.Address); err != nil {
+		return nil, fmt.Errorf("open rendezvous store: %w", err)
+	}
 	st, err := consulstore.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open rendezvous store: %w", err)
@@ -124,16 +129,15 @@ func RegisterHealth(ctx context.Context, uri string, spec HealthSpec, logger hcl
 	if err != nil {
 		return nil, fmt.Errorf("register worker health: %w", err)
 	}
-	client, transport, err := consulstore.NewClient(cfg.Address)
+	client, err := consulstore.SharedClient(cfg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("register worker health: %w", err)
 	}
 	h := consulstore.NewHealth(client, consulstore.HealthOptions{Tags: spec.Tags, Meta: spec.Meta, Logger: logger})
 	if err := h.Register(ctx, spec.Service, spec.ID, spec.Addr, spec.Port, spec.TTL); err != nil {
-		transport.CloseIdleConnections()
 		return nil, fmt.Errorf("register worker health: %w", err)
 	}
-	return &consulHeartbeat{Health: h, close: transport.CloseIdleConnections}, nil
+	return &consulHeartbeat{Health: h}, nil
 }
 
 type nopHeartbeat struct{}
@@ -142,12 +146,6 @@ func (nopHeartbeat) Beat(int64)                  {}
 func (nopHeartbeat) Waiting(string) func()       { return func() {} }
 func (nopHeartbeat) Close(context.Context) error { return nil }
 
-type consulHeartbeat struct {
-	*consulstore.Health
-	close func()
-}
+type consulHeartbeat struct{ *consulstore.Health }
 
-func (c *consulHeartbeat) Close(ctx context.Context) error {
-	defer c.close()
-	return c.Deregister(ctx)
-}
+func (c *consulHeartbeat) Close(ctx context.Context) error { return c.Deregister(ctx) }

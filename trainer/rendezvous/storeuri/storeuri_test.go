@@ -218,3 +218,23 @@ func TestMultiProcessConsul(t *testing.T) {
 		must.Eq(t, fmt.Sprintf("w%d", childWorld-1), next(i).Lost)
 	}
 }
+
+// A worker's store and its health check share the process's one Consul
+// client, so a host of many workers stays under the agent's per-client
+// connection limit.
+func TestOneConsulClientPerProcess(t *testing.T) {
+	fake := fakeconsul.New(fakeconsul.Options{})
+	defer fake.Close()
+	ctx := ctxFor(t, 10*time.Second)
+	uri := "consul://" + fake.Addr() + "/one/"
+	st, err := storeuri.Open(ctx, uri, nil, nil)
+	must.NoError(t, err)
+	defer st.Close()
+	shared, err := consulstore.SharedClient(fake.Addr())
+	must.NoError(t, err)
+	must.True(t, st.(*consulstore.Store).Client() == shared, must.Sprint("the store built its own client"))
+	again, err := storeuri.Open(ctx, uri, nil, nil)
+	must.NoError(t, err)
+	defer again.Close()
+	must.True(t, again.(*consulstore.Store).Client() == shared)
+}

@@ -25,7 +25,13 @@
 //     key another session holds or that is under lock delay, and names an
 //     invalid session with a 500;
 //   - agent services with TTL checks, critical unless given a Status, and
-//     critical once TTL passes without /v1/agent/check/update.
+//     critical once TTL passes without /v1/agent/check/update;
+//   - pushing back: TooMany makes requests answer 429 with the text of
+//     Consul's per-client connection limit (http_max_conns_per_client) and
+//     close the connection, as the agent does;
+//   - an agent restart: Stop refuses connections on the agent's port, and
+//     Start serves it again with nothing in it (no KV, sessions, services
+//     or checks, indexes starting low again), as a dev agent comes back.
 package fakeconsul
 
 import (
@@ -36,8 +42,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,9 +66,10 @@ const (
 
 // Server is the fake agent. Create it with New.
 type Server struct {
-	clock  rendezvous.Clock
-	minTTL time.Duration
-	srv    *httptest.Server
+	clock   rendezvous.Clock
+	minTTL  time.Duration
+	addr    string // host:port, the same across Stop and Start
+	handler http.Handler
 
 	// Spurious makes every blocking query return after about 10ms with
 	// nothing changed.
@@ -72,6 +79,15 @@ type Server struct {
 	// Fail makes that many of the next requests answer 500, as an agent
 	// without a leader does.
 	Fail atomic.Int64
+	// TooMany makes that many of the next requests answer 429 Too Many
+	// Requests and close their connection, as an agent over its
+	// http_max_conns_per_client does.
+	TooMany atomic.Int64
+
+	// lifeMu serialises Stop, Start and Close.
+	lifeMu sync.Mutex
+	// guarded by lifeMu:
+	srv *http.Server // nil while stopped
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -148,20 +164,8 @@ func New(opts Options) *Server {
 	if opts.MinTTL <= 0 {
 		opts.MinTTL = DefaultMinTTL
 	}
-	s := &Server{
-		clock:     opts.Clock,
-		minTTL:    opts.MinTTL,
-		index:     10, // a raft log never starts at 0
-		kvIndex:   10,
-		kv:        make(map[string]*entry),
-		tombs:     make(map[string]uint64),
-		sessions:  make(map[string]*session),
-		delayed:   make(map[string]time.Time),
-		services:  make(map[string]Service),
-		checks:    make(map[string]*Check),
-		changed:   make(chan struct{}),
-		createdBy: make(map[string]SessionInfo),
-	}
+	s := &Server{clock: opts.Clock, minTTL: opts.MinTTL}
+	s.resetLocked()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status/leader", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, 0, "127.0.0.1:8300")
@@ -175,34 +179,99 @@ func New(opts Options) *Server {
 	mux.HandleFunc("PUT /v1/agent/service/register", s.handleServiceRegister)
 	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", s.handleServiceDeregister)
 	mux.HandleFunc("PUT /v1/agent/check/update/{id}", s.handleCheckUpdate)
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Requests.Add(1)
+		if s.TooMany.Add(-1) >= 0 {
+			w.Header().Set("Connection", "close")
+			writeText(w, http.StatusTooManyRequests, "Your IP is issuing too many concurrent connections, please rate limit your calls\n")
+			return
+		}
+		s.TooMany.Store(0)
 		if s.Fail.Add(-1) >= 0 {
 			writeText(w, http.StatusInternalServerError, "No cluster leader")
 			return
 		}
 		s.Fail.Store(0)
 		mux.ServeHTTP(w, r)
-	}))
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("fakeconsul: listen: %v", err))
+	}
+	s.addr = ln.Addr().String()
+	s.serve(ln)
 	return s
 }
 
-// Addr is the agent's "host:port", for CONSUL_HTTP_ADDR or capi.Config.
-func (s *Server) Addr() string { return strings.TrimPrefix(s.srv.URL, "http://") }
+// resetLocked empties the agent, as a dev agent starts: indexes start at
+// 10 (a raft log never starts at 0).
+func (s *Server) resetLocked() {
+	s.index, s.kvIndex = 10, 10
+	s.kv = make(map[string]*entry)
+	s.tombs = make(map[string]uint64)
+	s.sessions = make(map[string]*session)
+	s.delayed = make(map[string]time.Time)
+	s.services = make(map[string]Service)
+	s.checks = make(map[string]*Check)
+	s.changed = make(chan struct{})
+	s.createdBy = make(map[string]SessionInfo)
+	s.closed = false
+}
 
-// Close stops the server, ending pending blocking queries.
-func (s *Server) Close() {
+// serve starts answering on ln. The caller holds lifeMu or is New.
+func (s *Server) serve(ln net.Listener) {
+	srv := &http.Server{Handler: s.handler}
+	s.srv = srv
+	go srv.Serve(ln)
+}
+
+// Addr is the agent's "host:port", for CONSUL_HTTP_ADDR or capi.Config.
+func (s *Server) Addr() string { return s.addr }
+
+// Close stops the server for good, ending pending blocking queries.
+func (s *Server) Close() { s.Stop() }
+
+// Stop takes the agent down, as a stopped or restarting agent: pending
+// blocking queries end, open connections are closed, and new ones are
+// refused until Start. What the agent held is lost (see Start).
+func (s *Server) Stop() {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
 		for _, se := range s.sessions {
-			se.timer.Stop()
+			if se.timer != nil {
+				se.timer.Stop()
+			}
 		}
 		s.wakeLocked()
 	}
 	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	if s.srv != nil {
+		s.srv.Close()
+		s.srv = nil
+	}
+}
+
+// Start brings a stopped agent back on the same address with nothing in
+// it: no keys, sessions, services or checks, and indexes lower than before,
+// as a restarted dev agent. It fails when the port was taken meanwhile.
+func (s *Server) Start() error {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.srv != nil {
+		return fmt.Errorf("fakeconsul: start %s: already running", s.addr)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("fakeconsul: start: %w", err)
+	}
+	s.mu.Lock()
+	s.resetLocked()
+	s.mu.Unlock()
+	s.serve(ln)
+	return nil
 }
 
 // Session returns what the session id was created with, and whether it is
@@ -212,6 +281,17 @@ func (s *Server) Session(id string) (SessionInfo, bool) {
 	defer s.mu.Unlock()
 	_, live := s.sessions[id]
 	return s.createdBy[id], live
+}
+
+// KV returns the value of key, if present.
+func (s *Server) KV(key string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.kv[key]
+	if !ok {
+		return nil, false
+	}
+	return bytes.Clone(e.Value), true
 }
 
 // Service returns the agent service id, if registered.
