@@ -294,41 +294,6 @@ func oneRun(name string, pos []string, stderr io.Writer) (string, bool) {
 	return pos[0], true
 }
 
-// runState reads a run's job and current status.
-func runState(ctx context.Context, c nomad.API, run string) (*nomadRun, error) {
-	job, err := c.JobInfo(ctx, run)
-	if err != nil {
-		return nil, fmt.Errorf("reading run %q: %w", run, err)
-	}
-	if _, ok := job.Meta[trainhcl.MetaRun]; !ok {
-		return nil, fmt.Errorf("job %q is not a nomad-train run (no meta %s)", run, trainhcl.MetaRun)
-	}
-	count := 0
-	for _, g := range job.TaskGroups {
-		if g.Name != nil && *g.Name == trainhcl.WorkerGroup && g.Count != nil {
-			count = *g.Count
-		}
-	}
-	snap, err := nomad.ReadSnapshot(ctx, c, run)
-	if err != nil {
-		return nil, err
-	}
-	t := nomad.NewTracker(trainhcl.WorkerGroup, count, true)
-	// The run is the job's latest submission: what earlier ones ran is
-	// not its workers (nor their failures and restarts).
-	if job.JobModifyIndex != nil {
-		t.Since(*job.JobModifyIndex)
-	}
-	t.Observe(snap)
-	return &nomadRun{job: job, count: count, status: t.Status()}, nil
-}
-
-type nomadRun struct {
-	job    *api.Job
-	count  int
-	status nomad.Status
-}
-
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, _, pos, code := clusterCommand("status", "status [flags] [run]", args, stderr, nil)
 	if code >= 0 {
@@ -341,13 +306,13 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitUsage
 	}
-	r, err := runState(ctx, c, run)
+	r, err := nomad.ReadRun(ctx, c, run)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
 		return 1
 	}
-	st := r.status
-	fmt.Fprintf(stdout, "run %s: %s, %d of %d workers, %d restarts\n", run, st.Phase, len(st.Workers), r.count, st.Restarts())
+	st := r.Status
+	fmt.Fprintf(stdout, "run %s: %s, %d of %d workers, %d restarts\n", run, st.Phase, len(st.Workers), r.Count, st.Restarts())
 	if st.Phase == nomad.PhaseBlocked {
 		fmt.Fprintf(stdout, "  %d workers not placed: %s\n", st.Unplaced, st.Reason)
 	}
@@ -361,7 +326,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, f := range st.Failures {
 		fmt.Fprintf(stdout, "failure: %s\n", f)
 	}
-	if src := progressSource(deref(r.job.Namespace), *r.job.ID, r.job.Meta[trainhcl.MetaRun], r.job.Meta[trainhcl.MetaStoragePath]); src != nil {
+	if src := progressSource(deref(r.Job.Namespace), *r.Job.ID, r.Job.Meta[trainhcl.MetaRun], r.Job.Meta[trainhcl.MetaStoragePath]); src != nil {
 		if rec, err := src.Latest(ctx); err == nil {
 			fmt.Fprintf(stdout, "last report: %s\n", formatRecord(rec))
 		}
@@ -384,13 +349,13 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	r, err := runState(ctx, c, run)
+	r, err := nomad.ReadRun(ctx, c, run)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
 		return 1
 	}
 	var allocID string
-	for _, w := range r.status.Workers {
+	for _, w := range r.Status.Workers {
 		if w.Rank == rank {
 			allocID = w.AllocID
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -149,4 +150,41 @@ func followProgress(ctx context.Context, src ProgressSource, since time.Time, ev
 		case <-t.C:
 		}
 	}
+}
+
+// RunInfo is a nomad-train run on Nomad as status shows it: its job, its
+// number of workers and the status of its latest submission.
+type RunInfo struct {
+	Job    *api.Job
+	Count  int
+	Status Status
+}
+
+// ReadRun reads a run's job and the status of its latest submission
+// (what earlier submissions ran is not its workers, nor their failures
+// and restarts).
+func ReadRun(ctx context.Context, c API, run string) (*RunInfo, error) {
+	job, err := c.JobInfo(ctx, run)
+	if err != nil {
+		return nil, fmt.Errorf("reading run %q: %w", run, err)
+	}
+	if _, ok := job.Meta[trainhcl.MetaRun]; !ok {
+		return nil, fmt.Errorf("job %q is not a nomad-train run (no meta %s)", run, trainhcl.MetaRun)
+	}
+	count := 0
+	for _, g := range job.TaskGroups {
+		if g.Name != nil && *g.Name == trainhcl.WorkerGroup && g.Count != nil {
+			count = *g.Count
+		}
+	}
+	snap, err := ReadSnapshot(ctx, c, run)
+	if err != nil {
+		return nil, err
+	}
+	t := NewTracker(trainhcl.WorkerGroup, count, true)
+	if job.JobModifyIndex != nil {
+		t.Since(*job.JobModifyIndex)
+	}
+	t.Observe(snap)
+	return &RunInfo{Job: job, Count: count, Status: t.Status()}, nil
 }
