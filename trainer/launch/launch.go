@@ -52,6 +52,10 @@ type Options struct {
 	// workerenv.StallFloor); zero keeps the workers' defaults.
 	StallFloor  time.Duration
 	StallFactor float64
+	// NoMetrics serves no Prometheus metrics. By default each rank serves
+	// them on a loopback port of its own (workerenv.MetricsAddr), the same
+	// for every process of the rank, unless Env sets MetricsAddr itself.
+	NoMetrics bool
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
 	Logger         hclog.Logger
@@ -219,12 +223,15 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	if o.Stderr != o.Stdout {
 		g.stderr = &syncWriter{w: o.Stderr}
 	}
+	g.files = openRunFiles(o, o.Logger.Warn)
+	g.files.announce(g.stdout)
 	for i := 0; i < o.NumWorkers; i++ {
 		env := append(base[:len(base):len(base)],
 			workerenv.RankHint+"="+strconv.Itoa(i),
 			workerenv.MemberID+"="+memberID(i),
 			workerenv.Events+"="+eventsPath(tmp, i),
 		)
+		env = append(env, g.files.env(i)...)
 		g.envs[i] = env
 		if err := g.start(i); err != nil {
 			g.stopAll(syscall.SIGKILL)
@@ -238,7 +245,11 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	g.supervise(ctx, tmp)
 	stopWatch()
 	<-watched
-	return g.outcome(tmp), nil
+	out := g.outcome(tmp)
+	g.mu.Lock()
+	g.files.finish(out, ctx.Err() != nil)
+	g.mu.Unlock()
+	return out, nil
 }
 
 func (o *Options) defaults() {
@@ -275,6 +286,7 @@ type gang struct {
 	envs           [][]string // each rank's environment
 	done           chan int   // rank of each worker process as it is reaped
 
+	files   *runFiles // logs and launcher state in the run directory
 	store   *rendezvous.MemStore
 	secret  *os.File // handed to each worker as its descriptor 3 (secretFD)
 	attempt string   // storage.AttemptID of the run's secret
@@ -328,6 +340,9 @@ func (g *gang) start(rank int) error {
 	stdout := &prefixWriter{dst: g.stdout, prefix: []byte(prefix)}
 	stderr := &prefixWriter{dst: g.stderr, prefix: []byte(prefix)}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if l := g.files.logs[rank]; l != nil {
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, l), io.MultiWriter(stderr, l)
+	}
 	// Each worker leads its own process group, so a terminal's Ctrl-C
 	// reaches only the launcher, which stops the workers in order; and
 	// each dies with the launcher if the launcher is killed outright.
@@ -347,6 +362,7 @@ func (g *gang) start(rank int) error {
 		g.started[rank] = time.Now()
 		g.ended[rank] = RankOutcome{Rank: rank, Order: -1, Restarts: g.ended[rank].Restarts + 1}
 	}
+	g.files.started(rank, cmd.Process.Pid, g.ended[rank].Restarts)
 	g.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -364,6 +380,13 @@ func (g *gang) reaped(rank int, err error) {
 	r := &g.ended[rank]
 	r.Order = g.order
 	g.order++
+	defer func() {
+		restarts := 0
+		for _, e := range g.ended {
+			restarts += e.Restarts
+		}
+		g.files.ended(*r, restarts)
+	}()
 	if err == nil {
 		return
 	}
