@@ -70,6 +70,7 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 		RendezvousTimeout: spec.Rendezvous.Timeout,
 		Stdout:            stdout,
 		Stderr:            stderr,
+		OnMetrics:         func(urls []string) { printMetricsURLs(stdout, urls) },
 	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		opts.Env = append(opts.Env, k+"="+spec.Env[k])

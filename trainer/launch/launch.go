@@ -56,6 +56,9 @@ type Options struct {
 	// them on a loopback port of its own (workerenv.MetricsAddr), the same
 	// for every process of the rank, unless Env sets MetricsAddr itself.
 	NoMetrics bool
+	// OnMetrics, when set, is called once before the workers start with
+	// the URL each rank serves its metrics at ("" for none), by rank.
+	OnMetrics func(urls []string)
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
 	Logger         hclog.Logger
@@ -224,7 +227,9 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		g.stderr = &syncWriter{w: o.Stderr}
 	}
 	g.files = openRunFiles(o, o.Logger.Warn)
-	g.files.announce(g.stdout)
+	if o.OnMetrics != nil {
+		o.OnMetrics(g.files.metricsURLs())
+	}
 	for i := 0; i < o.NumWorkers; i++ {
 		env := append(base[:len(base):len(base)],
 			workerenv.RankHint+"="+strconv.Itoa(i),

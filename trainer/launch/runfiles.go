@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,7 +23,11 @@ type runFiles struct {
 
 // openRunFiles opens each rank's log and picks each rank's metrics port.
 func openRunFiles(o Options, log func(msg string, args ...any)) *runFiles {
-	rf := &runFiles{dir: RunDir(o.StoragePath, o.RunName), logs: make([]*rotatingFile, o.NumWorkers),
+	dir := RunDir(o.StoragePath, o.RunName)
+	if abs, err := filepath.Abs(dir); err == nil && dir != "" {
+		dir = abs // the state names the logs wherever it is read from
+	}
+	rf := &runFiles{dir: dir, logs: make([]*rotatingFile, o.NumWorkers),
 		metrics: make([]string, o.NumWorkers)}
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
@@ -39,7 +44,7 @@ func openRunFiles(o Options, log func(msg string, args ...any)) *runFiles {
 				rf.state.Workers[i].Log = LogPath(rf.dir, i)
 			}
 		}
-		if !o.NoMetrics && !setsMetrics(o.Env) {
+		if !o.NoMetrics && !setsMetrics(o.Env) && os.Getenv(workerenv.MetricsAddr) == "" {
 			if addr, err := freeLoopbackAddr(); err != nil {
 				log("cannot pick a metrics port", "rank", i, "error", err)
 			} else {
@@ -60,21 +65,18 @@ func (rf *runFiles) env(rank int) []string {
 	return []string{workerenv.MetricsAddr + "=" + rf.metrics[rank]}
 }
 
-// announce says where the ranks serve their metrics, in one line.
-func (rf *runFiles) announce(w *syncWriter) {
-	var urls []string
-	for _, ws := range rf.state.Workers {
-		if ws.Metrics != "" {
-			urls = append(urls, fmt.Sprintf("rank %d %s", ws.Rank, ws.Metrics))
-		}
+// metricsURLs are the URLs the ranks serve /metrics at, by rank.
+func (rf *runFiles) metricsURLs() []string {
+	urls := make([]string, len(rf.state.Workers))
+	for i, w := range rf.state.Workers {
+		urls[i] = w.Metrics
 	}
-	if len(urls) > 0 {
-		w.printf("==> metrics (Prometheus): %s\n", strings.Join(urls, ", "))
-	}
+	return urls
 }
 
 // setsMetrics reports whether env (the run's own variables) chooses the
-// metrics address itself ("off", say): the launcher then leaves it.
+// metrics address itself ("off", say): the launcher then leaves it, as it
+// does one set in its own environment.
 func setsMetrics(env []string) bool {
 	for _, kv := range env {
 		if strings.HasPrefix(kv, workerenv.MetricsAddr+"=") {
