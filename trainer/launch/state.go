@@ -96,6 +96,9 @@ func launcherAlive(st State) bool {
 	if host, _ := os.Hostname(); host != st.Host {
 		return true
 	}
+	if st.PID <= 0 { // kill(0 or -1) would probe process groups, not a pid
+		return false
+	}
 	err := syscall.Kill(st.PID, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
