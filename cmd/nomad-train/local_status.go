@@ -201,7 +201,7 @@ func listLocal(la localArgs, stdout, stderr io.Writer) int {
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train list: %v\n", err)
+		fmt.Fprintf(stderr, "nomad-train list: no local runs: %v; for runs on Nomad set NOMAD_ADDR or -address\n", err)
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

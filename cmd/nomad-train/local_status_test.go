@@ -106,8 +106,12 @@ func TestLocalLogsFollowRotation(t *testing.T) {
 		must.NoError(t, err)
 		must.NoError(t, f.Close())
 	}
+	deadline := time.Now().Add(time.Minute) // a bound for a broken follower, not a timing
 	waitFor := func(out *syncBuffer, s string) {
 		for !strings.Contains(out.String(), s) {
+			if time.Now().After(deadline) {
+				t.Fatalf("logs -f never printed %q; printed %q", s, out.String())
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}
