@@ -50,8 +50,11 @@ func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 				must.NoError(t, os.MkdirAll(filepath.Join(allocDir, "w", filepath.Dir(c)), 0o755))
 				must.NoError(t, os.WriteFile(filepath.Join(allocDir, "w", c), b, 0o755))
 			}
+			// The client interpolates the job's env before the driver
+			// sees it: the ports Nomad assigned.
+			tcfg.Env["NOMAD_ADDR_metrics"] = "10.0.0.5:31001"
 			for k, v := range task.Env {
-				tcfg.Env[k] = v
+				tcfg.Env[k] = os.Expand(v, func(name string) string { return tcfg.Env[strings.Trim(name, "{}")] })
 			}
 			tcfg.DeviceEnv = nil
 			_, err := inMemoryClient(t, d).StartTask(context.Background(), &drivers.StartTaskRequest{Task: tcfg})
@@ -65,7 +68,7 @@ func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 			must.NoError(t, err)
 			local := loadEnv(t, append(launch.Options{Run: rs}.LocalEnv().Environ(), proc.Env...))
 			place := func(e workerenv.Env) workerenv.Env {
-				e.MemberID, e.Node, e.Addr, e.Rendezvous, e.SecretFile, e.Events = "", "", "", "", "", ""
+				e.MemberID, e.Node, e.Addr, e.Rendezvous, e.SecretFile, e.Events, e.MetricsAddr = "", "", "", "", "", "", ""
 				e.RankHint, e.StopGrace = -1, 0
 				return e
 			}

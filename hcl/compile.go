@@ -18,6 +18,10 @@ const (
 	Driver = "train"
 	// PortLabel is the dynamic port label for the collectives.
 	PortLabel = "train"
+	// MetricsPortLabel is the dynamic port each worker serves Prometheus
+	// metrics on (workerenv.MetricsPath), registered as the service
+	// "<run>-metrics" with MetricsTags.
+	MetricsPortLabel = "metrics"
 	// WorkerGroup and WorkerTask name the workers' group and task.
 	WorkerGroup = "worker"
 	WorkerTask  = "worker"
@@ -185,7 +189,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Interval:  checkInterval,
 			Timeout:   checkTimeout,
 		}},
-	}}
+	}, metricsService(s.Name, provider)}
 	// Nomad deregisters a stopping worker's service, waits this long, then
 	// signals the task: Consul stops reporting it before it goes (and
 	// Nomad warns about group services without it).
@@ -213,7 +217,8 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	task.KillSignal = "SIGTERM"
 	task.KillTimeout = new(KillTimeout)
 	// How much of KillTimeout the worker may spend checkpointing.
-	task.Env = map[string]string{workerenv.StopGrace: FormatDuration(KillTimeout - 8*time.Second)}
+	task.Env = map[string]string{workerenv.StopGrace: FormatDuration(KillTimeout - 8*time.Second),
+		workerenv.MetricsAddr: "${NOMAD_ADDR_" + MetricsPortLabel + "}"}
 	for k, v := range s.Env {
 		task.Env[k] = v
 	}
@@ -249,7 +254,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 // reschedule policies derived from the failure budget.
 func newGroup(name string, count, maxFailures int) *api.TaskGroup {
 	g := api.NewTaskGroup(name, count)
-	g.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: PortLabel}}}}
+	g.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: PortLabel}, {Label: MetricsPortLabel}}}}
 	g.RestartPolicy, g.ReschedulePolicy = policies(maxFailures)
 	return g
 }

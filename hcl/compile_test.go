@@ -65,8 +65,12 @@ func TestTaskConfigContract(t *testing.T) {
 		"checkpoint":   []map[string]any{{"num_to_keep": 4, "score_attribute": "loss", "score_order": "min"}},
 		"failure":      []map[string]any{{"max_failures": 2}},
 	}, task.Config)
-	must.Eq(t, []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "train"}}}}, g.Networks)
-	must.Len(t, 1, g.Services)
+	must.Eq(t, []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "train"}, {Label: "metrics"}}}}, g.Networks)
+	must.Len(t, 2, g.Services)
+	must.Eq(t, "contract-metrics", g.Services[1].Name)
+	must.Eq(t, "metrics", g.Services[1].PortLabel)
+	must.Eq(t, []string{"prometheus", "metrics_path=/metrics", "nomad-train", "run=contract"}, g.Services[1].Tags)
+	must.Eq(t, "${NOMAD_ADDR_metrics}", task.Env["NOMAD_TRAIN_METRICS_ADDR"])
 	must.Eq(t, "contract-worker", g.Services[0].Name)
 	must.Eq(t, "train", g.Services[0].PortLabel)
 	must.Eq(t, "consul", g.Services[0].Provider)

@@ -64,7 +64,7 @@ func decodeGroup(n *node) *api.TaskGroup {
 		s := &api.Service{Name: sn.str("name"), PortLabel: sn.str("port"), Provider: sn.str("provider"), Tags: sn.strList("tags")}
 		for _, cn := range sn.blocks("check") {
 			s.Checks = append(s.Checks, api.ServiceCheck{
-				Name: cn.str("name"), Type: cn.str("type"), PortLabel: cn.str("port"),
+				Name: cn.str("name"), Type: cn.str("type"), Path: cn.str("path"), PortLabel: cn.str("port"),
 				Interval: *cn.durationPtr("interval"), Timeout: *cn.durationPtr("timeout"),
 			})
 		}

@@ -117,6 +117,9 @@ func writeService(parent *hclwrite.Body, s *api.Service) {
 		cb := b.AppendNewBlock("check", nil).Body()
 		cb.SetAttributeValue("name", cty.StringVal(c.Name))
 		cb.SetAttributeValue("type", cty.StringVal(c.Type))
+		if c.Path != "" {
+			cb.SetAttributeValue("path", cty.StringVal(c.Path))
+		}
 		cb.SetAttributeValue("port", cty.StringVal(c.PortLabel))
 		cb.SetAttributeValue("interval", cty.StringVal(FormatDuration(c.Interval)))
 		cb.SetAttributeValue("timeout", cty.StringVal(FormatDuration(c.Timeout)))

@@ -319,21 +319,30 @@ func CompileTrial(s *Spec, trial, storageDir string, config []byte) (*api.Job, h
 	id := TrialJobID(s.Name, trial)
 	job.ID, job.Name = &id, &id
 	job.Meta[MetaExperiment] = s.Name
-	svc := trialServiceName(s.Name, trial)
 	for _, g := range job.TaskGroups {
 		for _, sv := range g.Services {
-			sv.Name = svc
+			sv.Name = trialServiceName(s.Name, trial)
+			if sv.PortLabel == MetricsPortLabel {
+				sv.Name = trialService(s.Name, trial, metricsServiceSuffix)
+			}
 		}
 	}
 	return job, diags
 }
 
+// maxLabel is the longest service name Nomad takes (an RFC 1123 label).
+const maxLabel = 63
+
 // trialServiceName is the trial's worker service: a DNS label (Nomad takes
 // RFC 1123, at most 63 characters), so the trial's underscore becomes a dash
 // and a long experiment name is cut to fit, keeping the trial's own part.
 func trialServiceName(experiment, trial string) string {
-	const maxLabel = 63
-	tail := "-" + strings.ReplaceAll(trial, "_", "-") + "-worker"
+	return trialService(experiment, trial, "-worker")
+}
+
+// trialService is trialServiceName with another suffix than "-worker".
+func trialService(experiment, trial, suffix string) string {
+	tail := "-" + strings.ReplaceAll(trial, "_", "-") + suffix
 	if room := maxLabel - len(tail); len(experiment) > room {
 		experiment = strings.TrimRight(experiment[:max(room, 1)], "-")
 	}

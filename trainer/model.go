@@ -50,7 +50,7 @@ func (d *DistributedModel) SyncGradients(ctx context.Context) error {
 	g := d.model.Grads()
 	for off := 0; off < len(g) || off == 0; off += d.bucket {
 		end := min(off+d.bucket, len(g))
-		if err := d.s.done(d.s.group.AllReduceFloat32(ctx, g[off:end], collective.Mean)); err != nil {
+		if err := d.s.AllReduceFloat32(ctx, g[off:end], collective.Mean); err != nil {
 			return fmt.Errorf("sync gradients: %w", err)
 		}
 		if end == len(g) {

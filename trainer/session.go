@@ -37,6 +37,7 @@ type Session struct {
 	wd                   *watchdog                // told of every completed collective
 	hb                   heartbeat                // likewise (a Consul TTL check)
 	publish              func(rec storage.Record) // rank 0: show the latest report to the CLI
+	metrics              *workerMetrics           // nil: no metrics served
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
 	step       int64
@@ -182,6 +183,7 @@ func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint)
 	if ack.Err != "" {
 		return fmt.Errorf("%w: step %d: %s", ErrReport, s.step, ack.Err)
 	}
+	s.metrics.reportedStep(s.step, metrics)
 	if ack.Committed != "" {
 		s.latest = CheckpointFromDirectory(ack.Path)
 		s.events.emit("checkpoint_committed", fmt.Sprintf("checkpoint %s committed at step %d", ack.Committed, s.step),
@@ -215,6 +217,7 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 		s.publish(rec)
 		return reportAck{}
 	}
+	started := time.Now()
 	staged, err := s.store.Stage()
 	if err != nil {
 		return reportAck{Err: err.Error()}
@@ -230,6 +233,7 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 	if err != nil {
 		return reportAck{Err: err.Error()}
 	}
+	s.metrics.committed(time.Since(started))
 	rec.Checkpoint = name
 	s.publish(rec)
 	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name)}
@@ -306,12 +310,18 @@ func (s *Session) beat() {
 // AllReduceFloat32 reduces buf across all ranks in place (sum or mean);
 // every rank ends with the same bits.
 func (s *Session) AllReduceFloat32(ctx context.Context, buf []float32, op collective.Op) error {
-	return s.done(s.group.AllReduceFloat32(ctx, buf, op))
+	start := time.Now()
+	err := s.group.AllReduceFloat32(ctx, buf, op)
+	s.metrics.allReduceTook(time.Since(start))
+	return s.done(err)
 }
 
 // AllReduceFloat64 reduces buf across all ranks in place (sum or mean).
 func (s *Session) AllReduceFloat64(ctx context.Context, buf []float64, op collective.Op) error {
-	return s.done(s.group.AllReduceFloat64(ctx, buf, op))
+	start := time.Now()
+	err := s.group.AllReduceFloat64(ctx, buf, op)
+	s.metrics.allReduceTook(time.Since(start))
+	return s.done(err)
 }
 
 // Broadcast copies root's buf to every rank's buf (same length everywhere).

@@ -162,8 +162,10 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		return fmt.Errorf("register health check: %w", err)
 	}
 	defer hb.Close(context.Background())
+	metrics, metricsSrv := startMetrics(env, ev, log)
+	defer metricsSrv.close()
 	w := &worker{env: env, fn: fn, ev: ev, log: log, store: store, secret: secret, stop: stop, hb: hb,
-		attempt: storage.AttemptID(secret)}
+		attempt: storage.AttemptID(secret), metrics: metrics}
 	w.pub = newPublisher(w.putProgress, publishEvery)
 	defer w.pub.close()
 	// A replacement for a worker of a run that failed for good (Nomad
@@ -212,7 +214,8 @@ type worker struct {
 	attempt string      // storage.AttemptID(secret): this attempt at the run
 	stop    stopRequest // the first SIGTERM/SIGINT (see watchStop)
 	hb      heartbeat
-	pub     *publisher // rank 0's progress, off the training loop's path
+	pub     *publisher     // rank 0's progress, off the training loop's path
+	metrics *workerMetrics // nil when the worker serves no metrics
 	// root is the storage root every rank shares, as rank 0 resolved it
 	// (absolute), once a generation has restored; "" before.
 	root string
@@ -566,7 +569,9 @@ func (w *worker) generation(ctx context.Context) error {
 	// Every generation after this attempt's first is one gang failure,
 	// except one that followed an agreed stop (see stop.go).
 	w.first = w.firstGeneration(ctx, a.Generation)
-	if used := w.failuresUsed(ctx, w.first, a.Generation); workerenv.BudgetExhausted(used, env.MaxFailures) {
+	used := w.failuresUsed(ctx, w.first, a.Generation)
+	w.metrics.join(a.Rank, a.Generation, used)
+	if workerenv.BudgetExhausted(used, env.MaxFailures) {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
 		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
 		w.markFailed(err, ExitBudgetExhausted)
@@ -632,6 +637,7 @@ func (w *worker) generation(ctx context.Context) error {
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		group:  group,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
+		metrics: w.metrics,
 	}
 	err = s.restore(gctx, env)
 	// Rank 0 opened the storage (its writer lock) before the gang shared

@@ -22,10 +22,10 @@ import (
 )
 
 func init() {
-	register("status", "Show a run on Nomad: workers, restarts, last metrics", statusCmd)
-	register("logs", "Print a worker's logs from Nomad", logsCmd)
+	register("status", "Show a run (on Nomad, or local by storage path): workers, restarts, last metrics", statusCmd)
+	register("logs", "Print a worker's logs (from Nomad, or a local run's saved logs)", logsCmd)
 	register("stop", "Stop a run on Nomad", stopCmd)
-	register("list", "List the runs on Nomad", listCmd)
+	register("list", "List the runs on Nomad, or under a local storage path", listCmd)
 }
 
 // progressEvery is how often a followed run's progress is re-read.
@@ -295,6 +295,9 @@ func oneRun(name string, pos []string, stderr io.Writer) (string, bool) {
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if code, local := localStatus(ctx, args, stdout, stderr); local {
+		return code
+	}
 	c, _, pos, code := clusterCommand("status", "status [flags] [run]", args, stderr, nil)
 	if code >= 0 {
 		return code
@@ -335,6 +338,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if code, local := localLogs(ctx, args, stdout, stderr); local {
+		return code
+	}
 	var rank int
 	var follow, errStream bool
 	c, _, pos, code := clusterCommand("logs", "logs [flags] <run>", args, stderr, func(fs *flag.FlagSet) {
@@ -407,6 +413,9 @@ func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func listCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if code, local := localList(ctx, args, stdout, stderr); local {
+		return code
+	}
 	c, _, pos, code := clusterCommand("list", "list [flags]", args, stderr, nil)
 	if code >= 0 {
 		return code

@@ -261,9 +261,15 @@ func TestStopAndListOnNomad(t *testing.T) {
 func TestClusterCommandsNeedAnAddress(t *testing.T) {
 	t.Setenv("NOMAD_ADDR", "")
 	var out, errb bytes.Buffer
-	code := dispatch(context.Background(), []string{"status", "x"}, &out, &errb)
+	code := dispatch(context.Background(), []string{"stop", "x"}, &out, &errb)
 	must.Eq(t, exitUsage, code)
 	must.StrContains(t, errb.String(), "no Nomad address")
+	// status without an address looks for a local run, and says both.
+	errb.Reset()
+	code = dispatch(context.Background(), []string{"status", "-storage", t.TempDir(), "x"}, &out, &errb)
+	must.Eq(t, 1, code)
+	must.StrContains(t, errb.String(), "no local run in")
+	must.StrContains(t, errb.String(), "NOMAD_ADDR or -address")
 }
 
 // An address without a scheme is an agent's host:port, as in its own

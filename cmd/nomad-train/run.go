@@ -56,6 +56,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // runLocal runs the spec on this machine: the embedded default.
 func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
 	opts := localOptions(spec, stdout, stderr)
+	opts.OnMetrics = func(urls []string) { printMetricsURLs(stdout, urls) }
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), filepath.Join(spec.Run.StoragePath, spec.Name))
 	last := lastConfigPath(spec)

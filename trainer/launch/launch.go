@@ -49,6 +49,13 @@ type Options struct {
 	// workerenv.StallFloor); zero keeps the workers' defaults.
 	StallFloor  time.Duration
 	StallFactor float64
+	// NoMetrics serves no Prometheus metrics. By default each rank serves
+	// them on a loopback port of its own (workerenv.MetricsAddr), the same
+	// for every process of the rank, unless Env sets MetricsAddr itself.
+	NoMetrics bool
+	// OnMetrics, when set, is called once before the workers start with
+	// the URL each rank serves its metrics at ("" for none), by rank.
+	OnMetrics func(urls []string)
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
 	// Logger receives the launcher's own log lines, the rendezvous
@@ -224,10 +231,14 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 
 	g := &gang{opts: o, done: make(chan int, o.NumWorkers), stdout: stdout, stderr: stderr,
 		envs: make([][]string, o.NumWorkers), tmp: tmp, store: mem, secret: secretFile, attempt: storage.AttemptID([]byte(secret))}
+	g.files = openRunFiles(o, o.Logger.Warn)
+	if o.OnMetrics != nil {
+		o.OnMetrics(g.files.metricsURLs())
+	}
 	for i := 0; i < o.NumWorkers; i++ {
 		e := we
 		e.RankHint, e.MemberID, e.Events = i, memberID(i), eventsPath(tmp, i)
-		g.envs[i] = append(base[:len(base):len(base)], e.Environ()...)
+		g.envs[i] = append(append(base[:len(base):len(base)], e.Environ()...), g.files.env(i)...)
 		if err := g.start(i); err != nil {
 			g.stopAll(syscall.SIGKILL)
 			g.waitAll()
@@ -240,7 +251,11 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	g.supervise(ctx, tmp)
 	stopWatch()
 	<-watched
-	return g.outcome(tmp), nil
+	out := g.outcome(tmp)
+	g.mu.Lock()
+	g.files.finish(out, ctx.Err() != nil)
+	g.mu.Unlock()
+	return out, nil
 }
 
 // LocalEnv is the contract environment every local worker of o shares:
@@ -288,6 +303,7 @@ type gang struct {
 	tmp            string     // the run's scratch directory
 	done           chan int   // rank of each worker process as it is reaped
 
+	files   *runFiles // logs and launcher state in the run directory
 	store   *rendezvous.MemStore
 	secret  *os.File // handed to each worker as its descriptor 3 (secretFD)
 	attempt string   // storage.AttemptID of the run's secret
@@ -343,6 +359,9 @@ func (g *gang) start(rank int) error {
 	stdout := &prefixWriter{dst: g.stdout, prefix: []byte(prefix)}
 	stderr := &prefixWriter{dst: g.stderr, prefix: []byte(prefix)}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if l := g.files.logs[rank]; l != nil {
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, l), io.MultiWriter(stderr, l)
+	}
 	// Each worker leads its own process group, so a terminal's Ctrl-C
 	// reaches only the launcher, which stops the workers in order; and
 	// each dies with the launcher if the launcher is killed outright.
@@ -366,6 +385,7 @@ func (g *gang) start(rank int) error {
 		g.evOffset[rank] = offset
 		g.ended[rank] = RankOutcome{Rank: rank, Order: -1, Restarts: g.ended[rank].Restarts + 1}
 	}
+	g.files.started(rank, cmd.Process.Pid, g.ended[rank].Restarts)
 	g.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -383,6 +403,13 @@ func (g *gang) reaped(rank int, err error) {
 	r := &g.ended[rank]
 	r.Order = g.order
 	g.order++
+	defer func() {
+		restarts := 0
+		for _, e := range g.ended {
+			restarts += e.Restarts
+		}
+		g.files.ended(*r, restarts)
+	}()
 	if err == nil {
 		return
 	}

@@ -48,6 +48,7 @@ func (e Env) Environ() []string {
 	str(Builtin, e.Builtin)
 	str(Events, e.Events)
 	str(SecretFile, e.SecretFile)
+	str(MetricsAddr, e.MetricsAddr)
 	dur(CollectiveTimeout, e.CollectiveTimeout)
 	if e.CollectiveTCPOnly {
 		add(CollectiveTransport, "tcp")

@@ -29,7 +29,7 @@ func full() Env {
 		Config:      json.RawMessage(`{"lr":0.1}`), Checkpoint: CheckpointPolicy{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"},
 		MaxFailures: -1, Builtin: "quickstart", Events: "/alloc/events.jsonl", SecretFile: "/secrets/s",
 		CollectiveTimeout: 45 * time.Second, CollectiveTCPOnly: true, FsyncCheckpointsOnly: true,
-		StopGrace: 3 * time.Second, LeaseTTL: 7 * time.Second, StallFloor: time.Minute, StallFactor: 12.5,
+		MetricsAddr: "127.0.0.1:9100", StopGrace: 3 * time.Second, LeaseTTL: 7 * time.Second, StallFloor: time.Minute, StallFactor: 12.5,
 	}
 }
 
@@ -52,7 +52,11 @@ func TestEnvironCoversEveryField(t *testing.T) {
 			f := reflect.ValueOf(&changed).Elem().Field(i)
 			switch f.Kind() {
 			case reflect.String:
-				f.SetString(f.String() + "x")
+				if name == "MetricsAddr" { // host:port
+					f.SetString("127.0.0.1:9200")
+				} else {
+					f.SetString(f.String() + "x")
+				}
 			case reflect.Int, reflect.Int64:
 				if f.Type() == reflect.TypeOf(time.Duration(0)) {
 					f.SetInt(f.Int() + int64(time.Second))

@@ -9,6 +9,7 @@ package workerenv
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -94,7 +95,15 @@ const (
 	// median time between collectives) is declared hung and re-forms.
 	StallFloor  = "NOMAD_TRAIN_STALL_FLOOR"  // a Go duration string
 	StallFactor = "NOMAD_TRAIN_STALL_FACTOR" // a number
+	// MetricsAddr is host:port a worker serves Prometheus metrics on, at
+	// /metrics (see MetricsPath): a Nomad-assigned port on a cluster
+	// ("${NOMAD_ADDR_metrics}"), a free loopback port per rank locally.
+	// Empty or "off" serves none.
+	MetricsAddr = "NOMAD_TRAIN_METRICS_ADDR"
 )
+
+// MetricsPath is the HTTP path a worker serves its metrics on.
+const MetricsPath = "/metrics"
 
 // Prefix starts every variable of the worker contract. A launcher owns
 // them: a job may set only the TaskSettable ones.
@@ -106,6 +115,7 @@ const Prefix = "NOMAD_TRAIN_"
 var taskSettable = map[string]bool{
 	CollectiveTimeout: true, CollectiveTransport: true, Fsync: true, StopGrace: true,
 	LeaseTTL: true, StallFloor: true, StallFactor: true,
+	MetricsAddr:             true, // where to serve /metrics: the job's own port
 	"NOMAD_TRAIN_BLAS":      true, // the matmul backend (trainer/nn.BackendEnv)
 	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
 }
@@ -158,6 +168,8 @@ type Env struct {
 	LeaseTTL             time.Duration
 	StallFloor           time.Duration
 	StallFactor          float64
+	// MetricsAddr is where to serve /metrics; "" serves none.
+	MetricsAddr string
 }
 
 // IsWorker reports whether this process was launched as a worker.
@@ -234,6 +246,9 @@ func Load(getenv func(string) string) (Env, error) {
 		}
 		e.StallFactor = f
 	}
+	if e.MetricsAddr, err = metricsAddr(getenv); err != nil {
+		return e, err
+	}
 	if v := getenv(Config); v != "" {
 		if !json.Valid([]byte(v)) {
 			return e, fmt.Errorf("%s is not valid JSON", Config)
@@ -255,6 +270,23 @@ func Load(getenv func(string) string) (Env, error) {
 		e.Addr = "127.0.0.1:0"
 	}
 	return e, nil
+}
+
+// metricsAddr reads MetricsAddr: "" and "off" are none; anything else must
+// be host:port with a port (0 picks a free one).
+func metricsAddr(getenv func(string) string) (string, error) {
+	v := strings.TrimSpace(getenv(MetricsAddr))
+	if v == "" || v == "off" {
+		return "", nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q is not host:port: %w", MetricsAddr, v, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "", fmt.Errorf("%s=%q: port %q is not a number from 0 to 65535", MetricsAddr, v, port)
+	}
+	return v, nil
 }
 
 func intVar(getenv func(string) string, name string, def int) (int, error) {

@@ -40,3 +40,29 @@ func TestLoadFsync(t *testing.T) {
 	_, err := Load(env(map[string]string{RunName: "r", StoragePath: "s", Fsync: "never"}))
 	must.ErrorContains(t, err, Fsync)
 }
+
+func TestLoadMetricsAddr(t *testing.T) {
+	for _, tc := range []struct {
+		value, want, err string
+	}{
+		{"", "", ""},
+		{"off", "", ""},
+		{"127.0.0.1:0", "127.0.0.1:0", ""},
+		{"10.0.0.7:25631", "10.0.0.7:25631", ""},
+		{" :9400 ", ":9400", ""},
+		{"9400", "", "not host:port"},
+		{"127.0.0.1:http", "", "is not a number"},
+		{"127.0.0.1:70000", "", "is not a number"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			e, err := Load(env(map[string]string{RunName: "r", StoragePath: "s", MetricsAddr: tc.value}))
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				must.ErrorContains(t, err, MetricsAddr)
+				return
+			}
+			must.NoError(t, err)
+			must.EqOp(t, tc.want, e.MetricsAddr)
+		})
+	}
+}

@@ -21,6 +21,8 @@ job "my-model" {
     network {
       port "train" {
       }
+      port "metrics" {
+      }
     }
 
     service {
@@ -32,6 +34,21 @@ job "my-model" {
         name     = "collective port"
         type     = "tcp"
         port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    service {
+      name     = "my-model-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=my-model"]
+      check {
+        name     = "metrics"
+        type     = "http"
+        path     = "/metrics"
+        port     = "metrics"
         interval = "10s"
         timeout  = "2s"
       }
@@ -79,7 +96,8 @@ job "my-model" {
       }
 
       env {
-        NOMAD_TRAIN_STOP_GRACE = "22s"
+        NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
+        NOMAD_TRAIN_STOP_GRACE   = "22s"
       }
 
       artifact {

@@ -19,6 +19,8 @@ job "mnist-gpu" {
     network {
       port "train" {
       }
+      port "metrics" {
+      }
     }
 
     service {
@@ -30,6 +32,21 @@ job "mnist-gpu" {
         name     = "collective port"
         type     = "tcp"
         port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    service {
+      name     = "mnist-gpu-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=mnist-gpu"]
+      check {
+        name     = "metrics"
+        type     = "http"
+        path     = "/metrics"
+        port     = "metrics"
         interval = "10s"
         timeout  = "2s"
       }
@@ -82,8 +99,9 @@ job "mnist-gpu" {
       }
 
       env {
-        NCCL_DEBUG             = "WARN"
-        NOMAD_TRAIN_STOP_GRACE = "22s"
+        NCCL_DEBUG               = "WARN"
+        NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
+        NOMAD_TRAIN_STOP_GRACE   = "22s"
       }
 
       template {

@@ -15,6 +15,8 @@ job "mnist" {
     network {
       port "train" {
       }
+      port "metrics" {
+      }
     }
 
     service {
@@ -26,6 +28,21 @@ job "mnist" {
         name     = "collective port"
         type     = "tcp"
         port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    service {
+      name     = "mnist-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=mnist"]
+      check {
+        name     = "metrics"
+        type     = "http"
+        path     = "/metrics"
+        port     = "metrics"
         interval = "10s"
         timeout  = "2s"
       }
@@ -73,8 +90,9 @@ job "mnist" {
       }
 
       env {
-        NOMAD_TRAIN_BLAS       = "gonum"
-        NOMAD_TRAIN_STOP_GRACE = "22s"
+        NOMAD_TRAIN_BLAS         = "gonum"
+        NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
+        NOMAD_TRAIN_STOP_GRACE   = "22s"
       }
 
       template {

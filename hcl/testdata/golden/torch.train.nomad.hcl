@@ -15,6 +15,8 @@ job "torch-ddp" {
     network {
       port "train" {
       }
+      port "metrics" {
+      }
     }
 
     service {
@@ -26,6 +28,21 @@ job "torch-ddp" {
         name     = "collective port"
         type     = "tcp"
         port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    service {
+      name     = "torch-ddp-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=torch-ddp"]
+      check {
+        name     = "metrics"
+        type     = "http"
+        path     = "/metrics"
+        port     = "metrics"
         interval = "10s"
         timeout  = "2s"
       }
@@ -73,7 +90,8 @@ job "torch-ddp" {
       }
 
       env {
-        NOMAD_TRAIN_STOP_GRACE = "22s"
+        NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
+        NOMAD_TRAIN_STOP_GRACE   = "22s"
       }
 
       template {

@@ -15,6 +15,8 @@ job "quickstart-tune" {
     network {
       port "train" {
       }
+      port "metrics" {
+      }
     }
 
     service {
@@ -26,6 +28,21 @@ job "quickstart-tune" {
         name     = "collective port"
         type     = "tcp"
         port     = "train"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    service {
+      name     = "quickstart-tune-metrics"
+      port     = "metrics"
+      provider = "consul"
+      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=quickstart-tune"]
+      check {
+        name     = "metrics"
+        type     = "http"
+        path     = "/metrics"
+        port     = "metrics"
         interval = "10s"
         timeout  = "2s"
       }
@@ -72,7 +89,8 @@ job "quickstart-tune" {
       }
 
       env {
-        NOMAD_TRAIN_STOP_GRACE = "22s"
+        NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
+        NOMAD_TRAIN_STOP_GRACE   = "22s"
       }
 
       template {

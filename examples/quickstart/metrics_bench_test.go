@@ -1,0 +1,85 @@
+package quickstart_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nomad-train/nomad-train/examples/quickstart"
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// benchOut names the file rank 0 writes its training time to.
+const benchOut = "QUICKSTART_BENCH_OUT"
+
+// timedTrain is the quickstart, timed inside rank 0 from its first step
+// to its last (process start-up and rendezvous are the same either way
+// and left out).
+func timedTrain(ctx context.Context, s *trainer.Session) error {
+	start := time.Now()
+	if err := quickstart.Train(ctx, s); err != nil {
+		return err
+	}
+	if s.WorldRank() == 0 {
+		return os.WriteFile(os.Getenv(benchOut), []byte(strconv.FormatFloat(time.Since(start).Seconds(), 'g', -1, 64)), 0o644)
+	}
+	return nil
+}
+
+// BenchmarkMetricsOverhead measures what serving Prometheus metrics costs
+// the quickstart: 4 workers, rounds of one run with metrics and one
+// without (NOMAD_TRAIN_METRICS_ADDR=off), alternated so that a loaded
+// machine slows both alike. Reported: steps/s with metrics ÷ without (the
+// goal is ≥ 0.97), and both rates.
+func BenchmarkMetricsOverhead(b *testing.B) {
+	const rounds, epochs = 3, 30
+	cfg := quickstart.DefaultConfig()
+	cfg.Epochs = epochs
+	steps := float64(epochs * ((cfg.Samples + cfg.BatchSize - 1) / cfg.BatchSize))
+	b.Setenv("GORACE", "atexit_sleep_ms=0")
+	run := func(metrics bool) float64 {
+		tr := trainer.New(timedTrain, trainer.Scaling{NumWorkers: 4},
+			trainer.Run{Name: "quickstart", StoragePath: b.TempDir()}, cfg)
+		tr.Args = []string{"-test.run=^$", "-test.bench=^" + b.Name() + "$", "-test.benchtime=1x"}
+		var out bytes.Buffer
+		tr.Stdout, tr.Stderr = &out, &out
+		if metrics {
+			os.Unsetenv(workerenv.MetricsAddr)
+		} else {
+			os.Setenv(workerenv.MetricsAddr, "off")
+		}
+		defer os.Unsetenv(workerenv.MetricsAddr)
+		outFile := filepath.Join(b.TempDir(), "elapsed")
+		os.Setenv(benchOut, outFile)
+		if _, err := tr.Fit(context.Background()); err != nil {
+			b.Fatalf("fit: %v\n%s", err, out.String())
+		}
+		raw, err := os.ReadFile(outFile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sec, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sec
+	}
+	if workerenv.IsWorker() { // runs timedTrain with the launcher's environment and exits
+		trainer.New(timedTrain, trainer.Scaling{NumWorkers: 4}, trainer.Run{Name: "quickstart"}, cfg).Fit(context.Background())
+	}
+	for b.Loop() {
+		var on, off float64
+		for range rounds {
+			off += run(false)
+			on += run(true)
+		}
+		b.ReportMetric(off/on, "on/off")
+		b.ReportMetric(steps*rounds/on, "steps/s-on")
+		b.ReportMetric(steps*rounds/off, "steps/s-off")
+	}
+}
