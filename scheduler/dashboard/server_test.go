@@ -268,3 +268,28 @@ func TestNomadRun(t *testing.T) {
 	must.EqOp(t, api.AllocClientStatusRunning, u.Nomad.Workers[1].ClientStatus)
 	must.EqOp(t, 1, u.Nomad.Workers[1].Rank)
 }
+
+// FuzzLocalDir: whatever key a page sends, it resolves to the root or a
+// directory under it, never to one outside, nor to a scratch (dot) name.
+func FuzzLocalDir(f *testing.F) {
+	for _, k := range []string{".", "r", "exp/trial_0001", "..", "../x", "a/../b", "/etc", ".staging-1", `a\b`, "a//b", ""} {
+		f.Add(k)
+	}
+	root := f.TempDir()
+	s := &Server{root: root}
+	f.Fuzz(func(t *testing.T, key string) {
+		dir, err := s.localDir(key)
+		if err != nil {
+			return
+		}
+		rel, err := filepath.Rel(root, dir)
+		if err != nil || !filepath.IsLocal(rel) && rel != "." {
+			t.Fatalf("key %q resolved to %q, outside %q", key, dir, root)
+		}
+		for _, part := range strings.Split(filepath.ToSlash(rel), "/") {
+			if rel != "." && strings.HasPrefix(part, ".") {
+				t.Fatalf("key %q resolved to a scratch name %q", key, dir)
+			}
+		}
+	})
+}
