@@ -21,7 +21,10 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
-var screenshot = flag.String("screenshot", "", "write the run page's screenshot to this PNG (docs/dashboard.png)")
+var (
+	screenshot    = flag.String("screenshot", "", "write the run page's screenshot to this PNG (docs/dashboard.png)")
+	screenshotExp = flag.String("screenshot-experiment", "", "write the experiment page's screenshot to this PNG")
+)
 
 // chromium finds Debian's chromium, or skips.
 func chromium(t *testing.T) string {
@@ -299,6 +302,11 @@ train "exp" {
 		})
 		best := pagePoints[string](t, ctx, `document.querySelector('.best') ? document.querySelector('.best').textContent : ""`)
 		must.True(t, strings.Contains(best, `"lr"`), must.Sprint(best))
+		if *screenshotExp != "" {
+			png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			must.NoError(t, err)
+			must.NoError(t, os.WriteFile(*screenshotExp, png, 0o644))
+		}
 	})
 }
 

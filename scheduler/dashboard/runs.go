@@ -2,7 +2,9 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,6 +108,9 @@ func (s *Server) listLocal() ([]RunSummary, error) {
 		return []RunSummary{s.experimentSummary(".", s.root)}, nil
 	}
 	ents, err := os.ReadDir(s.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no run has started yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
 	}

@@ -76,11 +76,12 @@ func New(o Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
 		}
+		// A storage path no run has written to yet lists no runs until one does.
 		fi, err := os.Stat(dir)
-		if err != nil {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("dashboard: reading storage path: %w", err)
 		}
-		if !fi.IsDir() {
+		if err == nil && !fi.IsDir() {
 			return nil, fmt.Errorf("dashboard: storage path %s is not a directory", dir)
 		}
 		// A run's own directory shows its storage path, the run among them.

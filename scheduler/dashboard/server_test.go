@@ -293,3 +293,25 @@ func FuzzLocalDir(f *testing.F) {
 		}
 	})
 }
+
+// The dashboard may be opened before any run wrote to the storage path:
+// it lists nothing until one does, then lists it.
+func TestRootNotThereYet(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "results")
+	hs := newTestServer(t, Options{Root: root})
+	list := func() []RunSummary {
+		resp, err := http.Get(hs.URL + "/api/runs")
+		must.NoError(t, err)
+		defer resp.Body.Close()
+		must.EqOp(t, http.StatusOK, resp.StatusCode)
+		var runs []RunSummary
+		must.NoError(t, json.NewDecoder(resp.Body).Decode(&runs))
+		return runs
+	}
+	must.SliceEmpty(t, list())
+	run, err := storage.Open(root, "r", storage.Policy{})
+	must.NoError(t, err)
+	defer run.Close()
+	appendSteps(t, run, 1)
+	must.SliceLen(t, 1, list())
+}

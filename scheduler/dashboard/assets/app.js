@@ -231,7 +231,7 @@ function runPage(params) {
     live.textContent = "live · " + new Date().toLocaleTimeString();
     draw();
   };
-  es.onerror = () => { live.textContent = "reconnecting…"; };
+  es.onerror = streamError;
   return () => es.close();
 }
 
@@ -328,8 +328,14 @@ function expPage(params) {
     live.textContent = "live · " + new Date().toLocaleTimeString();
     draw();
   };
-  es.onerror = () => { live.textContent = "reconnecting…"; };
+  es.onerror = streamError;
   return () => es.close();
+}
+
+// streamError shows why a stream broke: the server's "error" event names
+// the cause (a corrupt progress line, say); EventSource then reconnects.
+function streamError(ev) {
+  live.textContent = ev.data ? "error: " + ev.data + " (retrying)" : "reconnecting…";
 }
 
 // ---- routing ----
