@@ -229,13 +229,13 @@ train "live" {
 train "exp" {
   entrypoint { builtin = "quickstart" }
   config = {
-    lr     = choice([0.01, 0.05])
+    lr     = grid_search([0.01, 0.2])
     epochs = 100000
   }
   scaling { num_workers = 1 }
   run { storage_path = "./results" }
   tune {
-    num_samples           = 2
+    num_samples           = 1
     max_concurrent_trials = 2
     metric                = "loss"
     mode                  = "min"

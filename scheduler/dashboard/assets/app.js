@@ -249,7 +249,7 @@ function workersView(n) {
 
 function expPage(params) {
   const key = params.get("key");
-  crumb.textContent = "experiment " + key;
+  crumb.textContent = "experiment" + (key === "." ? "" : " " + key);
   const st = { trials: [], records: {}, metric: "", mode: "", sort: "id", desc: false, charts: {} };
   const head = el("h2", {}, "Experiment");
   const msel = el("select", { id: "metric", onchange: () => { st.metric = msel.value; draw(); } });
