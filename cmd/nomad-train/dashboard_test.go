@@ -300,6 +300,15 @@ train "exp" {
 			}
 			return ""
 		})
+		// The table sorts by a column clicked, and the other way on a second click.
+		order := func() string {
+			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#trials th[data-sort="best"]').click() || true`))
+			must.NoError(t, err)
+			return pagePoints[string](t, ctx, `[...document.querySelectorAll('#trials tr[data-trial]')].map((r) => r.dataset.trial).join(",")`)
+		}
+		asc, desc := order(), order()
+		must.NotEq(t, asc, desc)
+		must.EqOp(t, "trial_0000,trial_0001", asc, must.Sprint("lr 0.01 reaches the lower loss"))
 		best := pagePoints[string](t, ctx, `document.querySelector('.best') ? document.querySelector('.best').textContent : ""`)
 		must.True(t, strings.Contains(best, `"lr"`), must.Sprint(best))
 		if *screenshotExp != "" {
