@@ -335,3 +335,36 @@ func killWorker(t *testing.T, launcher int) {
 	must.NoError(t, err)
 	must.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 }
+
+// An experiment's scheduler decisions are marked on its curves: a trial
+// the scheduler stopped with a cross at its last point, a PBT exploit with
+// a line at the donor's time.
+func TestDashboardMarksSchedulerDecisions(t *testing.T) {
+	chromium(t)
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	for _, id := range []string{"t1", "t2"} {
+		run, err := storage.Open(dir, id, storage.Policy{})
+		must.NoError(t, err)
+		for step := int64(1); step <= 4; step++ {
+			must.NoError(t, run.Append(storage.Record{Step: step, Metrics: map[string]any{"loss": 1 / float64(step)}}))
+		}
+		must.NoError(t, run.Close())
+	}
+	writeFile(t, dir, tune.StateFile, `{"version": 1, "name": "marks", "trials": [
+  {"id": "t1", "config": {"lr": 0.1}, "status": "STOPPED", "reason": "asha", "iterations": 4},
+  {"id": "t2", "config": {"lr": 0.2}, "status": "TERMINATED", "iterations": 4,
+   "exploits": [{"donor": "t1", "time": 2}]}]}`)
+	url := startDashboard(t, bin, dir)
+	ctx := browser(t)
+	_, err := chromedp.Run(ctx, chromedp.Navigate(url+"#/exp?key=."))
+	must.NoError(t, err)
+	eventually(t, "marks on the loss curve", func() string {
+		got := pagePoints[string](t, ctx, `(() => { const c = document.querySelector('.chart[data-metric="loss"]');
+			return c && c.querySelector('canvas') ? c.dataset.stops + " stops, " + c.dataset.exploits + " exploits" : ""; })()`)
+		if got != "1 stops, 1 exploits" {
+			return got
+		}
+		return ""
+	})
+}

@@ -311,6 +311,8 @@ function expPage(params) {
         if (t.status === "STOPPED" && xs.length) marks.push({ x: xs[xs.length - 1], y: ys[ys.length - 1], color });
         for (const e of t.exploits || []) marks.push({ x: e.time, color, dash: [4, 3], label: "← " + e.donor });
       });
+      c.box.dataset.stops = marks.filter((m) => m.y != null).length;
+      c.box.dataset.exploits = marks.filter((m) => m.label).length;
       const data = tables.length ? uPlot.join(tables) : [[]];
       c.set(ids.map((id, i) => ({ label: id, color: palette[i % palette.length] })), data, false, marks);
     }
