@@ -1,0 +1,194 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// idleAfter is how long after its last report a local run is shown idle
+// rather than running: nothing but its records tells.
+const idleAfter = time.Minute
+
+// RunSummary is one line of the runs page.
+type RunSummary struct {
+	// Kind is "run" (local), "experiment" or "nomad".
+	Kind string `json:"kind"`
+	// Key names a local run or experiment under the storage path; JobID
+	// a Nomad job.
+	Key   string `json:"key,omitempty"`
+	JobID string `json:"job_id,omitempty"`
+	Name  string `json:"name"`
+	// State is running, idle or failed for a local run; the count of
+	// trials by status for an experiment; Nomad's word for a job.
+	State    string             `json:"state"`
+	Step     int64              `json:"step"`
+	Records  int                `json:"records"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	Restarts int                `json:"restarts"`
+	Updated  float64            `json:"updated,omitempty"` // Unix seconds of the last report
+	Error    string             `json:"error,omitempty"`
+}
+
+// summarizer folds a local run's records into its summary as they come.
+type summarizer struct {
+	f   *follower
+	sum RunSummary
+	gen uint64 // generation and attempt of the last record
+	att int
+}
+
+func (z *summarizer) update() error {
+	recs, reset, err := z.f.next()
+	if err != nil {
+		return err
+	}
+	if reset {
+		z.sum.Records, z.sum.Restarts, z.sum.Step, z.sum.Metrics, z.sum.Updated = 0, 0, 0, nil, 0
+	}
+	for _, r := range recs {
+		if z.sum.Records > 0 && (r.Generation != z.gen || r.Attempt != z.att) {
+			z.sum.Restarts++
+		}
+		z.gen, z.att = r.Generation, r.Attempt
+		p := pointOf(r)
+		z.sum.Records++
+		z.sum.Step, z.sum.Metrics, z.sum.Updated = p.Step, p.Metrics, p.Time
+	}
+	return nil
+}
+
+// handleRuns lists the local runs and experiments and the Nomad jobs.
+func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
+	runs, err := s.listRuns(r.Context())
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, runs)
+}
+
+func (s *Server) listRuns(ctx context.Context) ([]RunSummary, error) {
+	var out []RunSummary
+	if s.root != "" {
+		local, err := s.listLocal()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, local...)
+	}
+	if s.nomad != nil {
+		jobs, err := nomad.ListRuns(ctx, s.nomad)
+		if err != nil {
+			out = append(out, RunSummary{Kind: "nomad", Name: "(Nomad)", Error: err.Error()})
+		}
+		for _, j := range jobs {
+			out = append(out, RunSummary{Kind: "nomad", JobID: j.JobID, Name: j.Name, State: j.Status})
+		}
+	}
+	return out, nil
+}
+
+// listLocal lists the runs (directories with a progress file) and the
+// experiments (with an experiment state) in the storage path, or the
+// storage path itself when it is an experiment.
+func (s *Server) listLocal() ([]RunSummary, error) {
+	if isExperiment(s.root) {
+		return []RunSummary{s.experimentSummary(".", s.root)}, nil
+	}
+	ents, err := os.ReadDir(s.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no run has started yet
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing runs: %w", err)
+	}
+	var out []RunSummary
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		dir := filepath.Join(s.root, e.Name())
+		switch {
+		case isExperiment(dir):
+			out = append(out, s.experimentSummary(e.Name(), dir))
+		case fileExists(filepath.Join(dir, storage.ProgressFile)):
+			out = append(out, s.runSummary(e.Name(), dir))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Updated > out[j].Updated })
+	return out, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// runSummary brings a local run's summary up to date.
+func (s *Server) runSummary(key, dir string) RunSummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z := s.summaries[dir]
+	if z == nil {
+		z = &summarizer{f: newFollower(filepath.Join(dir, storage.ProgressFile)), sum: RunSummary{Kind: "run", Key: key, Name: key}}
+		s.summaries[dir] = z
+	}
+	sum := z.sum
+	sum.Error = ""
+	if err := z.update(); err != nil {
+		sum.Error = err.Error()
+	} else {
+		sum = z.sum
+	}
+	sum.State = "running"
+	if s.now().Sub(time.Unix(0, int64(sum.Updated*1e9))) > idleAfter {
+		sum.State = "idle"
+	}
+	if _, failed, err := storage.FailedForGood(filepath.Dir(dir), filepath.Base(dir), ""); err == nil && failed {
+		sum.State = "failed"
+	}
+	return sum
+}
+
+// experimentSummary counts an experiment's trials by status.
+func (s *Server) experimentSummary(key, dir string) RunSummary {
+	sum := RunSummary{Kind: "experiment", Key: key, Name: filepath.Base(dir)}
+	st, ok, err := tune.LoadState(dir)
+	if err != nil {
+		sum.Error = err.Error()
+		return sum
+	}
+	if !ok {
+		return sum
+	}
+	sum.Name = st.Name
+	counts := map[string]int{}
+	for _, t := range st.Trials {
+		counts[t.Status]++
+		sum.Restarts += t.Failures
+		sum.Records += t.Iterations
+	}
+	var parts []string
+	for _, k := range []string{tune.StatusRunning, tune.StatusPending, tune.StatusTerminated, tune.StatusStopped, tune.StatusError} {
+		if counts[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[k], strings.ToLower(k)))
+		}
+	}
+	sum.State = strings.Join(parts, ", ")
+	if fi, err := os.Stat(filepath.Join(dir, tune.StateFile)); err == nil {
+		sum.Updated = float64(fi.ModTime().UnixNano()) / 1e9
+	}
+	return sum
+}
