@@ -47,8 +47,10 @@ const (
 type Request struct {
 	// Op is "report" (record Metrics and, when Checkpoint is a directory,
 	// commit its files as a checkpoint: collective, every rank reports in
-	// step) or "checkpoint_dir" (get a fresh directory on the run's storage
-	// to write a checkpoint into).
+	// step), "checkpoint_dir" (get a fresh directory on the run's storage
+	// to write a checkpoint into) or "should_checkpoint" (whether any
+	// worker of the gang was asked to stop, as Session.ShouldCheckpoint:
+	// collective; the answer is Reply.Stop, the same on every rank).
 	Op         string         `json:"op"`
 	Metrics    map[string]any `json:"metrics,omitempty"`
 	Checkpoint string         `json:"checkpoint,omitempty"`
@@ -61,6 +63,8 @@ type Reply struct {
 	// Path is the new directory (checkpoint_dir) or the committed
 	// checkpoint (report with a checkpoint).
 	Path string `json:"path,omitempty"`
+	// Stop answers should_checkpoint: checkpoint (report one) and exit 0.
+	Stop bool `json:"stop,omitempty"`
 }
 
 // ErrCommandFailed is wrapped when the command exits unsuccessfully. It
@@ -303,8 +307,14 @@ func (r Runner) handle(ctx context.Context, s *trainer.Session, req Request) (Re
 			rep.Path = s.GetCheckpoint().Path()
 		}
 		return rep, false
+	case "should_checkpoint":
+		stop, err := s.ShouldCheckpoint(ctx)
+		if err != nil {
+			return Reply{Error: err.Error()}, errors.Is(err, collective.ErrPeerLost) || ctx.Err() != nil
+		}
+		return Reply{OK: true, Stop: stop}, false
 	}
-	return Reply{Error: fmt.Sprintf("unknown op %q (want report or checkpoint_dir)", req.Op)}, false
+	return Reply{Error: fmt.Sprintf("unknown op %q (want report, checkpoint_dir or should_checkpoint)", req.Op)}, false
 }
 
 // maxRequestLine bounds one request line (metrics are small).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -73,4 +74,64 @@ func TestFailingScriptReportedOnce(t *testing.T) {
 			must.SliceEmpty(t, res.Recovered)
 		})
 	}
+}
+
+// A SIGTERM to one worker's runtime (Nomad's alloc stop, a drain, a
+// preemption) reaches the script through should_checkpoint, on every rank
+// at the same step: the gang checkpoints there, the stopped worker leaves
+// and is replaced, and the run goes on from that checkpoint. Every step
+// runs once and is reported once; no failure is counted (the budget is 0).
+func TestShouldCheckpointLosesNoStep(t *testing.T) {
+	needPython(t)
+	script, err := filepath.Abs("testdata/stop.py")
+	must.NoError(t, err)
+	stepsFile := os.Getenv("STEPS_FILE")
+	if stepsFile == "" {
+		stepsFile = filepath.Join(t.TempDir(), "steps")
+		t.Setenv("STEPS_FILE", stepsFile)
+	}
+	storageDir := os.Getenv("TEST_STORAGE")
+	if storageDir == "" {
+		storageDir = t.TempDir()
+		t.Setenv("TEST_STORAGE", storageDir)
+	}
+	res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "stop", StoragePath: storageDir,
+		Failure: trainer.FailureConfig{MaxFailures: 0}})
+	must.NoError(t, err, must.Sprint(out))
+	must.SliceEmpty(t, res.Recovered, must.Sprint(out))
+	must.SliceLen(t, 1, res.Replaced, must.Sprint(out))
+	must.Eq(t, 1, res.Replaced[0].Rank)
+	must.Eq(t, trainer.ExitStopped, res.Replaced[0].ExitCode)
+
+	// Rank 0 ran each step once: steps 0..2 before the stop, 3..5 after.
+	b, err := os.ReadFile(stepsFile)
+	must.NoError(t, err)
+	must.Eq(t, "0 0\n0 1\n0 2\n1 3\n1 4\n1 5\n", string(b))
+
+	st, err := storage.OpenReadOnly(storageDir, "stop", storage.Policy{})
+	must.NoError(t, err)
+	defer st.Close()
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.SliceLen(t, 6, recs)
+	for i, r := range recs {
+		must.Eq(t, float64(i), r.Metrics["step"].(float64), must.Sprint("a report was lost or repeated"))
+		must.Eq(t, i == 2, r.Metrics["stop"].(bool))
+	}
+	must.NotEq(t, "", recs[2].Checkpoint) // the agreed stop's checkpoint
+}
+
+// Two ranks that save the same file name into a checkpoint fail the run at
+// the first report with the rule, once, rather than being retried.
+func TestSameNamedCheckpointFilesFailOnce(t *testing.T) {
+	needPython(t)
+	script, err := filepath.Abs("testdata/samename.py")
+	must.NoError(t, err)
+	res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "samename", StoragePath: t.TempDir(),
+		Failure: trainer.FailureConfig{MaxFailures: 2}})
+	t.Log(out)
+	must.ErrorIs(t, err, trainer.ErrRunFailed)
+	must.StrContains(t, err.Error(), `ranks 0 and 1 both put "model.pt" in the checkpoint`)
+	must.StrContains(t, err.Error(), "a name may come from one rank only")
+	must.SliceEmpty(t, res.Recovered)
 }
