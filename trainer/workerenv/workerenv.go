@@ -90,6 +90,13 @@ const (
 	// median time between collectives) is declared hung and re-forms.
 	StallFloor  = "NOMAD_TRAIN_STALL_FLOOR"  // a Go duration string
 	StallFactor = "NOMAD_TRAIN_STALL_FACTOR" // a number
+	// LocalDevice is the index, among the GPUs the worker sees, of its
+	// first GPU. The Nomad task driver sets "0": it narrows
+	// CUDA_VISIBLE_DEVICES to the allocation's own GPUs, so LOCAL_RANK
+	// (torchrun's rank on the node, which counts every worker there) is
+	// no device index. Where it is unset, workers share the machine's
+	// GPUs and LOCAL_RANK is the index, as under torchrun.
+	LocalDevice = "NOMAD_TRAIN_LOCAL_DEVICE"
 )
 
 // Prefix starts every variable of the worker contract. A launcher owns
