@@ -135,3 +135,23 @@ func TestSameNamedCheckpointFilesFailOnce(t *testing.T) {
 	must.StrContains(t, err.Error(), "a name may come from one rank only")
 	must.SliceEmpty(t, res.Recovered)
 }
+
+// A script's exception on one rank of a torch gang fails the run with that
+// exception, once: the other rank's Gloo error (its peer went away) is
+// a consequence, not a second failure, and nothing is retried.
+func TestExceptionInTorchGangReportedOnce(t *testing.T) {
+	needPython(t)
+	if out, err := exec.Command(python, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available()").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import torch with Gloo (apt-get install python3-torch): %v: %s", python, err, out)
+	}
+	script, err := filepath.Abs("testdata/raise_in_gang.py")
+	must.NoError(t, err)
+	res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "gang", StoragePath: t.TempDir(),
+		Failure: trainer.FailureConfig{MaxFailures: 2}})
+	t.Log(out)
+	must.ErrorIs(t, err, trainer.ErrRunFailed)
+	must.StrContains(t, err.Error(), "ValueError: bad batch size on rank 1")
+	must.StrNotContains(t, err.Error(), "failure budget exhausted")
+	must.SliceEmpty(t, res.Recovered)
+	must.Eq(t, 1, res.Errors[0].Rank, must.Sprint("the rank that raised is named first"))
+}
