@@ -62,3 +62,37 @@ func TestTailWriter(t *testing.T) {
 	must.Eq(t, "    three\n    four", tw.Tail())
 	must.Eq(t, "one\ntwo\nthree\nfour\n\n", sink.String())
 }
+
+// The command's stderr is outside input: whatever it writes passes through
+// unchanged, and the tail stays bounded and made of what was written.
+func FuzzTailWriter(f *testing.F) {
+	f.Add([]byte("Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: x\n"), uint8(3))
+	f.Add([]byte("no newline at all"), uint8(1))
+	f.Add([]byte("\r\n\n\n  \n"), uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, split uint8) {
+		var sink bytes.Buffer
+		tw := newTailWriter(&sink, tailLines)
+		cut := min(int(split), len(b))
+		for _, part := range [][]byte{b[:cut], b[cut:]} {
+			if n, err := tw.Write(part); err != nil || n != len(part) {
+				t.Fatalf("Write = %d, %v", n, err)
+			}
+		}
+		if !bytes.Equal(sink.Bytes(), b) {
+			t.Fatal("output not passed through unchanged")
+		}
+		tail := tw.Tail()
+		if tail == "" {
+			return
+		}
+		lines := strings.Split(tail, "\n")
+		if len(lines) > tailLines {
+			t.Fatalf("%d lines in the tail", len(lines))
+		}
+		for _, l := range lines {
+			if !strings.HasPrefix(l, "    ") || len(l) > 4+maxPartial {
+				t.Fatalf("bad tail line %q", l)
+			}
+		}
+	})
+}
