@@ -29,9 +29,9 @@ func needPython(t *testing.T) {
 	}
 }
 
-// fitScript runs argv as the command of a two-worker run with a budget of
-// two failures and returns the run's result, error and output.
-func fitScript(t *testing.T, argv []string, workers int, run trainer.Run) (*trainer.Result, error, string) {
+// fitScript runs argv as the command of every worker of run and returns
+// the run's result, its output and its error.
+func fitScript(t *testing.T, argv []string, workers int, run trainer.Run) (*trainer.Result, string, error) {
 	t.Helper()
 	b, _ := json.Marshal(argv)
 	t.Setenv(workerenv.ExternalCommand, string(b))
@@ -43,7 +43,7 @@ func fitScript(t *testing.T, argv []string, workers int, run trainer.Run) (*trai
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := tr.Fit(ctx)
-	return res, err, out.String()
+	return res, out.String(), err
 }
 
 // An exception in the user's script fails the run once, with the script's
@@ -64,7 +64,7 @@ func TestFailingScriptReportedOnce(t *testing.T) {
 			if tc.script != "" {
 				must.NoError(t, os.WriteFile(script, []byte(tc.script), 0o644))
 			}
-			res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "fails", StoragePath: filepath.Join(dir, "results"),
+			res, out, err := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "fails", StoragePath: filepath.Join(dir, "results"),
 				Failure: trainer.FailureConfig{MaxFailures: 2}})
 			t.Log(out)
 			must.ErrorIs(t, err, trainer.ErrRunFailed)
@@ -95,7 +95,7 @@ func TestShouldCheckpointLosesNoStep(t *testing.T) {
 		storageDir = t.TempDir()
 		t.Setenv("TEST_STORAGE", storageDir)
 	}
-	res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "stop", StoragePath: storageDir,
+	res, out, err := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "stop", StoragePath: storageDir,
 		Failure: trainer.FailureConfig{MaxFailures: 0}})
 	must.NoError(t, err, must.Sprint(out))
 	must.SliceEmpty(t, res.Recovered, must.Sprint(out))
@@ -127,7 +127,7 @@ func TestSameNamedCheckpointFilesFailOnce(t *testing.T) {
 	needPython(t)
 	script, err := filepath.Abs("testdata/samename.py")
 	must.NoError(t, err)
-	res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "samename", StoragePath: t.TempDir(),
+	res, out, err := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "samename", StoragePath: t.TempDir(),
 		Failure: trainer.FailureConfig{MaxFailures: 2}})
 	t.Log(out)
 	must.ErrorIs(t, err, trainer.ErrRunFailed)
@@ -146,7 +146,7 @@ func TestExceptionInTorchGangReportedOnce(t *testing.T) {
 	}
 	script, err := filepath.Abs("testdata/raise_in_gang.py")
 	must.NoError(t, err)
-	res, err, out := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "gang", StoragePath: t.TempDir(),
+	res, out, err := fitScript(t, []string{python, script}, 2, trainer.Run{Name: "gang", StoragePath: t.TempDir(),
 		Failure: trainer.FailureConfig{MaxFailures: 2}})
 	t.Log(out)
 	must.ErrorIs(t, err, trainer.ErrRunFailed)
