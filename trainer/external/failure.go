@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/nomad-train/nomad-train/trainer/collective"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // How a failed command counts. The command is the training function: an
@@ -26,7 +27,11 @@ import (
 //   - it was killed by a signal (the OOM killer, a kill -9, a crash);
 //   - its last words are a collective's failure: a traceback through
 //     torch.distributed, or Gloo's or NCCL's report of a lost peer;
-//   - a report it made failed because the gang broke.
+//   - a report it made failed because the gang broke;
+//   - it exited with workerenv.ExitInfraError (3) or ExitPeerLost (4): the
+//     way a script says that what failed was around it (a transient
+//     storage error, say) and a restart may get past it, as torchrun
+//     would restart it.
 
 // tailLines is how many of the command's last stderr lines a failure quotes.
 const tailLines = 8
@@ -45,6 +50,9 @@ func commandFailure(argv []string, waitErr error, tail string, reportLost bool) 
 	if errors.As(waitErr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return fmt.Errorf("%w: %w: %v: killed by %v", ErrCommandFailed, collective.ErrPeerLost, argv, ws.Signal())
+		}
+		if c := ee.ExitCode(); c == workerenv.ExitInfraError || c == workerenv.ExitPeerLost {
+			reportLost = true
 		}
 	}
 	if !errors.As(waitErr, &ee) || reportLost || peerFailure.MatchString(tail) {

@@ -31,6 +31,8 @@ func TestCommandFailure(t *testing.T) {
 			false, true, "Connection closed by peer"},
 		{"traceback through torch.distributed", `echo '  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 1536, in all_reduce' >&2; echo 'RuntimeError: oops' >&2; exit 1`,
 			false, true, "RuntimeError: oops"},
+		{"exit 3 asks for a restart", `echo 'OSError: [Errno 5] Input/output error' >&2; exit 3`,
+			false, true, "Input/output error"},
 		{"a report failed as the gang broke", `echo 'nomad_train.NomadTrainError: report: peer lost' >&2; exit 1`,
 			true, true, "NomadTrainError"},
 	}
