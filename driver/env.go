@@ -128,10 +128,12 @@ func workerEnv(in envInput) []string {
 	}
 	// GPU visibility: with no container, NVIDIA_VISIBLE_DEVICES alone hides
 	// nothing, so CUDA gets the reservation too. A task without a GPU
-	// reservation on a GPU node sees none.
+	// reservation on a GPU node sees none. A task sees its own GPUs only,
+	// numbered from 0 whatever its LOCAL_RANK: LocalDevice says so.
 	if _, ok := env[envCudaVisible]; !ok {
 		if gpus := visibleGPUs(in.Task); len(gpus) > 0 {
 			env[envCudaVisible] = strings.Join(gpus, ",")
+			env[workerenv.LocalDevice] = "0"
 		} else if in.NodeHasGPUs && env[envNvidiaVisible] == "" {
 			env[envCudaVisible] = ""
 			env[envNvidiaVisible] = "void"

@@ -32,6 +32,7 @@ func TestBadSpecs(t *testing.T) {
 		{"bad_memory.hcl", []string{
 			"bad_memory.hcl:6:16-6:25: error: Invalid memory size; \"16 gigs\" is not a memory size; write a number of MiB or a string such as \"512 MiB\" or \"16 GiB\".",
 			"bad_memory.hcl:10:21-10:22: error: Invalid value; weight must be between -100 and 100 and not 0.",
+			"bad_memory.hcl:4:5-4:19: warning: GPUs reserved for a builtin that computes on the CPU; The builtin \"quickstart\" computes on the CPU, so the GPUs use_gpu reserves for each worker would sit idle. Use a command entrypoint that uses them (a PyTorch script: see examples/gpu), or remove use_gpu.",
 		}},
 		{"bad_name.hcl", []string{
 			"bad_name.hcl:1:7-1:17: error: Invalid run name; The run name \"my_model\" must be 1 to 56 letters, digits or dashes, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.",

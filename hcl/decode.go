@@ -201,6 +201,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if sc := d.single(c, "scaling"); sc != nil {
 		d.scaling(sc, &s.Scaling)
+		d.warnGPUOnBuiltin(sc, s)
 	}
 	if r := d.single(c, "run"); r != nil {
 		d.run(r, &s.Run, &s.ranges)

@@ -8,13 +8,36 @@ for a line protocol of JSON objects:
     request  (fd NOMAD_TRAIN_REQUEST_FD):
         {"op": "checkpoint_dir"}
         {"op": "report", "metrics": {...}, "checkpoint": "/dir"}   # checkpoint optional
+        {"op": "should_checkpoint"}
     reply    (fd NOMAD_TRAIN_REPLY_FD), one per request:
-        {"ok": true, "path": "..."}  or  {"ok": false, "error": "..."}
+        {"ok": true, "path": "...", "stop": false}  or  {"ok": false, "error": "..."}
 
-report is collective: every rank calls it in step, as with the Go
-trainer.Session.Report. Outside nomad-train (plain python or torchrun) the
-helper still works: reports are printed and checkpoints go to a temporary
-directory.
+report and should_checkpoint are collective: every rank calls them in
+step, as with the Go trainer.Session. Outside nomad-train (plain python or
+torchrun) the helper still works: reports are printed, checkpoints go to a
+temporary directory and should_checkpoint is False.
+
+Stops (nomad alloc stop, a node drain, a preemption) reach the runtime as
+a SIGTERM to the worker; should_checkpoint() turns it into a step boundary
+the whole gang agrees on, so no step is lost:
+
+    for step in range(start, steps):
+        train_one_step()
+        stop = nomad_train.should_checkpoint()
+        d = save(nomad_train.checkpoint_dir()) if stop and rank == 0 else None
+        nomad_train.report({"step": step}, checkpoint=d)
+        if stop:
+            return    # exit 0: the gang resumes from this checkpoint
+
+Every rank's checkpoint files land in one checkpoint directory: a file
+name may come from one rank only (save shared state on rank 0, or put the
+rank in the name, such as rank-1/optim.pt); a report that breaks the rule
+fails the run at once, saying so.
+
+GPUs: on Nomad each worker is one allocation whose CUDA_VISIBLE_DEVICES
+lists only its own GPUs, so its first GPU is cuda:0 whatever LOCAL_RANK
+says (LOCAL_RANK keeps torchrun's meaning, the worker's rank on its node).
+device() returns the right one: torch.cuda.set_device(nomad_train.device()).
 
     import nomad_train
     ck = nomad_train.latest_checkpoint()      # None on a fresh run
@@ -29,8 +52,9 @@ import os
 import sys
 import tempfile
 
-__all__ = ["rank", "world_size", "local_rank", "restart_count",
-           "latest_checkpoint", "checkpoint_dir", "report", "NomadTrainError"]
+__all__ = ["rank", "world_size", "local_rank", "restart_count", "device_index", "device",
+           "latest_checkpoint", "checkpoint_dir", "report", "should_checkpoint",
+           "NomadTrainError"]
 
 
 class NomadTrainError(RuntimeError):
@@ -50,6 +74,26 @@ def world_size():
 def local_rank():
     """This worker's rank on its node."""
     return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def device_index():
+    """The index of this worker's first GPU among those it can see:
+    NOMAD_TRAIN_LOCAL_DEVICE when the launcher set it (the Nomad driver sets
+    0: CUDA_VISIBLE_DEVICES holds the allocation's own GPUs only), else
+    LOCAL_RANK (workers that share a machine's GPUs, as under torchrun)."""
+    v = os.environ.get("NOMAD_TRAIN_LOCAL_DEVICE")
+    if v:
+        return int(v)
+    return local_rank()
+
+
+def device():
+    """The torch.device this worker computes on: cuda:device_index() when
+    CUDA is available, else cpu."""
+    import torch
+    if torch.cuda.is_available():
+        return torch.device("cuda", device_index())
+    return torch.device("cpu")
 
 
 def restart_count():
@@ -115,3 +159,16 @@ def report(metrics, checkpoint=None):
         print(json.dumps({"report": metrics, "checkpoint": checkpoint}), file=sys.stderr)
         return checkpoint
     return reply.get("path") or None
+
+
+def should_checkpoint():
+    """Whether any worker of the gang was asked to stop (a SIGTERM: Nomad's
+    stop, drain or preemption). Collective: every rank calls it at the same
+    point, once per step, and all get the same answer. When True, report a
+    checkpoint of the current state and return (exit 0): the workers asked
+    to stop leave, the others resume from that checkpoint with their
+    replacements."""
+    reply = _call({"op": "should_checkpoint"})
+    if reply is None:
+        return False
+    return bool(reply.get("stop"))

@@ -197,6 +197,7 @@ func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint)
 func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 	rec := storage.Record{Step: s.step, Time: s.now(), Metrics: metrics, Generation: s.generation}
 	var dirs []string
+	byRank := map[int]string{}
 	for r, raw := range all {
 		var m reportMsg
 		if err := json.Unmarshal(raw, &m); err != nil {
@@ -208,7 +209,11 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 				return reportAck{Err: err.Error(), Mistake: true}
 			}
 			dirs = append(dirs, d)
+			byRank[r] = d
 		}
+	}
+	if err := checkNames(byRank); err != nil {
+		return reportAck{Err: err.Error(), Mistake: true}
 	}
 	if len(dirs) == 0 {
 		if err := s.store.Append(rec); err != nil {

@@ -1,5 +1,6 @@
-# Eight GPU workers, two GPUs each with at least 40 GiB, spread across nodes.
-# The storage path must be a directory every client mounts (NFS, for example).
+# Eight PyTorch workers (train.py: DDP over NCCL, each on its own GPUs as cuda:0..)
+# spread across nodes; Nomad's NVIDIA device plugin must run on the clients (README,
+# GPUs). train.py must reach the task dir and storage_path be mounted on every client.
 
 variable "workers" {
   type        = number
@@ -12,7 +13,7 @@ variable "lr" {
   default = 0.002
 }
 
-train "mnist-gpu" {
+train "ddp-gpu" {
   datacenters = ["dc1", "dc2"]
   namespace   = "ml"
   node_pool   = "gpu"
@@ -27,15 +28,14 @@ train "mnist-gpu" {
   }
 
   entrypoint {
-    builtin = "mnist-cnn" # builtins compute on the CPU; a command (python3 train.py) gets the GPUs
+    command = "python3"
+    args    = ["train.py"]
   }
 
   config = {
     lr         = var.lr
     epochs     = 10
     batch_size = 512
-    channels   = 16
-    data_dir   = "/mnt/shared/mnist" # MNIST's IDX files (see examples/mnist/train.hcl)
   }
 
   scaling {

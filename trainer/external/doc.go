@@ -12,10 +12,14 @@
 // speaks it and is put on PYTHONPATH. NOMAD_TRAIN_LATEST_CHECKPOINT names
 // the checkpoint to resume from.
 //
-// When the command fails, or the gang loses a member, the generation ends:
-// the command is stopped, the runtime joins the next generation and starts
-// the command again with the restart count raised, while the failure budget
-// lasts (torchrun's max_restarts).
+// When the gang loses a member (a worker is killed, or its command fails in
+// a collective because a peer went away), the generation ends: the command
+// is stopped, the runtime joins the next generation and starts the command
+// again with the restart count raised, while the failure budget lasts
+// (torchrun's max_restarts). An error of the command's own (an exception in
+// the script, a missing train.py) is the training function's failure: the
+// run fails at once, quoting the last lines of the command's stderr (see
+// failure.go).
 //
 // It is the builtin "external": nomad-train run wraps a command entrypoint
 // that is not a Go trainer binary (SpeaksContract is false) by running itself as that

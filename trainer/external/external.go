@@ -47,8 +47,10 @@ const (
 type Request struct {
 	// Op is "report" (record Metrics and, when Checkpoint is a directory,
 	// commit its files as a checkpoint: collective, every rank reports in
-	// step) or "checkpoint_dir" (get a fresh directory on the run's storage
-	// to write a checkpoint into).
+	// step), "checkpoint_dir" (get a fresh directory on the run's storage
+	// to write a checkpoint into) or "should_checkpoint" (whether any
+	// worker of the gang was asked to stop, as Session.ShouldCheckpoint:
+	// collective; the answer is Reply.Stop, the same on every rank).
 	Op         string         `json:"op"`
 	Metrics    map[string]any `json:"metrics,omitempty"`
 	Checkpoint string         `json:"checkpoint,omitempty"`
@@ -61,6 +63,8 @@ type Reply struct {
 	// Path is the new directory (checkpoint_dir) or the committed
 	// checkpoint (report with a checkpoint).
 	Path string `json:"path,omitempty"`
+	// Stop answers should_checkpoint: checkpoint (report one) and exit 0.
+	Stop bool `json:"stop,omitempty"`
 }
 
 // ErrCommandFailed is wrapped when the command exits unsuccessfully. It
@@ -211,7 +215,11 @@ func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
 	defer repW.Close()
 
 	cmd := exec.Command(r.Argv[0], r.Argv[1:]...)
-	cmd.Stdout, cmd.Stderr = orStd(r.Stdout, os.Stdout), orStd(r.Stderr, os.Stderr)
+	tail := newTailWriter(orStd(r.Stderr, os.Stderr), tailLines)
+	cmd.Stdout, cmd.Stderr = orStd(r.Stdout, os.Stdout), tail
+	// Wait copies stderr (for the tail) until every holder of the pipe
+	// closes it: a child the command left behind must not hold it forever.
+	cmd.WaitDelay = waitDelay
 	cmd.ExtraFiles = []*os.File{reqW, repR} // fds 3 and 4
 	latest := ""
 	if ck := s.GetCheckpoint(); ck != nil {
@@ -245,10 +253,13 @@ func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
 	go readRequests(readCtx, reqR, reqs, readErr)
 
 	enc := json.NewEncoder(repW)
+	reportLost := false // a report failed because the gang broke
 	for {
 		select {
 		case req := <-reqs:
-			if err := enc.Encode(r.handle(ctx, s, req)); err != nil {
+			rep, lost := r.handle(ctx, s, req)
+			reportLost = reportLost || lost
+			if err := enc.Encode(rep); err != nil {
 				s.Logger().Warn("reply to worker command", "error", err)
 			}
 		case err := <-readErr:
@@ -260,7 +271,7 @@ func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
 			readErr = nil
 		case err := <-exited:
 			if err != nil {
-				return fmt.Errorf("%w: %w: %v: %w", ErrCommandFailed, collective.ErrPeerLost, r.Argv, err)
+				return commandFailure(r.Argv, err, tail.Tail(), reportLost)
 			}
 			return nil
 		case <-ctx.Done():
@@ -270,30 +281,40 @@ func (r Runner) Train(ctx context.Context, s *trainer.Session) error {
 	}
 }
 
-// handle answers one request.
-func (r Runner) handle(ctx context.Context, s *trainer.Session, req Request) Reply {
+// waitDelay bounds how long Wait copies the command's output after it exits.
+const waitDelay = 5 * time.Second
+
+// handle answers one request, and says whether it failed because the gang
+// broke (a collective of the runtime lost its peer).
+func (r Runner) handle(ctx context.Context, s *trainer.Session, req Request) (Reply, bool) {
 	switch req.Op {
 	case "checkpoint_dir":
 		dir, err := s.NewCheckpointDir()
 		if err != nil {
-			return Reply{Error: err.Error()}
+			return Reply{Error: err.Error()}, false
 		}
-		return Reply{OK: true, Path: dir}
+		return Reply{OK: true, Path: dir}, false
 	case "report":
 		var ck *trainer.Checkpoint
 		if req.Checkpoint != "" {
 			ck = trainer.CheckpointFromDirectory(req.Checkpoint)
 		}
 		if err := s.Report(ctx, trainer.Metrics(req.Metrics), ck); err != nil {
-			return Reply{Error: err.Error()}
+			return Reply{Error: err.Error()}, errors.Is(err, collective.ErrPeerLost) || ctx.Err() != nil
 		}
 		rep := Reply{OK: true}
 		if ck != nil && s.GetCheckpoint() != nil {
 			rep.Path = s.GetCheckpoint().Path()
 		}
-		return rep
+		return rep, false
+	case "should_checkpoint":
+		stop, err := s.ShouldCheckpoint(ctx)
+		if err != nil {
+			return Reply{Error: err.Error()}, errors.Is(err, collective.ErrPeerLost) || ctx.Err() != nil
+		}
+		return Reply{OK: true, Stop: stop}, false
 	}
-	return Reply{Error: fmt.Sprintf("unknown op %q (want report or checkpoint_dir)", req.Op)}
+	return Reply{Error: fmt.Sprintf("unknown op %q (want report, checkpoint_dir or should_checkpoint)", req.Op)}, false
 }
 
 // maxRequestLine bounds one request line (metrics are small).

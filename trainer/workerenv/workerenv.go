@@ -100,6 +100,13 @@ const (
 	// ("${NOMAD_ADDR_metrics}"), a free loopback port per rank locally.
 	// Empty or "off" serves none.
 	MetricsAddr = "NOMAD_TRAIN_METRICS_ADDR"
+	// LocalDevice is the index, among the GPUs the worker sees, of its
+	// first GPU. The Nomad task driver sets "0": it narrows
+	// CUDA_VISIBLE_DEVICES to the allocation's own GPUs, so LOCAL_RANK
+	// (torchrun's rank on the node, which counts every worker there) is
+	// no device index. Where it is unset, workers share the machine's
+	// GPUs and LOCAL_RANK is the index, as under torchrun.
+	LocalDevice = "NOMAD_TRAIN_LOCAL_DEVICE"
 )
 
 // MetricsPath is the HTTP path a worker serves its metrics on.

@@ -1,4 +1,4 @@
-job "mnist-gpu" {
+job "ddp-gpu" {
   type        = "batch"
   namespace   = "ml"
   datacenters = ["dc1", "dc2"]
@@ -6,8 +6,8 @@ job "mnist-gpu" {
   priority    = 70
 
   meta {
-    nomad_train_run          = "mnist-gpu"
-    nomad_train_spec_sha256  = "6d66e7ff7bf685c8b3233f1e7510e5b70355e3034a00f2e3f389ce9bf05c06a5"
+    nomad_train_run          = "ddp-gpu"
+    nomad_train_spec_sha256  = "a2da13c3bb9d3309f3efb6d2da34392056449f6434c450942147db5be3dab99e"
     nomad_train_storage_path = "/mnt/shared/results"
     team                     = "vision"
   }
@@ -24,10 +24,10 @@ job "mnist-gpu" {
     }
 
     service {
-      name     = "mnist-gpu-worker"
+      name     = "ddp-gpu-worker"
       port     = "train"
       provider = "consul"
-      tags     = ["nomad-train", "run=mnist-gpu"]
+      tags     = ["nomad-train", "run=ddp-gpu"]
       check {
         name     = "collective port"
         type     = "tcp"
@@ -78,11 +78,12 @@ job "mnist-gpu" {
       kill_timeout = "30s"
 
       config {
-        builtin      = "mnist-cnn"
+        args         = ["train.py"]
+        command      = "python3"
         port         = "train"
-        run_name     = "mnist-gpu"
+        run_name     = "ddp-gpu"
         storage_path = "/mnt/shared/results"
-        train_config = "{\"batch_size\":512,\"channels\":16,\"data_dir\":\"/mnt/shared/mnist\",\"epochs\":10,\"lr\":0.002}"
+        train_config = "{\"batch_size\":512,\"epochs\":10,\"lr\":0.002}"
         world_size   = 8
         checkpoint {
           num_to_keep     = 3
@@ -105,7 +106,7 @@ job "mnist-gpu" {
       }
 
       template {
-        data        = "{{ with nomadVar \"nomad/jobs/mnist-gpu\" }}{{ .secret }}{{ end }}"
+        data        = "{{ with nomadVar \"nomad/jobs/ddp-gpu\" }}{{ .secret }}{{ end }}"
         destination = "secrets/nomad-train.secret"
         change_mode = "restart"
         perms       = "0400"
