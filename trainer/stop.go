@@ -2,8 +2,12 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/collective"
@@ -116,3 +120,50 @@ func (w *worker) failuresUsed(ctx context.Context, first, gen uint64) int {
 	}
 	return workerenv.FailuresUsed(gen, first, stops, 0)
 }
+
+// watchStop turns the first SIGTERM or SIGINT into a stop request that the
+// training function reads through ShouldCheckpoint, and cancels ctx (with
+// ErrStopped) when a second signal comes or grace has passed, so a worker
+// that ignores the request still ends.
+func watchStop(ctx context.Context, cancel context.CancelCauseFunc, grace time.Duration, ev *eventLog) stopRequest {
+	requested := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		defer signal.Stop(sigs)
+		select {
+		case sig := <-sigs:
+			close(requested)
+			ev.emit("stop_requested", fmt.Sprintf("%v: checkpoint and stop within %v", sig, grace), nil)
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-sigs:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		cancel(ErrStopped)
+	}()
+	return stopRequest(requested)
+}
+
+// stopRequest is closed when the worker is asked to stop.
+type stopRequest <-chan struct{}
+
+// requested reports whether the stop was asked for (never, for a nil one:
+// a nil channel never delivers).
+func (r stopRequest) requested() bool {
+	select {
+	case <-r:
+		return true
+	default:
+		return false
+	}
+}
+
+// ErrUser marks a failure of the training function itself.
+var ErrUser = errors.New("training function failed")
