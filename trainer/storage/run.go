@@ -28,8 +28,10 @@ const (
 type Option func(*options)
 
 type options struct {
-	log hclog.Logger
-	now func() time.Time
+	log      hclog.Logger
+	now      func() time.Time
+	leaseTTL time.Duration // ObjectRun only
+	localDir string        // ObjectRun only
 }
 
 // WithLogger sets the logger for recovery and retention messages.
