@@ -132,7 +132,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Subject:  s.ranges.rangeOr(s.ranges.backend),
 		})
 	}
-	if !filepath.IsAbs(s.Run.StoragePath) {
+	if !filepath.IsAbs(s.Run.StoragePath) && !strings.Contains(s.Run.StoragePath, "://") {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagWarning,
 			Summary:  "Relative storage path on Nomad",

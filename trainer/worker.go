@@ -708,7 +708,7 @@ var ErrUnsharedStorage = errors.New("storage_path is not shared between workers"
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	var rp resumePoint
 	if s.rank == 0 {
-		rp = s.openStorage(env)
+		rp = s.openStorage(ctx, env)
 	}
 	all, err := s.gatherJSON(ctx, rp)
 	if err != nil {
@@ -762,20 +762,23 @@ func (s *Session) checkShared(ctx context.Context, env workerenv.Env, rp resumeP
 	return nil
 }
 
-func (s *Session) openStorage(env workerenv.Env) resumePoint {
+func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoint {
 	policy := storagePolicy(env.Checkpoint)
 	if env.FsyncCheckpointsOnly {
 		policy.Fsync = storage.FsyncCheckpointRecords
 	}
-	st, err := storage.Open(env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
+	// On an object store the run directory is a local one, where
+	// checkpoints are built and restored: the ranks of a gang must share
+	// it, which the probe checks.
+	st, err := storage.OpenStore(ctx, env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
 	s.store = st
 	// Checkpoints half-built by an earlier attempt are garbage now.
-	scratch := filepath.Join(st.Dir(), scratchDir)
+	scratch := filepath.Join(st.LocalDir(), scratchDir)
 	os.RemoveAll(scratch)
-	runDir, err := filepath.Abs(st.Dir())
+	runDir, err := filepath.Abs(st.LocalDir())
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
@@ -800,7 +803,9 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 	// the run had never failed.
 	rp := resumePoint{RunDir: runDir, Probe: probe}
 	if ok {
-		rp.Checkpoint = filepath.Join(runDir, name)
+		if rp.Checkpoint, err = filepath.Abs(latest.Path); err != nil {
+			return resumePoint{Err: err.Error()}
+		}
 		for _, r := range recs {
 			if r.Checkpoint == name {
 				rp.Step = r.Step

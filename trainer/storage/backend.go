@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
@@ -31,6 +32,9 @@ type RunStore interface {
 	// TruncateAfter drops the records after step and the checkpoints
 	// only they committed.
 	TruncateAfter(step int64) error
+	// LocalDir is the local directory checkpoints are staged in and
+	// restored to: the run directory itself for a Run.
+	LocalDir() string
 	// Close releases the writer lock (or lease).
 	Close() error
 }
@@ -48,14 +52,15 @@ func IsObjectPath(root string) bool {
 }
 
 // OpenStore opens the run named run under root as its writer: an
-// ObjectRun for an s3:// storage path (cfg gives its non-secret options;
-// credentials come from the AWS chain), a Run otherwise. ctx bounds the
+// ObjectRun for an s3:// storage path (WithObjectConfig gives its
+// non-secret options; credentials come from the AWS chain), a Run
+// otherwise. ctx bounds the
 // ObjectRun's calls for its whole life.
-func OpenStore(ctx context.Context, root, run string, p Policy, cfg objstore.Config, opts ...Option) (RunStore, error) {
+func OpenStore(ctx context.Context, root, run string, p Policy, opts ...Option) (RunStore, error) {
 	if !IsObjectPath(root) {
 		return Open(root, run, p, opts...)
 	}
-	st, err := objstore.Open(ctx, root, cfg)
+	st, err := objstore.Open(ctx, root, objectConfig(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -64,13 +69,34 @@ func OpenStore(ctx context.Context, root, run string, p Policy, cfg objstore.Con
 
 // OpenStoreReadOnly opens a run for reading, as OpenStore opens it for
 // writing.
-func OpenStoreReadOnly(ctx context.Context, root, run string, p Policy, cfg objstore.Config, opts ...Option) (RunStore, error) {
+func OpenStoreReadOnly(ctx context.Context, root, run string, p Policy, opts ...Option) (RunStore, error) {
 	if !IsObjectPath(root) {
 		return OpenReadOnly(root, run, p, opts...)
 	}
-	st, err := objstore.Open(ctx, root, cfg)
+	st, err := objstore.Open(ctx, root, objectConfig(opts))
 	if err != nil {
 		return nil, err
 	}
 	return OpenObjectReadOnly(ctx, st, run, p, opts...)
+}
+
+// WithObjectConfig sets the non-secret options of an s3:// storage path
+// for OpenStore and OpenStoreReadOnly.
+func WithObjectConfig(cfg objstore.Config) Option { return func(o *options) { o.objCfg = cfg } }
+
+func objectConfig(opts []Option) objstore.Config {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.objCfg
+}
+
+// RunLocation names where the run named run under root is kept, for
+// people: root/run as a path, or as a URL for an object store.
+func RunLocation(root, run string) string {
+	if IsObjectPath(root) {
+		return strings.TrimRight(root, "/") + "/" + run
+	}
+	return filepath.Join(root, run)
 }

@@ -63,7 +63,11 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 		return "", err
 	}
 	s.done = true
-	os.RemoveAll(s.dir)
+	// The committed files stay in the local directory under the
+	// checkpoint's name: GetCheckpoint's path, and the restore cache.
+	if err := os.Rename(s.dir, filepath.Join(r.local, name)); err != nil {
+		os.RemoveAll(s.dir)
+	}
 	r.callHook(pointManifested)
 	if err := r.record(name, rec); err != nil {
 		return "", err
@@ -214,6 +218,7 @@ func (r *ObjectRun) removeCheckpoint(name string) error {
 	}
 	delete(r.live, name)
 	delete(r.intact, name)
+	os.RemoveAll(filepath.Join(r.local, name))
 	r.callHook(pointUnmanifestd)
 	return r.deleteObjects(name)
 }
