@@ -261,6 +261,9 @@ func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSou
 	if c := consulKV(); c != nil {
 		kv = nomad.ConsulProgress{KV: c, Namespace: namespace, Job: jobID, Run: run}
 	}
+	if storage.IsObjectPath(storagePath) {
+		return &nomad.StoreProgress{StoragePath: storagePath, Run: run}
+	}
 	file := nomad.FileProgress{StoragePath: storagePath, Run: run}
 	if file.Path() == "" {
 		return kv

@@ -55,7 +55,14 @@ func (r *ObjectRun) LatestIntact() (Restore, error) {
 // and checks it against its manifest and record.
 func (r *ObjectRun) download(rec Record) (string, error) {
 	name := rec.Checkpoint
-	dir := filepath.Join(r.local, name)
+	r.mu.Lock()
+	err := r.ensureLocal()
+	local := r.local
+	r.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(local, name)
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
@@ -85,7 +92,7 @@ func (r *ObjectRun) download(rec Record) (string, error) {
 	if problems := m.Check(found); len(problems) > 0 {
 		return "", bad(problems...)
 	}
-	tmp, err := os.MkdirTemp(r.local, tempPrefix+name+"-")
+	tmp, err := os.MkdirTemp(local, tempPrefix+name+"-")
 	if err != nil {
 		return "", fmt.Errorf("creating restore directory: %w", err)
 	}

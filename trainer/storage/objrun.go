@@ -109,16 +109,11 @@ func newObjectRun(ctx context.Context, st *objstore.Store, run string, p Policy,
 		live: map[string]bool{}, intact: map[string]bool{},
 	}
 	r.check.path = r.key(objProgressDir)
-	if r.local == "" {
-		dir, err := os.MkdirTemp("", "nomad-train-"+run+"-")
-		if err != nil {
-			return nil, fmt.Errorf("creating local directory: %w", err)
-		}
-		r.local, r.ownLocal = dir, true
-	} else if err := os.MkdirAll(r.local, 0o755); err != nil {
-		return nil, fmt.Errorf("creating local directory: %w", err)
-	}
 	if !readOnly {
+		// A reader makes its directory at its first restore.
+		if err := r.ensureLocal(); err != nil {
+			return nil, err
+		}
 		r.lease = &lease{st: st, key: r.key(objLeaseKey), ttl: o.leaseTTL, now: o.now, log: r.log}
 	}
 	return r, nil
@@ -140,9 +135,30 @@ func (r *ObjectRun) callHook(point string) {
 	}
 }
 
+// ensureLocal makes the local directory, a fresh temporary one when
+// WithLocalDir gave none. mu is held, or r is not shared yet.
+func (r *ObjectRun) ensureLocal() error {
+	if r.local == "" {
+		dir, err := os.MkdirTemp("", "nomad-train-"+r.run+"-")
+		if err != nil {
+			return fmt.Errorf("creating local directory: %w", err)
+		}
+		r.local, r.ownLocal = dir, true
+		return nil
+	}
+	if err := os.MkdirAll(r.local, 0o755); err != nil {
+		return fmt.Errorf("creating local directory: %w", err)
+	}
+	return nil
+}
+
 // LocalDir returns the local directory checkpoints are staged in and
 // restored to.
-func (r *ObjectRun) LocalDir() string { return r.local }
+func (r *ObjectRun) LocalDir() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.local
+}
 
 // Recovery reports what OpenObject repaired.
 func (r *ObjectRun) Recovery() Recovery {
@@ -260,6 +276,7 @@ func (r *ObjectRun) release() error {
 	}
 	if r.ownLocal {
 		os.RemoveAll(r.local)
+		r.local, r.ownLocal = "", false
 	}
 	return err
 }
