@@ -191,9 +191,17 @@ func (r *ObjectRun) record(name string, rec Record) error {
 	r.live[name], r.intact[name] = true, true
 	r.callHook(pointRecorded)
 	for _, drop := range Prune(r.liveRecords(), r.policy) {
-		if err := r.removeCheckpoint(drop); err != nil {
+		if err := r.unmanifest(drop); err != nil {
 			r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
+			continue
 		}
+		// The files go off the commit's path; Close waits for them, and
+		// what a crash leaves is an orphan the next OpenObject removes.
+		r.bg.Go(func() {
+			if err := r.deleteObjects(drop); err != nil {
+				r.log.Warn("retention could not delete checkpoint files", "checkpoint", drop, "error", err)
+			}
+		})
 	}
 	return nil
 }
@@ -213,6 +221,15 @@ func (r *ObjectRun) liveRecords() []Record {
 // stops existing at once, then its files (what a crash leaves of them is
 // an orphan the next OpenObject removes).
 func (r *ObjectRun) removeCheckpoint(name string) error {
+	if err := r.unmanifest(name); err != nil {
+		return err
+	}
+	return r.deleteObjects(name)
+}
+
+// unmanifest deletes a checkpoint's manifest, and so the checkpoint, and
+// its local copy. mu is held.
+func (r *ObjectRun) unmanifest(name string) error {
 	if err := r.st.Delete(r.ctx, r.ckptKey(name, ManifestFile)); err != nil {
 		return fmt.Errorf("deleting manifest of %s: %w", name, err)
 	}
@@ -220,7 +237,7 @@ func (r *ObjectRun) removeCheckpoint(name string) error {
 	delete(r.intact, name)
 	os.RemoveAll(filepath.Join(r.local, name))
 	r.callHook(pointUnmanifestd)
-	return r.deleteObjects(name)
+	return nil
 }
 
 // deleteObjects deletes every object under a checkpoint's prefix.

@@ -67,3 +67,31 @@ func TestObjectFollowReadsOnlyNew(t *testing.T) {
 	must.SliceLen(t, 2, recs)
 	must.EqOp(t, w.(*ObjectRun).keys[1], or.cursor)
 }
+
+// A run kept on S3 keeps its failure mark there, found through the AWS
+// environment alone.
+func TestFailedMarkOnS3(t *testing.T) {
+	srv := s3test.Start(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", srv.Region)
+	t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	root := "s3://" + srv.Bucket + "/runs"
+	_, ok, err := FailedForGood(root, "r", "a1")
+	must.NoError(t, err)
+	must.False(t, ok)
+	must.NoError(t, MarkFailed(root, "r", Failure{Reason: "bad config", ExitCode: 3, Attempt: "a1"}))
+	f, ok, err := FailedForGood(root, "r", "a1")
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.EqOp(t, "bad config", f.Reason)
+	_, ok, err = FailedForGood(root, "r", "a2")
+	must.NoError(t, err)
+	must.False(t, ok, must.Sprint("another attempt's mark"))
+	must.NoError(t, ClearFailed(root, "r"))
+	_, ok, err = FailedForGood(root, "r", "a1")
+	must.NoError(t, err)
+	must.False(t, ok)
+}

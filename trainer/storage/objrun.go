@@ -51,7 +51,8 @@ type ObjectRun struct {
 	local    string // staging and restore directory
 	ownLocal bool   // local was made by us and is removed by Close
 	hook     func(point string)
-	lease    *lease // writer only
+	lease    *lease         // writer only
+	bg       sync.WaitGroup // retention's file deletions in flight
 
 	mu sync.Mutex
 	// Guarded by mu:
@@ -266,6 +267,9 @@ func (r *ObjectRun) Close() error {
 		return nil
 	}
 	r.closed = true
+	r.mu.Unlock()
+	r.bg.Wait() // deletions hold no lock; the lease is held until they end
+	r.mu.Lock()
 	return r.release()
 }
 
