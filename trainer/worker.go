@@ -754,6 +754,12 @@ func (s *Session) checkShared(ctx context.Context, env workerenv.Env, rp resumeP
 		if err := json.Unmarshal(raw, &msg); err != nil {
 			return fmt.Errorf("check shared storage: %w", err)
 		}
+		if msg != "" && storage.IsObjectPath(env.StoragePath) {
+			// Rank 0 gathers every rank's files in its local directory
+			// before the upload: not yet across machines.
+			return fmt.Errorf("%w: %s (storage_path %q is on S3, but the ranks' checkpoint files are still gathered on rank 0's machine: run the gang on one machine)",
+				ErrUnsharedStorage, msg, env.StoragePath)
+		}
 		if msg != "" {
 			return fmt.Errorf("%w: %s (storage_path %q; every worker must see the same directory at the same path, such as an NFS, host or CSI volume mounted on every node)",
 				ErrUnsharedStorage, msg, env.StoragePath)
