@@ -81,7 +81,9 @@
 // unfinished multipart upload; a kill between the manifest and the record
 // leaves a checkpoint whose record the next writer rebuilds from the
 // manifest, as on a directory. Retention deletes a checkpoint's manifest
-// first, then its files. Checkpoint names are never reused.
+// first, then its files (in the background after a commit: Close waits
+// for them). Checkpoint names are never reused. BenchmarkCommitVsPlainPut
+// measures B6s.
 //
 // Progress segments are named by step, then by a sequence number, so the
 // store's key order is the history's order; a reader keeps the last key it

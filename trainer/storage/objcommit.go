@@ -190,14 +190,18 @@ func (r *ObjectRun) record(name string, rec Record) error {
 	}
 	r.live[name], r.intact[name] = true, true
 	r.callHook(pointRecorded)
+	// Retention runs off the commit's path: the dropped checkpoints leave
+	// this writer's view now, their manifests and then their files the
+	// store in the background (Close waits). A crash before that leaves
+	// them for the next OpenObject's retention, or its orphan clean-up.
 	for _, drop := range Prune(r.liveRecords(), r.policy) {
-		if err := r.unmanifest(drop); err != nil {
-			r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
-			continue
-		}
-		// The files go off the commit's path; Close waits for them, and
-		// what a crash leaves is an orphan the next OpenObject removes.
+		r.forget(drop)
 		r.bg.Go(func() {
+			if err := r.deleteManifest(drop); err != nil {
+				r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
+				return
+			}
+			r.callHook(pointUnmanifestd)
 			if err := r.deleteObjects(drop); err != nil {
 				r.log.Warn("retention could not delete checkpoint files", "checkpoint", drop, "error", err)
 			}
@@ -221,23 +225,28 @@ func (r *ObjectRun) liveRecords() []Record {
 // stops existing at once, then its files (what a crash leaves of them is
 // an orphan the next OpenObject removes).
 func (r *ObjectRun) removeCheckpoint(name string) error {
-	if err := r.unmanifest(name); err != nil {
+	if err := r.deleteManifest(name); err != nil {
 		return err
 	}
+	r.forget(name)
+	r.callHook(pointUnmanifestd)
 	return r.deleteObjects(name)
 }
 
-// unmanifest deletes a checkpoint's manifest, and so the checkpoint, and
-// its local copy. mu is held.
-func (r *ObjectRun) unmanifest(name string) error {
+// deleteManifest deletes a checkpoint's manifest, and so the checkpoint.
+func (r *ObjectRun) deleteManifest(name string) error {
 	if err := r.st.Delete(r.ctx, r.ckptKey(name, ManifestFile)); err != nil {
 		return fmt.Errorf("deleting manifest of %s: %w", name, err)
 	}
+	return nil
+}
+
+// forget drops a checkpoint from the writer's view and its local copy.
+// mu is held.
+func (r *ObjectRun) forget(name string) {
 	delete(r.live, name)
 	delete(r.intact, name)
 	os.RemoveAll(filepath.Join(r.local, name))
-	r.callHook(pointUnmanifestd)
-	return nil
 }
 
 // deleteObjects deletes every object under a checkpoint's prefix.
