@@ -88,8 +88,8 @@ func TestBadSpecs(t *testing.T) {
 			"runtime_interpolation.hcl:4:17-4:34: error: Unknown variable; There is no variable named \"NOMAD_ALLOC_INDEX\". The spec is evaluated before Nomad sees it: to leave ${NOMAD_ALLOC_INDEX} for Nomad to interpolate at run time, escape it as $${NOMAD_ALLOC_INDEX}.",
 			"runtime_interpolation.hcl:5:17-5:21: error: Unknown variable; There is no variable named \"node\". The spec is evaluated before Nomad sees it: to leave ${node.…} for Nomad to interpolate at run time, escape it as $${node.…}.",
 		}},
-		{"s3_storage.hcl", []string{
-			"s3_storage.hcl:4:20-4:41: error: Unsupported storage path; storage scheme \"s3\" is not supported; use a local or mounted shared directory, or a file:// URL.",
+		{"gs_storage.hcl", []string{
+			"gs_storage.hcl:4:20-4:41: error: Unsupported storage path; storage scheme \"gs\" is not supported; use a local or mounted shared directory, an s3://bucket/prefix URL, or a file:// URL.",
 		}},
 		{"syntax_error.hcl", []string{
 			"syntax_error.hcl:2:38-3:1: error: Invalid single-argument block definition; An argument definition on the same line as its containing block creates a single-line block definition, which must also be closed on the same line. Place the block's closing brace immediately after the argument definition.",

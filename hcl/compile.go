@@ -143,7 +143,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Detail:   "The local launcher replaces a worker that stays out of a re-forming gang for rendezvous.rejoin_timeout; on Nomad nothing replaces a frozen worker yet, and the compiled job does not carry the setting.",
 		})
 	}
-	if !filepath.IsAbs(s.Run.StoragePath) {
+	if !filepath.IsAbs(s.Run.StoragePath) && !strings.Contains(s.Run.StoragePath, "://") {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagWarning,
 			Summary:  "Relative storage path on Nomad",

@@ -258,6 +258,14 @@ func TestRelativeStorageWarning(t *testing.T) {
   run { storage_path = "file:///mnt/nfs/runs" }
 }`)
 	must.SliceEmpty(t, warnings)
+	// Every worker reaches an S3 storage path: no warning, and the job
+	// carries it as written.
+	job, warnings := mustCompile(t, `train "w" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = "s3://bucket/runs" }
+}`)
+	must.SliceEmpty(t, warnings)
+	must.Eq(t, "s3://bucket/runs", job.Meta[MetaStoragePath])
 }
 
 // TestSecretTemplate: the worker task renders the run secret from the job's

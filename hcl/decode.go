@@ -540,15 +540,23 @@ func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 }
 
 // localStoragePath accepts a local path or a file:// URL and returns the
-// path. Other schemes (s3://, gs://, ...) are not supported yet.
+// path, or an s3://bucket/prefix URL as it is (its credentials come from
+// the AWS chain, never from the spec). Other schemes (gs://, ...) are not
+// supported yet.
 func localStoragePath(p string) (string, error) {
 	i := strings.Index(p, "://")
 	if i < 0 {
 		return p, nil
 	}
 	scheme := p[:i]
+	if scheme == "s3" {
+		if bucket, _, _ := strings.Cut(p[i+3:], "/"); bucket == "" {
+			return "", fmt.Errorf("S3 URL %q names no bucket", p)
+		}
+		return p, nil
+	}
 	if !strings.EqualFold(scheme, "file") {
-		return "", fmt.Errorf("storage scheme %q is not supported; use a local or mounted shared directory, or a file:// URL", scheme)
+		return "", fmt.Errorf("storage scheme %q is not supported; use a local or mounted shared directory, an s3://bucket/prefix URL, or a file:// URL", scheme)
 	}
 	u, err := url.Parse(p)
 	if err != nil {

@@ -208,12 +208,13 @@ func TestLocalStoragePath(t *testing.T) {
 		"/mnt/shared":             "/mnt/shared",
 		"file:///mnt/shared/runs": "/mnt/shared/runs",
 		"file://localhost/srv":    "/srv",
+		"s3://bucket/runs":        "s3://bucket/runs",
 	} {
 		got, err := localStoragePath(in)
 		must.NoError(t, err)
 		must.Eq(t, want, got)
 	}
-	for _, in := range []string{"s3://b/k", "gs://b", "file://host/x", "file://", "HTTPS://x"} {
+	for _, in := range []string{"s3://", "s3:///k", "S3://b", "gs://b", "file://host/x", "file://", "HTTPS://x"} {
 		_, err := localStoragePath(in)
 		must.Error(t, err, must.Sprint(in))
 	}

@@ -61,6 +61,9 @@ var ErrRunFailed = errors.New("run failed")
 // ended (out may be nil) into a Result. When a worker failed it returns the
 // Result together with an error wrapping ErrRunFailed that names the cause.
 func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome) (*Result, error) {
+	if storage.IsObjectPath(storagePath) {
+		return loadObjectResult(storagePath, run, policy, out)
+	}
 	st, err := storage.OpenReadOnly(storagePath, run, storagePolicy(policy))
 	if err != nil {
 		return nil, fmt.Errorf("open run storage: %w", err)
@@ -91,6 +94,11 @@ func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out 
 			Metrics:    Metrics(r.Metrics),
 		})
 	}
+	return withOutcome(res, out)
+}
+
+// withOutcome adds how the workers ended to a Result read from storage.
+func withOutcome(res *Result, out *launch.Outcome) (*Result, error) {
 	if out == nil {
 		return res, nil
 	}

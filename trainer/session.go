@@ -29,7 +29,7 @@ type Session struct {
 	config               json.RawMessage
 	runDir               string
 	group                *collective.Group
-	store                *storage.Run // rank 0 only
+	store                storage.RunStore // rank 0 only
 	events               *eventLog
 	log                  hclog.Logger
 	now                  func() time.Time

@@ -426,7 +426,7 @@ var ErrUnsharedStorage = errors.New("storage_path is not shared between workers"
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	var rp resumePoint
 	if s.rank == 0 {
-		rp = s.openStorage(env)
+		rp = s.openStorage(ctx, env)
 	}
 	all, err := s.gatherJSON(ctx, rp)
 	if err != nil {
@@ -472,6 +472,12 @@ func (s *Session) checkShared(ctx context.Context, env workerenv.Env, rp resumeP
 		if err := json.Unmarshal(raw, &msg); err != nil {
 			return fmt.Errorf("check shared storage: %w", err)
 		}
+		if msg != "" && storage.IsObjectPath(env.StoragePath) {
+			// Rank 0 gathers every rank's files in its local directory
+			// before the upload: not yet across machines.
+			return fmt.Errorf("%w: %s (storage_path %q is on S3, but the ranks' checkpoint files are still gathered on rank 0's machine: run the gang on one machine)",
+				ErrUnsharedStorage, msg, env.StoragePath)
+		}
 		if msg != "" {
 			return fmt.Errorf("%w: %s (storage_path %q; every worker must see the same directory at the same path, such as an NFS, host or CSI volume mounted on every node)",
 				ErrUnsharedStorage, msg, env.StoragePath)
@@ -480,20 +486,23 @@ func (s *Session) checkShared(ctx context.Context, env workerenv.Env, rp resumeP
 	return nil
 }
 
-func (s *Session) openStorage(env workerenv.Env) resumePoint {
+func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoint {
 	policy := storagePolicy(env.Checkpoint)
 	if env.FsyncCheckpointsOnly {
 		policy.Fsync = storage.FsyncCheckpointRecords
 	}
-	st, err := storage.Open(env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
+	// On an object store the run directory is a local one, where
+	// checkpoints are built and restored: the ranks of a gang must share
+	// it, which the probe checks.
+	st, err := storage.OpenStore(ctx, env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
 	s.store = st
 	// Checkpoints half-built by an earlier attempt are garbage now.
-	scratch := filepath.Join(st.Dir(), scratchDir)
+	scratch := filepath.Join(st.LocalDir(), scratchDir)
 	os.RemoveAll(scratch)
-	runDir, err := filepath.Abs(st.Dir())
+	runDir, err := filepath.Abs(st.LocalDir())
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
@@ -518,7 +527,9 @@ func (s *Session) openStorage(env workerenv.Env) resumePoint {
 	// the run had never failed.
 	rp := resumePoint{RunDir: runDir, Probe: probe}
 	if ok {
-		rp.Checkpoint = filepath.Join(runDir, name)
+		if rp.Checkpoint, err = filepath.Abs(latest.Path); err != nil {
+			return resumePoint{Err: err.Error()}
+		}
 		for _, r := range recs {
 			if r.Checkpoint == name {
 				rp.Step = r.Step

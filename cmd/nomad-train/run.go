@@ -58,7 +58,7 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 	opts := localOptions(spec, stdout, stderr)
 	opts.OnMetrics = func(urls []string) { printMetricsURLs(stdout, urls) }
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
-		spec.Name, workers(spec.Scaling.NumWorkers), filepath.Join(spec.Run.StoragePath, spec.Name))
+		spec.Name, workers(spec.Scaling.NumWorkers), storage.RunLocation(spec.Run.StoragePath, spec.Name))
 	last := lastConfigPath(spec)
 	if note := configChange(last, spec.ConfigJSON); note != "" {
 		fmt.Fprintf(stdout, "    %s\n", note)

@@ -51,7 +51,7 @@ func TestValidate(t *testing.T) {
   scaling {
     num_worker = 4
   }
-  run { storage_path = "s3://bucket" }
+  run { storage_path = "gs://bucket" }
 }
 `)
 	code, out, errOut = runCLI(t, "validate", bad)
@@ -65,7 +65,7 @@ func TestValidate(t *testing.T) {
 		`"num_workers"?`,
 		"Error: Unsupported storage path",
 		"on " + bad + " line 6, in train \"x\":",
-		`   6:   run { storage_path = "s3://bucket" }`,
+		`   6:   run { storage_path = "gs://bucket" }`,
 		"2 error(s)",
 	} {
 		must.StrContains(t, errOut, want)

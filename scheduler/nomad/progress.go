@@ -166,12 +166,15 @@ func deref(p *string, def string) string {
 	return *p
 }
 
-// ProgressFor picks where to read a run's progress from: its storage when
-// this machine mounts it, else Consul KV when kv is set (the workers
+// ProgressFor picks where to read a run's progress from: its object
+// storage, or its storage directory when this machine mounts it, else Consul KV when kv is set (the workers
 // publish their latest report there), else nowhere (nil). It looks at
 // each read: a first run's workers make the storage directories as they
 // start.
 func ProgressFor(namespace, jobID, run, storagePath string, kv KV) ProgressSource {
+	if storage.IsObjectPath(storagePath) { // any machine reaches object storage
+		return &StoreProgress{StoragePath: storagePath, Run: run}
+	}
 	var fromKV ProgressSource
 	if kv != nil {
 		fromKV = ConsulProgress{KV: kv, Namespace: namespace, Job: jobID, Run: run}

@@ -96,7 +96,7 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	// the same name. Found here, that is one clear error; found by the
 	// workers, each would fail on it and be replaced until the failure
 	// budget ran out.
-	st, err := storage.Open(o.StoragePath, o.Name, storage.Policy{}, storage.WithLogger(o.Logger))
+	st, err := storage.OpenStore(ctx, o.StoragePath, o.Name, storage.Policy{}, storage.WithLogger(o.Logger))
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, fmt.Errorf("launch: %w (is another run of %s still going?)", err, o.Name)
 	}

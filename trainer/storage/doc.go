@@ -40,8 +40,72 @@
 // checkpoints ranked by a score attribute (or the most recent), and never
 // delete the latest. Prune and Rank are the pure decisions behind it.
 //
-// Storage paths are local directories, which may be NFS mounts; URI schemes
-// other than file:// (s3://, gs://) are rejected with ErrUnsupportedScheme.
+// Storage paths are local directories, which may be NFS mounts, or
+// s3://bucket/prefix (OpenStore picks the backend); other URI schemes
+// (gs://) are rejected with ErrUnsupportedScheme.
+//
+// # Two backends, one interface
+//
+// RunStore is what a run's writer and readers use; *Run keeps a run in a
+// directory, *ObjectRun on an S3-compatible object store. The interface
+// sits at the level of a run's records (append a record, stage and commit
+// a checkpoint, read records, find the latest intact checkpoint, roll
+// back), not at the level of objects (Put, List, Delete), because the two
+// stores make a commit atomic by different means: a directory by fsync
+// and rename(2) under flock(2), with one append-only progress file; an
+// object store by a manifest object written last with a conditional
+// write, segment objects instead of appends, and a lease instead of a
+// lock. An object-level interface would have the directory backend
+// emulate objects and lose its rename, or the object backend emulate
+// rename by copying. What the two share is pure and lives here once: the
+// record and manifest encodings, the checks a reader applies to a
+// history (progressCheck), and retention (Rank, Prune).
+//
+// # On an object store
+//
+// Layout under <prefix>/<run name>/:
+//
+//	progress/<step>-<seq>.jsonl      one segment per record, both numbers zero-padded
+//	checkpoints/checkpoint_NNNNNN/   a checkpoint's files, one object each
+//	  MANIFEST.json                  written last: the checkpoint exists iff it does
+//	  MANIFEST.json.corrupt          a quarantined checkpoint's manifest, kept for a person
+//	.writer.lease                    the single writer's lease
+//
+// A checkpoint is committed in this order: its files are staged in a local
+// directory, then uploaded (a few files at a time, each big file in
+// parallel multipart parts) while their SHA-256 is computed in the same
+// pass; the manifest is written with If-None-Match: * (a plain write on a
+// server that does not implement it: the lease alone keeps writers apart);
+// then the record's segment. A kill before the manifest leaves objects no
+// reader looks at, which the next writer deletes at open with any
+// unfinished multipart upload; a kill between the manifest and the record
+// leaves a checkpoint whose record the next writer rebuilds from the
+// manifest, as on a directory. Retention deletes a checkpoint's manifest
+// first, then its files (in the background after a commit: Close waits
+// for them). Checkpoint names are never reused. BenchmarkCommitVsPlainPut
+// measures B6s.
+//
+// Progress segments are named by step, then by a sequence number, so the
+// store's key order is the history's order; a reader keeps the last key it
+// read and lists only after it, so following a run costs O(new records).
+// TruncateAfter deletes the segments of the dropped records, newest first.
+//
+// LatestIntact downloads the newest recorded checkpoint whose manifest
+// exists into a local directory (WithLocalDir), hashing each file as it
+// arrives, and checks it against the manifest: a corrupt one is passed
+// over and quarantined (its manifest renamed to MANIFEST.json.corrupt),
+// and the previous one is tried, as on a directory.
+//
+// S3 has no flock. The writer holds a lease object, created with
+// If-None-Match: * and holding its holder's id, host, pid and expiry; the
+// holder rewrites it every third of its time to live (WithLeaseTTL,
+// DefaultLeaseTTL) and deletes it on Close. A writer that finds a lease
+// waits until it expires, at most one time to live, and takes it over if
+// it was not renewed meanwhile (a killed writer); otherwise it gets
+// ErrLocked. A holder that finds its lease taken, or cannot renew it,
+// fails every later write. The lease is advisory against a writer paused
+// longer than its time to live; the conditional manifest write still
+// keeps two writers from committing the same checkpoint name.
 //
 // Example:
 //

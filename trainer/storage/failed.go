@@ -54,6 +54,9 @@ func (f Failure) Concerns(attempt string) bool {
 // MarkFailed records that the run under root/run failed for good. It
 // writes atomically (temporary file, rename), so readers see all or nothing.
 func MarkFailed(root, run string, f Failure) error {
+	if IsObjectPath(root) {
+		return markFailedObject(root, run, f)
+	}
 	dir, err := runDir(root, run)
 	if err != nil {
 		return err
@@ -86,6 +89,9 @@ func MarkFailed(root, run string, f Failure) error {
 // FailedForGood returns the run's failure record when it failed for good
 // in the given attempt (see Failure.Concerns).
 func FailedForGood(root, run, attempt string) (Failure, bool, error) {
+	if IsObjectPath(root) {
+		return failedObject(root, run, attempt)
+	}
 	dir, err := runDir(root, run)
 	if err != nil {
 		return Failure{}, false, err
@@ -128,6 +134,9 @@ func DecodeFailure(b []byte) (Failure, error) {
 
 // ClearFailed removes the mark, for a deliberate new attempt at the run.
 func ClearFailed(root, run string) error {
+	if IsObjectPath(root) {
+		return clearFailedObject(root, run)
+	}
 	dir, err := runDir(root, run)
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func TestFailedMark(t *testing.T) {
 	must.NoError(t, err)
 	must.False(t, ok)
 
-	_, _, err = FailedForGood("s3://bucket", "r", "")
+	_, _, err = FailedForGood("gs://bucket", "r", "")
 	must.ErrorIs(t, err, ErrUnsupportedScheme)
 }
 

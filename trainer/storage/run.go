@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
 
 // Crash points: where a test hook may stop the writer to simulate a crash.
@@ -28,8 +30,11 @@ const (
 type Option func(*options)
 
 type options struct {
-	log hclog.Logger
-	now func() time.Time
+	log      hclog.Logger
+	now      func() time.Time
+	leaseTTL time.Duration // ObjectRun only
+	localDir string        // ObjectRun only
+	objCfg   objstore.Config
 }
 
 // WithLogger sets the logger for recovery and retention messages.
@@ -221,6 +226,10 @@ func (r *Run) callHook(point string) {
 
 // Dir returns the run directory.
 func (r *Run) Dir() string { return r.dir }
+
+// LocalDir returns the run directory: where checkpoints are staged and
+// restored.
+func (r *Run) LocalDir() string { return r.dir }
 
 // Recovery reports what Open repaired.
 func (r *Run) Recovery() Recovery {

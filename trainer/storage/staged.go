@@ -7,10 +7,10 @@ import (
 )
 
 // Staged is a checkpoint being written: a staging directory inside the run
-// directory. Fill Dir (directly or with AddDir), then Run.Commit it or
+// directory (a local directory for an ObjectRun). Fill Dir (directly or with AddDir), then Run.Commit it or
 // Abort it. Its methods are safe for concurrent use.
 type Staged struct {
-	run *Run
+	run any // the *Run or *ObjectRun that staged it
 	dir string
 
 	mu   sync.Mutex

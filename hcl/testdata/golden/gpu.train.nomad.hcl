@@ -38,10 +38,10 @@ job "ddp-gpu" {
     }
 
     service {
-      name     = "mnist-gpu-metrics"
+      name     = "ddp-gpu-metrics"
       port     = "metrics"
       provider = "consul"
-      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=mnist-gpu"]
+      tags     = ["prometheus", "metrics_path=/metrics", "nomad-train", "run=ddp-gpu"]
       check {
         name     = "metrics"
         type     = "http"

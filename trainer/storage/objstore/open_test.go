@@ -43,6 +43,12 @@ func TestOpenCredentialChain(t *testing.T) {
 			t.Setenv("AWS_REGION", srv.Region)
 			t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
 		}, Config{PathStyle: true}},
+		{"an IP endpoint needs no path_style", func(t *testing.T, _ string) {
+			t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+			t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+			t.Setenv("AWS_REGION", srv.Region)
+			t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+		}, Config{}},
 		{"profile in shared files, endpoint from config", func(t *testing.T, dir string) {
 			creds := "[train]\naws_access_key_id = " + srv.AccessKey + "\naws_secret_access_key = " + srv.SecretKey + "\n"
 			must.NoError(t, os.WriteFile(filepath.Join(dir, "credentials"), []byte(creds), 0o600))

@@ -1,6 +1,6 @@
 train "x" {
   entrypoint { builtin = "quickstart" }
   run {
-    storage_path = "s3://bucket/results"
+    storage_path = "gs://bucket/results"
   }
 }

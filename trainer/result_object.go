@@ -1,0 +1,50 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nomad-train/nomad-train/trainer/launch"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// loadObjectResult is LoadResult for a run on an object store. It reads
+// the records and which checkpoints exist, and downloads nothing: the
+// Result's checkpoints are named by their s3:// location.
+func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome) (*Result, error) {
+	ctx := context.Background()
+	st, err := storage.OpenStoreReadOnly(ctx, storagePath, run, storagePolicy(policy))
+	if err != nil {
+		return nil, fmt.Errorf("open run storage: %w", err)
+	}
+	defer st.Close()
+	base := storagePath + "/" + run
+	res := &Result{Path: base}
+	recs, err := st.Records()
+	if err != nil {
+		return nil, fmt.Errorf("read metrics history: %w", err)
+	}
+	if len(recs) > 0 {
+		res.Metrics = Metrics(recs[len(recs)-1].Metrics)
+	}
+	best, err := st.Best(0)
+	if err != nil {
+		return nil, fmt.Errorf("rank checkpoints: %w", err)
+	}
+	live := map[string]bool{}
+	for _, r := range best {
+		live[r.Checkpoint] = true
+		res.BestCheckpoints = append(res.BestCheckpoints, ScoredCheckpoint{
+			Checkpoint: CheckpointFromDirectory(base + "/checkpoints/" + r.Checkpoint),
+			Metrics:    Metrics(r.Metrics),
+		})
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		if live[recs[i].Checkpoint] {
+			res.Checkpoint = CheckpointFromDirectory(base + "/checkpoints/" + recs[i].Checkpoint)
+			break
+		}
+	}
+	return withOutcome(res, out)
+}

@@ -1,0 +1,102 @@
+package storage
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// RunStore is the storage of one training run, whatever keeps it: a
+// directory (*Run) or an S3 bucket (*ObjectRun). It is what a run's
+// writer and readers need: records, staged checkpoints committed with a
+// record, the checkpoint to restart from, and retention applied on
+// commit. See the package documentation for why the interface sits at
+// this level and not at the level of objects.
+type RunStore interface {
+	// Append records a report without a checkpoint.
+	Append(rec Record) error
+	// Stage starts a checkpoint in a local staging directory.
+	Stage() (*Staged, error)
+	// Commit makes a staged checkpoint durable and visible with its
+	// record, applies retention and returns the checkpoint's name.
+	Commit(s *Staged, rec Record) (string, error)
+	// Records returns every record in the order written.
+	Records() ([]Record, error)
+	// Best returns the records of up to n existing checkpoints, best first.
+	Best(n int) ([]Record, error)
+	// LatestIntact finds the newest checkpoint whose files match its
+	// manifest; its Path is a local directory.
+	LatestIntact() (Restore, error)
+	// TruncateAfter drops the records after step and the checkpoints
+	// only they committed.
+	TruncateAfter(step int64) error
+	// LocalDir is the local directory checkpoints are staged in and
+	// restored to: the run directory itself for a Run.
+	LocalDir() string
+	// Close releases the writer lock (or lease).
+	Close() error
+}
+
+var (
+	_ RunStore = (*Run)(nil)
+	_ RunStore = (*ObjectRun)(nil)
+)
+
+// IsObjectPath reports whether a storage path names an object store
+// (s3://bucket/prefix) rather than a directory.
+func IsObjectPath(root string) bool {
+	m := schemeRE.FindStringSubmatch(root)
+	return m != nil && strings.EqualFold(m[1], "s3")
+}
+
+// OpenStore opens the run named run under root as its writer: an
+// ObjectRun for an s3:// storage path (WithObjectConfig gives its
+// non-secret options; credentials come from the AWS chain), a Run
+// otherwise. ctx bounds the
+// ObjectRun's calls for its whole life.
+func OpenStore(ctx context.Context, root, run string, p Policy, opts ...Option) (RunStore, error) {
+	if !IsObjectPath(root) {
+		return Open(root, run, p, opts...)
+	}
+	st, err := objstore.Open(ctx, root, objectConfig(opts))
+	if err != nil {
+		return nil, err
+	}
+	return OpenObject(ctx, st, run, p, opts...)
+}
+
+// OpenStoreReadOnly opens a run for reading, as OpenStore opens it for
+// writing.
+func OpenStoreReadOnly(ctx context.Context, root, run string, p Policy, opts ...Option) (RunStore, error) {
+	if !IsObjectPath(root) {
+		return OpenReadOnly(root, run, p, opts...)
+	}
+	st, err := objstore.Open(ctx, root, objectConfig(opts))
+	if err != nil {
+		return nil, err
+	}
+	return OpenObjectReadOnly(ctx, st, run, p, opts...)
+}
+
+// WithObjectConfig sets the non-secret options of an s3:// storage path
+// for OpenStore and OpenStoreReadOnly.
+func WithObjectConfig(cfg objstore.Config) Option { return func(o *options) { o.objCfg = cfg } }
+
+func objectConfig(opts []Option) objstore.Config {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.objCfg
+}
+
+// RunLocation names where the run named run under root is kept, for
+// people: root/run as a path, or as a URL for an object store.
+func RunLocation(root, run string) string {
+	if IsObjectPath(root) {
+		return strings.TrimRight(root, "/") + "/" + run
+	}
+	return filepath.Join(root, run)
+}

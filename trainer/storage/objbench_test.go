@@ -1,0 +1,97 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// BenchmarkCommitVsPlainPut (B6s) compares an ObjectRun commit of a
+// one-file checkpoint (upload with SHA-256 in the same pass, manifest
+// with a conditional write, progress segment, retention) with one plain
+// PutObject of the same bytes to the same server, in turn and in
+// alternating order. Metric commit/plain is the plain PUT's time over
+// the commit's, the median of the per-iteration ratios: 1 means the
+// commit costs nothing over the bytes' upload; the goal is >= 0.9.
+// Staging the file locally is not timed. 256 MiB is skipped under -short.
+func BenchmarkCommitVsPlainPut(b *testing.B) {
+	srv := s3test.Start(b)
+	ctx := context.Background()
+	client := srv.Client(b)
+	st, err := objstore.New(client, objstore.Location{Bucket: srv.Bucket, Prefix: "bench"}, objstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mib := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+			if mib > 16 && testing.Short() {
+				b.Skip("256 MiB is skipped under -short")
+			}
+			payload := make([]byte, mib<<20)
+			_, _ = rand.NewChaCha8([32]byte{byte(mib)}).Read(payload)
+			r, err := OpenObject(ctx, st, fmt.Sprintf("run%d", mib), Policy{NumToKeep: benchKeep}, WithLocalDir(b.TempDir()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			commit := func(i int) (time.Duration, error) {
+				s, err := r.Stage()
+				if err != nil {
+					return 0, err
+				}
+				if err := os.WriteFile(filepath.Join(s.Dir(), "model.bin"), payload, 0o644); err != nil {
+					return 0, err
+				}
+				start := time.Now()
+				_, err = r.Commit(s, Record{Step: int64(i)})
+				return time.Since(start), err
+			}
+			plain := func(i int) (time.Duration, error) {
+				start := time.Now()
+				_, err := client.PutObject(ctx, &s3.PutObjectInput{
+					Bucket: aws.String(srv.Bucket), Key: aws.String(fmt.Sprintf("bench/plain/%d", i%2)),
+					Body: bytes.NewReader(payload), ContentLength: aws.Int64(int64(len(payload))),
+				})
+				return time.Since(start), err
+			}
+			var ratios []float64
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			for i := range b.N {
+				order := []func(int) (time.Duration, error){commit, plain}
+				if i%2 == 1 {
+					order = []func(int) (time.Duration, error){plain, commit}
+				}
+				var took [2]time.Duration
+				for j, f := range order {
+					if took[j], err = f(i); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if i%2 == 1 {
+					took[0], took[1] = took[1], took[0]
+				}
+				ratios = append(ratios, float64(took[1])/float64(took[0]))
+			}
+			b.StopTimer()
+			slices.Sort(ratios)
+			b.ReportMetric(ratios[len(ratios)/2], "commit/plain")
+		})
+	}
+}
+
+// benchKeep is the retention of the benchmark's run: 1, so that each
+// commit also deletes the previous checkpoint, as a long run's do.
+var benchKeep = 1

@@ -1,0 +1,266 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// Crash points of an ObjectRun commit, in order (see pointSynced and the
+// others for a Run).
+const (
+	pointFileUploaded = "file-uploaded" // one file uploaded, others may be in flight
+	pointUploaded     = "uploaded"      // files uploaded, no manifest
+	pointManifested   = "manifested"    // manifest written, no record
+	pointUnmanifestd  = "unmanifested"  // retention deleted a manifest, not its files
+)
+
+// uploadParallel bounds the files of one checkpoint uploaded at once
+// (each big file is also uploaded in parallel parts).
+const uploadParallel = 4
+
+// Stage starts a checkpoint in a local staging directory.
+func (r *ObjectRun) Stage() (*Staged, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(r.local, stagingPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("creating staging directory: %w", err)
+	}
+	return &Staged{run: r, dir: dir}, nil
+}
+
+// Commit uploads a staged checkpoint, then writes its manifest (sizes and
+// SHA-256 of every file, computed while uploading) last, with a
+// conditional write, then its record, then applies retention. The
+// checkpoint exists from the instant its manifest does. A failure before
+// the manifest leaves the Staged usable and the uploaded objects to be
+// removed (now, or by the next OpenObject).
+func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name, rec, err := r.reserve(s, rec)
+	if err != nil {
+		return "", err
+	}
+	files, err := r.upload(s.dir, name)
+	if err != nil {
+		r.deleteObjects(name)
+		return "", err
+	}
+	r.callHook(pointUploaded)
+	if err := r.writeManifest(name, rec, files); err != nil {
+		return "", err
+	}
+	s.done = true
+	// The committed files stay in the local directory under the
+	// checkpoint's name: GetCheckpoint's path, and the restore cache.
+	if err := os.Rename(s.dir, filepath.Join(r.local, name)); err != nil {
+		os.RemoveAll(s.dir)
+	}
+	r.callHook(pointManifested)
+	if err := r.record(name, rec); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// reserve checks a commit and takes the next checkpoint name.
+func (r *ObjectRun) reserve(s *Staged, rec Record) (string, Record, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return "", rec, err
+	}
+	switch {
+	case s.run != r:
+		return "", rec, fmt.Errorf("committing a checkpoint staged by another run")
+	case s.done:
+		return "", rec, ErrStagedDone
+	case rec.Checkpoint != "":
+		return "", rec, fmt.Errorf("%w: checkpoint name %q is chosen by Commit", ErrInvalidRecord, rec.Checkpoint)
+	}
+	rec, err := r.prepare(rec)
+	if err != nil {
+		return "", rec, err
+	}
+	name := checkpointName(r.next)
+	r.next++
+	return name, rec, nil
+}
+
+// upload puts every staged file under the checkpoint's prefix, a few at a
+// time, and returns their sizes and digests.
+func (r *ObjectRun) upload(dir, name string) ([]FileSum, error) {
+	files, problems, err := listTree(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("checkpoints hold regular files and directories only: %s", strings.Join(problems, "; "))
+	}
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, uploadParallel)
+	var wg sync.WaitGroup
+	for i := range files {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			files[i], errs[i] = r.uploadFile(dir, name, files[i].Path)
+			if errs[i] == nil {
+				r.callHook(pointFileUploaded)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("uploading checkpoint %s: %w", name, err)
+	}
+	return files, nil
+}
+
+func (r *ObjectRun) uploadFile(dir, name, rel string) (FileSum, error) {
+	if rel == ManifestFile || rel == ManifestFile+objCorruptSuffix {
+		return FileSum{}, fmt.Errorf("%s is a reserved name in a checkpoint", rel)
+	}
+	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return FileSum{}, err
+	}
+	defer f.Close()
+	res, err := r.st.Put(r.ctx, r.ckptKey(name, rel), f)
+	if err != nil {
+		return FileSum{}, err
+	}
+	return FileSum{Path: rel, Size: res.Size, SHA256: hex.EncodeToString(res.SHA256[:])}, nil
+}
+
+// writeManifest writes the manifest once: with If-None-Match where the
+// server supports it, so that two writers can never both commit a name.
+func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum) error {
+	rec.Checkpoint = ""
+	b, err := EncodeManifest(Manifest{Record: rec, Files: files})
+	if err != nil {
+		return err
+	}
+	key := r.ckptKey(name, ManifestFile)
+	_, err = r.st.PutIfAbsent(r.ctx, key, bytes.NewReader(b))
+	if errors.Is(err, objstore.ErrConditionalUnsupported) {
+		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
+		_, err = r.st.Put(r.ctx, key, bytes.NewReader(b))
+	}
+	if err != nil {
+		r.deleteObjects(name)
+		return fmt.Errorf("writing manifest of %s: %w", name, err)
+	}
+	return nil
+}
+
+// record writes the record naming a checkpoint whose manifest is written,
+// then applies retention. A checkpoint whose record could not be written
+// is taken back: Commit reports the failure.
+func (r *ObjectRun) record(name string, rec Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.Checkpoint = name
+	err := r.writable()
+	if err == nil {
+		if n := len(r.recs); n > 0 && rec.Step < r.recs[n-1].Step {
+			err = fmt.Errorf("%w: step %d is lower than step %d, the last recorded", ErrInvalidRecord, rec.Step, r.recs[n-1].Step)
+		}
+	}
+	if err == nil {
+		err = r.appendSegment(rec)
+	}
+	if err != nil {
+		if derr := r.removeCheckpoint(name); derr != nil {
+			return fmt.Errorf("committing %s: %w (and removing it: %w)", name, err, derr)
+		}
+		return fmt.Errorf("committing %s: %w", name, err)
+	}
+	r.live[name], r.intact[name] = true, true
+	r.callHook(pointRecorded)
+	// Retention runs off the commit's path: the dropped checkpoints leave
+	// this writer's view now, their manifests and then their files the
+	// store in the background (Close waits). A crash before that leaves
+	// them for the next OpenObject's retention, or its orphan clean-up.
+	for _, drop := range Prune(r.liveRecords(), r.policy) {
+		r.forget(drop)
+		r.bg.Go(func() {
+			if err := r.deleteManifest(drop); err != nil {
+				r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
+				return
+			}
+			r.callHook(pointUnmanifestd)
+			if err := r.deleteObjects(drop); err != nil {
+				r.log.Warn("retention could not delete checkpoint files", "checkpoint", drop, "error", err)
+			}
+		})
+	}
+	return nil
+}
+
+// liveRecords returns the records of live checkpoints. mu is held.
+func (r *ObjectRun) liveRecords() []Record {
+	var out []Record
+	for _, rec := range r.recs {
+		if rec.Checkpoint != "" && r.live[rec.Checkpoint] {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// removeCheckpoint deletes a checkpoint: its manifest first, so that it
+// stops existing at once, then its files (what a crash leaves of them is
+// an orphan the next OpenObject removes).
+func (r *ObjectRun) removeCheckpoint(name string) error {
+	if err := r.deleteManifest(name); err != nil {
+		return err
+	}
+	r.forget(name)
+	r.callHook(pointUnmanifestd)
+	return r.deleteObjects(name)
+}
+
+// deleteManifest deletes a checkpoint's manifest, and so the checkpoint.
+func (r *ObjectRun) deleteManifest(name string) error {
+	if err := r.st.Delete(r.ctx, r.ckptKey(name, ManifestFile)); err != nil {
+		return fmt.Errorf("deleting manifest of %s: %w", name, err)
+	}
+	return nil
+}
+
+// forget drops a checkpoint from the writer's view and its local copy.
+// mu is held.
+func (r *ObjectRun) forget(name string) {
+	delete(r.live, name)
+	delete(r.intact, name)
+	os.RemoveAll(filepath.Join(r.local, name))
+}
+
+// deleteObjects deletes every object under a checkpoint's prefix.
+func (r *ObjectRun) deleteObjects(name string) error {
+	objs, err := r.st.List(r.ctx, objstore.ListOptions{Prefix: r.ckptKey(name, "")})
+	if err != nil {
+		return fmt.Errorf("listing checkpoint %s: %w", name, err)
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	if err := r.st.DeleteMany(r.ctx, keys); err != nil {
+		return fmt.Errorf("deleting checkpoint %s: %w", name, err)
+	}
+	return nil
+}

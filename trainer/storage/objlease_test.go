@@ -1,0 +1,97 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+func TestObjectLease(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		expires time.Duration // of a lease left by another writer
+		wantErr error
+	}{
+		{"held by a live writer", time.Hour, ErrLocked},
+		{"expired", -time.Minute, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.NewBucket(t)}, objstore.Config{})
+			must.NoError(t, err)
+			b, err := json.Marshal(leaseBody{Holder: "other", Host: "elsewhere", PID: 1, Expires: time.Now().Add(tc.expires)})
+			must.NoError(t, err)
+			_, err = st.Put(ctx, "r/"+objLeaseKey, bytes.NewReader(b))
+			must.NoError(t, err)
+			r, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Second))
+			if tc.wantErr != nil {
+				must.ErrorIs(t, err, tc.wantErr)
+				return
+			}
+			must.NoError(t, err)
+			// Ours now: a second writer is refused while we hold it.
+			_, err = OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Hour))
+			must.ErrorIs(t, err, ErrLocked)
+			must.NoError(t, r.Close())
+			_, err = st.Head(ctx, "r/"+objLeaseKey)
+			must.ErrorIs(t, err, objstore.ErrNotFound, must.Sprint("Close releases the lease"))
+		})
+	}
+}
+
+// A reader following a run reads only the segments after its cursor:
+// one deleted behind its back does not disappear from its view.
+func TestObjectFollowReadsOnlyNew(t *testing.T) {
+	b := s3Backend(t)
+	w := b.open(t, Policy{})
+	defer w.Close()
+	must.NoError(t, w.Append(Record{Step: 0}))
+	ro := b.openRO(t)
+	defer ro.Close()
+	recs, err := ro.Records()
+	must.NoError(t, err)
+	must.SliceLen(t, 1, recs)
+	or := ro.(*ObjectRun)
+	must.NoError(t, or.st.Delete(context.Background(), w.(*ObjectRun).keys[0]))
+	must.NoError(t, w.Append(Record{Step: 1}))
+	recs, err = ro.Records()
+	must.NoError(t, err)
+	must.SliceLen(t, 2, recs)
+	must.EqOp(t, w.(*ObjectRun).keys[1], or.cursor)
+}
+
+// A run kept on S3 keeps its failure mark there, found through the AWS
+// environment alone.
+func TestFailedMarkOnS3(t *testing.T) {
+	srv := s3test.Start(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", srv.Region)
+	t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	root := "s3://" + srv.Bucket + "/runs"
+	_, ok, err := FailedForGood(root, "r", "a1")
+	must.NoError(t, err)
+	must.False(t, ok)
+	must.NoError(t, MarkFailed(root, "r", Failure{Reason: "bad config", ExitCode: 3, Attempt: "a1"}))
+	f, ok, err := FailedForGood(root, "r", "a1")
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.EqOp(t, "bad config", f.Reason)
+	_, ok, err = FailedForGood(root, "r", "a2")
+	must.NoError(t, err)
+	must.False(t, ok, must.Sprint("another attempt's mark"))
+	must.NoError(t, ClearFailed(root, "r"))
+	_, ok, err = FailedForGood(root, "r", "a1")
+	must.NoError(t, err)
+	must.False(t, ok)
+}
