@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // TestE2EJobOnNomad submits a batch job with driver = "train" to the Nomad
@@ -41,11 +41,11 @@ func TestE2EJobOnNomad(t *testing.T) {
 		"world_size":   1,
 		"storage_path": "/tmp/nomad-train-e2e",
 	}
-	task.Templates = []*api.Template{trainhcl.SecretTemplate(jobID)}
-	_, _, err = c.Variables().Create(&api.Variable{Path: trainhcl.SecretVariablePath(jobID),
-		Items: api.VariableItems{trainhcl.SecretItem: strings.Repeat("ab", trainhcl.SecretHexLen/2)}}, nil)
+	task.Templates = []*api.Template{trainspec.SecretTemplate(jobID)}
+	_, _, err = c.Variables().Create(&api.Variable{Path: trainspec.SecretVariablePath(jobID),
+		Items: api.VariableItems{trainspec.SecretItem: strings.Repeat("ab", trainspec.SecretHexLen/2)}}, nil)
 	must.NoError(t, err)
-	t.Cleanup(func() { _, _ = c.Variables().Delete(trainhcl.SecretVariablePath(jobID), nil) })
+	t.Cleanup(func() { _, _ = c.Variables().Delete(trainspec.SecretVariablePath(jobID), nil) })
 	job := api.NewBatchJob(jobID, jobID, "global", 50)
 	job.Datacenters = []string{"*"}
 	tg := api.NewTaskGroup("workers", 1).AddTask(task)
@@ -97,13 +97,13 @@ func TestE2EExamplesValidate(t *testing.T) {
 	must.SliceNotEmpty(t, specs)
 	for _, path := range specs {
 		t.Run(path, func(t *testing.T) {
-			spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{})
+			spec, diags := trainspec.ParseFile(path, trainspec.ParseOptions{})
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			var job *api.Job
 			if spec.Tune != nil {
-				job, diags = trainhcl.CompileTrial(spec, "trial_0001", "/mnt/results/"+spec.Name, []byte(`{}`))
+				job, diags = trainspec.CompileTrial(spec, "trial_0001", "/mnt/results/"+spec.Name, []byte(`{}`))
 			} else {
-				job, diags = trainhcl.Compile(spec)
+				job, diags = trainspec.Compile(spec)
 			}
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

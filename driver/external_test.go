@@ -17,10 +17,10 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // Which commands the driver wraps: workerenv.StartFor decides, with
@@ -48,7 +48,7 @@ func TestRunsExternal(t *testing.T) {
 
 // The driver and the compiler agree on where the run secret is rendered.
 func TestSecretFileMatchesCompiledTemplate(t *testing.T) {
-	must.Eq(t, trainhcl.SecretDestination, filepath.Join(filepath.Base(pathsOf(&drivers.TaskConfig{AllocDir: "/a", Name: "t"}).SecretsDir), secretFileName))
+	must.Eq(t, trainspec.SecretDestination, filepath.Join(filepath.Base(pathsOf(&drivers.TaskConfig{AllocDir: "/a", Name: "t"}).SecretsDir), secretFileName))
 }
 
 // externalScript is a worker command that is not a Go trainer: it prints

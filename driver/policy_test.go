@@ -11,10 +11,10 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/nn"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func TestCheckTaskEnv(t *testing.T) {
@@ -178,7 +178,7 @@ func TestCompiledJobsPassTheEnvCheck(t *testing.T) {
 	must.SliceNotEmpty(t, paths)
 	for _, path := range paths {
 		t.Run(filepath.Base(filepath.Dir(path)), func(t *testing.T) {
-			spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{})
+			spec, diags := trainspec.ParseFile(path, trainspec.ParseOptions{})
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			if spec.Env == nil {
 				spec.Env = map[string]string{}
@@ -186,7 +186,7 @@ func TestCompiledJobsPassTheEnvCheck(t *testing.T) {
 			for _, k := range []string{"NOMAD_TRAIN_BLAS", "NOMAD_TRAIN_LOG_LEVEL", "NOMAD_TRAIN_COLLECTIVE_TRANSPORT", "NOMAD_TRAIN_FSYNC"} {
 				spec.Env[k] = "x"
 			}
-			job, diags := trainhcl.Compile(spec)
+			job, diags := trainspec.Compile(spec)
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			for _, g := range job.TaskGroups {
 				for _, task := range g.Tasks {

@@ -11,9 +11,9 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // The worker environment is produced in one place: for the same spec, a
@@ -27,12 +27,12 @@ func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 	must.NoError(t, err)
 	for _, path := range paths {
 		t.Run(filepath.Base(filepath.Dir(path)), func(t *testing.T) {
-			spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{})
+			spec, diags := trainspec.ParseFile(path, trainspec.ParseOptions{})
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			if spec.Tune != nil {
 				t.Skip("an experiment: its trials are runs of their own")
 			}
-			job, diags := trainhcl.Compile(spec)
+			job, diags := trainspec.Compile(spec)
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			task := job.TaskGroups[0].Tasks[0]
 

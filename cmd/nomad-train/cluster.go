@@ -16,9 +16,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -81,7 +81,7 @@ func (f *clusterFlags) client() (*nomad.Client, error) {
 
 // runCluster submits the spec to Nomad as a new attempt and follows it
 // until it ends. Ctrl-C detaches: the run goes on on the cluster.
-func runCluster(ctx context.Context, spec *trainhcl.Spec, job *api.Job, cf *clusterFlags, stdout, stderr io.Writer) int {
+func runCluster(ctx context.Context, spec *trainspec.Spec, job *api.Job, cf *clusterFlags, stdout, stderr io.Writer) int {
 	if cf.namespace != "" && job.Namespace == nil {
 		job.Namespace = &cf.namespace
 	}
@@ -109,7 +109,7 @@ func runCluster(ctx context.Context, spec *trainhcl.Spec, job *api.Job, cf *clus
 		ProgressEvery: progressEvery,
 	}
 	kv, tree := consulKV()
-	if tree != nil && spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
+	if tree != nil && spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
 		// The attempt starts with the whole failure budget: the last
 		// gang's generation, left in Consul, would otherwise count.
 		opts.KV = tree
@@ -329,7 +329,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, f := range st.Failures {
 		fmt.Fprintf(stdout, "failure: %s\n", f)
 	}
-	if src := progressSource(deref(r.Job.Namespace), *r.Job.ID, r.Job.Meta[trainhcl.MetaRun], r.Job.Meta[trainhcl.MetaStoragePath]); src != nil {
+	if src := progressSource(deref(r.Job.Namespace), *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath]); src != nil {
 		if rec, err := src.Latest(ctx); err == nil {
 			fmt.Fprintf(stdout, "last report: %s\n", formatRecord(rec))
 		}
@@ -379,7 +379,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errStream {
 		stream = "stderr"
 	}
-	rd, err := c.Logs(ctx, alloc, trainhcl.WorkerTask, stream, follow)
+	rd, err := c.Logs(ctx, alloc, trainspec.WorkerTask, stream, follow)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
 		return 1

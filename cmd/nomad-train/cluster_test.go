@@ -15,9 +15,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // clusterFixture is a fake Nomad agent with a spec for a 2-worker run
@@ -59,8 +59,8 @@ func (f *clusterFixture) writeProgress(t *testing.T, lines ...string) {
 func (f *clusterFixture) addJob(t *testing.T) {
 	t.Helper()
 	job := api.NewBatchJob("fakerun", "fakerun", "", 50)
-	job.Meta = map[string]string{trainhcl.MetaRun: "fakerun", trainhcl.MetaStoragePath: f.storage}
-	job.TaskGroups = []*api.TaskGroup{api.NewTaskGroup(trainhcl.WorkerGroup, 2)}
+	job.Meta = map[string]string{trainspec.MetaRun: "fakerun", trainspec.MetaStoragePath: f.storage}
+	job.TaskGroups = []*api.TaskGroup{api.NewTaskGroup(trainspec.WorkerGroup, 2)}
 	f.srv.AddJob(job)
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -29,10 +29,10 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exitSpec
 	}
-	b := trainhcl.RenderHCL(job)
+	b := trainspec.RenderHCL(job)
 	if *asJSON {
 		var err error
-		if b, err = trainhcl.RenderJSON(job); err != nil {
+		if b, err = trainspec.RenderJSON(job); err != nil {
 			fmt.Fprintf(stderr, "nomad-train compile: %v\n", err)
 			return exitSpec
 		}
@@ -58,5 +58,5 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 func printSecretHint(w io.Writer, job *api.Job) {
 	fmt.Fprintf(w, "==> Before `nomad job run`, store the run secret the workers authenticate with\n"+
 		"    (Nomad holds them until the Variable %s exists):\n\n    %s\n\n",
-		trainhcl.SecretVariablePath(*job.ID), trainhcl.SecretCommand(job))
+		trainspec.SecretVariablePath(*job.ID), trainspec.SecretCommand(job))
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // TestCompileSecret: the compiled job carries the template that renders the
@@ -24,16 +24,16 @@ func TestCompileSecret(t *testing.T) {
 	job := wrapped.Job
 	task := job.TaskGroups[0].Tasks[0]
 	must.Len(t, 1, task.Templates)
-	must.Eq(t, trainhcl.SecretDestination, *task.Templates[0].DestPath)
+	must.Eq(t, trainspec.SecretDestination, *task.Templates[0].DestPath)
 
-	before, err := trainhcl.RenderJSON(job)
+	before, err := trainspec.RenderJSON(job)
 	must.NoError(t, err)
 	nomad.AddSecretTemplate(job)
-	after, err := trainhcl.RenderJSON(job)
+	after, err := trainspec.RenderJSON(job)
 	must.NoError(t, err)
 	must.Eq(t, string(before), string(after), must.Sprint("Submit's template is the one compile emits"))
 
-	must.StrContains(t, errOut, "\n    "+trainhcl.SecretCommand(job)+"\n")
+	must.StrContains(t, errOut, "\n    "+trainspec.SecretCommand(job)+"\n")
 	must.StrContains(t, errOut, "nomad/jobs/quickstart")
 	must.StrNotContains(t, out, "nomad var put")
 	must.False(t, strings.Contains(out, "urandom"))

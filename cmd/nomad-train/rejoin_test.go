@@ -7,7 +7,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // rendezvous { rejoin_timeout } reaches the local launcher; unset, the
@@ -23,7 +23,7 @@ func TestLocalRunTakesRejoinTimeout(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			src := "train \"r\" {\n  entrypoint { builtin = \"quickstart\" }\n  " + c.block + "\n}\n"
-			spec, diags := trainhcl.Parse([]byte(src), "train.hcl", trainhcl.ParseOptions{})
+			spec, diags := trainspec.Parse([]byte(src), "train.hcl", trainspec.ParseOptions{})
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			must.Eq(t, c.want, localOptions(spec, io.Discard, io.Discard).RejoinTimeout)
 		})

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -54,7 +54,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // runLocal runs the spec on this machine: the embedded default.
-func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer) int {
+func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Writer) int {
 	opts := localOptions(spec, stdout, stderr)
 	opts.OnMetrics = func(urls []string) { printMetricsURLs(stdout, urls) }
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
@@ -88,7 +88,7 @@ func runLocal(ctx context.Context, spec *trainhcl.Spec, stdout, stderr io.Writer
 
 // localOptions are the launcher's settings for the spec: its run, and
 // what only a local run has (the rejoin timeout, the output).
-func localOptions(spec *trainhcl.Spec, stdout, stderr io.Writer) launch.Options {
+func localOptions(spec *trainspec.Spec, stdout, stderr io.Writer) launch.Options {
 	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout,
 		Stdout: stdout, Stderr: stderr}
 }
@@ -99,7 +99,7 @@ const lastConfigFile = "last-config.json"
 
 // lastConfigPath is where the spec's run keeps lastConfigFile, or "" when
 // its storage is not a local directory.
-func lastConfigPath(spec *trainhcl.Spec) string {
+func lastConfigPath(spec *trainspec.Spec) string {
 	dir, err := storage.LocalDir(spec.Run.StoragePath)
 	if err != nil {
 		return ""
@@ -170,7 +170,7 @@ func printResult(w io.Writer, r *trainer.Result) {
 // builtin or a program that needs the external wrapper (python3 train.py),
 // the program itself for a Go trainer (workerenv.StartFor decides, as the
 // driver's does on Nomad).
-func workerProcess(spec *trainhcl.Spec) (workerenv.Process, error) {
+func workerProcess(spec *trainspec.Spec) (workerenv.Process, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return workerenv.Process{}, fmt.Errorf("find own executable: %w", err)

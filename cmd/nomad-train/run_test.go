@@ -18,8 +18,8 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/builtins"
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // buildCLI builds nomad-train once per test into a temporary directory.
@@ -192,5 +192,5 @@ func TestConfigChange(t *testing.T) {
 
 // The spec language's list of builtins is the registry's.
 func TestBuiltinsAgree(t *testing.T) {
-	must.Eq(t, builtins.Names(), trainhcl.KnownBuiltins())
+	must.Eq(t, builtins.Names(), trainspec.KnownBuiltins())
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/builtins"
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // Exit codes of the spec commands.
@@ -116,15 +116,15 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) 
 // Nomad job (whose warnings are about Nomad, e.g. a relative storage path),
 // printing diagnostics (with source snippets) to stderr. The rendered job is
 // nil when there were errors or forNomad is false.
-func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, *api.Job, bool) {
+func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainspec.Spec, *api.Job, bool) {
 	return loadSpecFor("", path, f, forNomad, stderr)
 }
 
 // loadSpecFor is loadSpec for a command that trains the spec's config
 // once (run, compile): it refuses an experiment (a tune block).
-func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainhcl.Spec, *api.Job, bool) {
+func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainspec.Spec, *api.Job, bool) {
 	parser := hclparse.NewParser()
-	spec, diags := trainhcl.ParseFile(path, trainhcl.ParseOptions{
+	spec, diags := trainspec.ParseFile(path, trainspec.ParseOptions{
 		Vars:        f.vars,
 		VarFiles:    f.varFiles,
 		Getenv:      os.Getenv,
@@ -137,12 +137,12 @@ func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Wr
 		Parser: parser,
 	})
 	if command != "" && !diags.HasErrors() {
-		diags = append(diags, trainhcl.OneRun(spec, command)...)
+		diags = append(diags, trainspec.OneRun(spec, command)...)
 	}
 	var job *api.Job
 	if forNomad && !diags.HasErrors() {
 		var cdiags hcl2.Diagnostics
-		job, cdiags = trainhcl.Compile(spec)
+		job, cdiags = trainspec.Compile(spec)
 		diags = append(diags, cdiags...)
 	}
 	printDiagnostics(stderr, parser, diags)
@@ -203,7 +203,7 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			code = exitSpec
 			continue
 		}
-		out, diags := trainhcl.Format(src, path)
+		out, diags := trainspec.Format(src, path)
 		if diags.HasErrors() {
 			parser.AddFile(path, &hcl2.File{Bytes: src})
 			printDiagnostics(stderr, parser, diags)

@@ -23,7 +23,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 const (
 	quickstart   = "../../examples/quickstart/train.hcl"
 	gpuExample   = "../../examples/gpu/train.hcl"
-	goldenPrefix = "../../hcl/testdata/golden/"
+	goldenPrefix = "../../trainspec/testdata/golden/"
 )
 
 func readFile(t *testing.T, path string) string {

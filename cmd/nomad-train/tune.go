@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -21,7 +21,7 @@ func init() {
 
 // experiment is what a train.hcl spec with a tune block describes.
 type experiment struct {
-	spec       *trainhcl.Spec
+	spec       *trainspec.Spec
 	env        []string
 	numWorkers int
 	space      map[string]any

@@ -13,9 +13,9 @@ import (
 	"github.com/shoenig/test/must"
 	"go.yaml.in/yaml/v2"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 type relabel struct {
@@ -81,7 +81,7 @@ func TestScrapeConfigMatchesCompiledTags(t *testing.T) {
 		t.Run(sc.JobName, func(t *testing.T) {
 			// Both discoveries join a service's tags with commas, with a
 			// comma at each end.
-			tags := "," + strings.Join(trainhcl.MetricsTags("my-run"), ",") + ","
+			tags := "," + strings.Join(trainspec.MetricsTags("my-run"), ",") + ","
 			labels := map[string]string{tagsLabel: tags}
 			must.True(t, apply(t, sc.Relabels, labels))
 			must.EqOp(t, workerenv.MetricsPath, labels["__metrics_path__"])

@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // pluginDirEnv names a directory of provider binaries laid out for
@@ -35,11 +35,11 @@ func workdir(t *testing.T, name string) string {
 	tf, err := os.ReadFile("main.tf")
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(filepath.Join(dir, "main.tf"), tf, 0o644))
-	spec, diags := trainhcl.ParseFile(filepath.Join("..", "quickstart", "train.hcl"), trainhcl.ParseOptions{})
+	spec, diags := trainspec.ParseFile(filepath.Join("..", "quickstart", "train.hcl"), trainspec.ParseOptions{})
 	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 	spec.Name = name
-	job, _ := trainhcl.Compile(spec)
-	js, err := trainhcl.RenderJSON(job)
+	job, _ := trainspec.Compile(spec)
+	js, err := trainspec.RenderJSON(job)
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(filepath.Join(dir, "job.json"), js, 0o644))
 	return dir
@@ -118,9 +118,9 @@ func TestTerraformApply(t *testing.T) {
 	out, err := terraform(t, dir, "apply", "-auto-approve", "-no-color")
 	must.NoError(t, err, must.Sprint(out))
 
-	v, _, err := client.Variables().Read(trainhcl.SecretVariablePath(name), nil)
+	v, _, err := client.Variables().Read(trainspec.SecretVariablePath(name), nil)
 	must.NoError(t, err)
-	must.Eq(t, 64, len(v.Items[trainhcl.SecretItem]))
+	must.Eq(t, 64, len(v.Items[trainspec.SecretItem]))
 	job, _, err := client.Jobs().Info(name, nil)
 	must.NoError(t, err)
 	must.Eq(t, name, *job.ID)

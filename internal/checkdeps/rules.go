@@ -7,7 +7,7 @@ import (
 
 // A Rule forbids packages matching From to depend, directly or through
 // other packages, on packages matching To. Patterns are module-relative
-// import paths ("trainer/..." for a folder and everything under it, "hcl"
+// import paths ("trainer/..." for a folder and everything under it, "trainspec"
 // for one package) or full import paths of other modules.
 type Rule struct {
 	From, To []string
@@ -30,7 +30,7 @@ var layers = []Rule{
 	},
 	{
 		From: []string{"trainer/..."},
-		To:   []string{"scheduler/...", "driver/...", "hcl/...", "trainspec/...", "cmd/...", "examples/...", "builtins/..."},
+		To:   []string{"scheduler/...", "driver/...", "trainspec/...", "cmd/...", "examples/...", "builtins/..."},
 		Why:  "the runtime is closed: launchers and the spec language sit above it",
 	},
 	{
@@ -40,7 +40,7 @@ var layers = []Rule{
 		Why:    "the worker contract is a leaf: it imports only leaf helpers",
 	},
 	{
-		From:   []string{"hcl/...", "trainspec/..."},
+		From:   []string{"trainspec/..."},
 		To:     []string{"..."},
 		Except: []string{"internal/...", "trainer/workerenv"},
 		Why:    "the spec language is a leaf: it imports only leaf helpers and the worker contract it compiles to",
@@ -51,7 +51,7 @@ var layers = []Rule{
 		Why:  "the task driver runs as root on every client: it carries no training code of its own",
 	},
 	{
-		From: []string{"scheduler/...", "driver/...", "trainer/...", "hcl/...", "trainspec/...", "internal/..."},
+		From: []string{"scheduler/...", "driver/...", "trainer/...", "trainspec/...", "internal/..."},
 		To:   []string{"cmd/..."},
 		Why:  "cmd/ only wires: nothing imports it",
 	},

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // nomadEvery is how often a run page asks Nomad about the run's workers:
@@ -32,7 +32,7 @@ func (s *Server) nomadStatus(ctx context.Context, jobID string) (*NomadStatus, e
 	}
 	count := 0
 	for _, g := range job.TaskGroups {
-		if g.Name != nil && *g.Name == trainhcl.WorkerGroup && g.Count != nil {
+		if g.Name != nil && *g.Name == trainspec.WorkerGroup && g.Count != nil {
 			count = *g.Count
 		}
 	}
@@ -40,7 +40,7 @@ func (s *Server) nomadStatus(ctx context.Context, jobID string) (*NomadStatus, e
 	if err != nil {
 		return nil, err
 	}
-	t := nomad.NewTracker(trainhcl.WorkerGroup, count, true)
+	t := nomad.NewTracker(trainspec.WorkerGroup, count, true)
 	if job.JobModifyIndex != nil { // the latest submission's workers only
 		t.Since(*job.JobModifyIndex)
 	}
@@ -61,11 +61,11 @@ func (s *Server) jobStorage(ctx context.Context, jobID string) (root, name strin
 	if err != nil {
 		return "", "", fmt.Errorf("reading run %q: %w", jobID, err)
 	}
-	name, ok := job.Meta[trainhcl.MetaRun]
+	name, ok := job.Meta[trainspec.MetaRun]
 	if !ok {
 		return "", "", fmt.Errorf("%w: job %q is not a nomad-train run", nomad.ErrNoSuchRun, jobID)
 	}
-	root, err = storage.LocalDir(job.Meta[trainhcl.MetaStoragePath])
+	root, err = storage.LocalDir(job.Meta[trainspec.MetaStoragePath])
 	if err != nil {
 		return "", name, nil
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func newTestServer(t *testing.T, o Options) *httptest.Server {
@@ -241,8 +241,8 @@ func TestNomadRun(t *testing.T) {
 	appendSteps(t, run, 1)
 	srv := nomadtest.New(t)
 	job := api.NewBatchJob("r", "r", "", 50)
-	job.Meta = map[string]string{trainhcl.MetaRun: "r", trainhcl.MetaStoragePath: root}
-	job.TaskGroups = []*api.TaskGroup{api.NewTaskGroup(trainhcl.WorkerGroup, 2)}
+	job.Meta = map[string]string{trainspec.MetaRun: "r", trainspec.MetaStoragePath: root}
+	job.TaskGroups = []*api.TaskGroup{api.NewTaskGroup(trainspec.WorkerGroup, 2)}
 	srv.AddJob(job)
 	srv.AddJob(api.NewServiceJob("web", "web", "", 50)) // not a training run
 	srv.Script("r", []nomadtest.Step{nomadtest.Allocations("r", 2, 10, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)})

@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // AttemptOptions are what a new attempt at a run needs besides its job.
@@ -168,12 +168,12 @@ func ReadRun(ctx context.Context, c API, run string) (*RunInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading run %q: %w", run, err)
 	}
-	if _, ok := job.Meta[trainhcl.MetaRun]; !ok {
-		return nil, fmt.Errorf("job %q is not a nomad-train run (no meta %s)", run, trainhcl.MetaRun)
+	if _, ok := job.Meta[trainspec.MetaRun]; !ok {
+		return nil, fmt.Errorf("job %q is not a nomad-train run (no meta %s)", run, trainspec.MetaRun)
 	}
 	count := 0
 	for _, g := range job.TaskGroups {
-		if g.Name != nil && *g.Name == trainhcl.WorkerGroup && g.Count != nil {
+		if g.Name != nil && *g.Name == trainspec.WorkerGroup && g.Count != nil {
 			count = *g.Count
 		}
 	}
@@ -181,7 +181,7 @@ func ReadRun(ctx context.Context, c API, run string) (*RunInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := NewTracker(trainhcl.WorkerGroup, count, true)
+	t := NewTracker(trainspec.WorkerGroup, count, true)
 	if job.JobModifyIndex != nil {
 		t.Since(*job.JobModifyIndex)
 	}

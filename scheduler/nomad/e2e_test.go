@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // TestE2EAgent checks the Client against a real Nomad agent: a gang that
@@ -34,9 +34,9 @@ func TestE2EAgent(t *testing.T) {
 
 	secret, err := NewSecret()
 	must.NoError(t, err)
-	must.NoError(t, c.PutVariable(ctx, &api.Variable{Path: trainhcl.SecretVariablePath(id), Items: api.VariableItems{trainhcl.SecretItem: secret}}))
-	must.NoError(t, c.DeleteVariable(ctx, trainhcl.SecretVariablePath(id), ""))
-	must.NoError(t, c.DeleteVariable(ctx, trainhcl.SecretVariablePath(id), ""), must.Sprint("deleting twice is fine"))
+	must.NoError(t, c.PutVariable(ctx, &api.Variable{Path: trainspec.SecretVariablePath(id), Items: api.VariableItems{trainspec.SecretItem: secret}}))
+	must.NoError(t, c.DeleteVariable(ctx, trainspec.SecretVariablePath(id), ""))
+	must.NoError(t, c.DeleteVariable(ctx, trainspec.SecretVariablePath(id), ""), must.Sprint("deleting twice is fine"))
 
 	_, err = ListRuns(ctx, c)
 	must.NoError(t, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // blockingWait is how long one blocking query may wait on the server.
@@ -72,7 +72,7 @@ type FollowOptions struct {
 // ends Follow with ctx's error and leaves the job running.
 func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 	if o.Group == "" {
-		o.Group = trainhcl.WorkerGroup
+		o.Group = trainspec.WorkerGroup
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()

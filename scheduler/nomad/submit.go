@@ -14,20 +14,20 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
-// The per-run secret lives in the Nomad Variable trainhcl.SecretVariablePath
+// The per-run secret lives in the Nomad Variable trainspec.SecretVariablePath
 // (which the job's tasks may read with their workload identity) and is
-// rendered by trainhcl.SecretTemplate into each task's secrets directory;
-// package hcl owns those definitions so that `nomad-train compile` and
+// rendered by trainspec.SecretTemplate into each task's secrets directory;
+// package trainspec owns those definitions so that `nomad-train compile` and
 // Submit produce the same job.
 
 // NewSecret returns a fresh per-run secret from crypto/rand, hex-encoded
-// (trainhcl.SecretHexLen characters).
+// (trainspec.SecretHexLen characters).
 func NewSecret() (string, error) {
-	b := make([]byte, trainhcl.SecretHexLen/2)
+	b := make([]byte, trainspec.SecretHexLen/2)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("generating run secret: %w", err)
 	}
@@ -45,9 +45,9 @@ func AddSecretTemplate(job *api.Job) {
 	for _, g := range job.TaskGroups {
 		for _, t := range g.Tasks {
 			t.Templates = slices.DeleteFunc(t.Templates, func(tp *api.Template) bool {
-				return tp.DestPath != nil && *tp.DestPath == trainhcl.SecretDestination
+				return tp.DestPath != nil && *tp.DestPath == trainspec.SecretDestination
 			})
-			t.Templates = append(t.Templates, trainhcl.SecretTemplate(*job.ID))
+			t.Templates = append(t.Templates, trainspec.SecretTemplate(*job.ID))
 		}
 	}
 }
@@ -209,7 +209,7 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta[trainhcl.MetaAttempt] = storage.AttemptID([]byte(secret))
+	job.Meta[trainspec.MetaAttempt] = storage.AttemptID([]byte(secret))
 	delay := o.PlanInterval
 	for {
 		plan, err := c.Plan(ctx, job)
@@ -232,7 +232,7 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 		}
 		delay = min(2*delay, time.Minute)
 	}
-	v := &api.Variable{Path: trainhcl.SecretVariablePath(*job.ID), Items: api.VariableItems{trainhcl.SecretItem: secret}}
+	v := &api.Variable{Path: trainspec.SecretVariablePath(*job.ID), Items: api.VariableItems{trainspec.SecretItem: secret}}
 	if job.Namespace != nil {
 		v.Namespace = *job.Namespace
 	}
@@ -252,7 +252,7 @@ func Stop(ctx context.Context, c API, jobID, namespace string, purge bool) error
 		return fmt.Errorf("stopping job %q: %w", jobID, err)
 	}
 	if purge {
-		if err := c.DeleteVariable(ctx, trainhcl.SecretVariablePath(jobID), namespace); err != nil {
+		if err := c.DeleteVariable(ctx, trainspec.SecretVariablePath(jobID), namespace); err != nil {
 			return fmt.Errorf("deleting run secret: %w", err)
 		}
 	}
@@ -276,11 +276,11 @@ func ListRuns(ctx context.Context, c API) ([]Run, error) {
 	}
 	var out []Run
 	for _, j := range jobs {
-		name, ok := j.Meta[trainhcl.MetaRun]
+		name, ok := j.Meta[trainspec.MetaRun]
 		if !ok {
 			continue
 		}
-		out = append(out, Run{Name: name, JobID: j.ID, Status: listStatus(j), StoragePath: j.Meta[trainhcl.MetaStoragePath]})
+		out = append(out, Run{Name: name, JobID: j.ID, Status: listStatus(j), StoragePath: j.Meta[trainspec.MetaStoragePath]})
 	}
 	return out, nil
 }

@@ -12,17 +12,17 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func testJob(id string, count int) *api.Job {
 	job := api.NewBatchJob(id, id, "", 50)
-	job.Meta = map[string]string{trainhcl.MetaRun: id, trainhcl.MetaStoragePath: "/srv/results"}
-	g := api.NewTaskGroup(trainhcl.WorkerGroup, count)
-	g.Tasks = []*api.Task{api.NewTask(trainhcl.WorkerTask, trainhcl.Driver)}
+	job.Meta = map[string]string{trainspec.MetaRun: id, trainspec.MetaStoragePath: "/srv/results"}
+	g := api.NewTaskGroup(trainspec.WorkerGroup, count)
+	g.Tasks = []*api.Task{api.NewTask(trainspec.WorkerTask, trainspec.Driver)}
 	job.TaskGroups = []*api.TaskGroup{g}
 	return job
 }
@@ -80,7 +80,7 @@ func TestSubmit(t *testing.T) {
 
 		v := srv.Variable("nomad/jobs/mnist")
 		must.NotNil(t, v)
-		must.Eq(t, "s3cr3t-value", v.Items[trainhcl.SecretItem])
+		must.Eq(t, "s3cr3t-value", v.Items[trainspec.SecretItem])
 
 		job := srv.Job("mnist")
 		b, err := json.Marshal(job)
@@ -95,16 +95,16 @@ func TestSubmit(t *testing.T) {
 
 		// The attempt is the secret's, so each submission is a new version
 		// of the job; Follow starts at its registration.
-		must.Eq(t, storage.AttemptID([]byte("s3cr3t-value")), job.Meta[trainhcl.MetaAttempt])
+		must.Eq(t, storage.AttemptID([]byte("s3cr3t-value")), job.Meta[trainspec.MetaAttempt])
 		must.Eq(t, *job.JobModifyIndex, sub.Index)
 		again, err := Submit(context.Background(), c, testJob("mnist", 2), SubmitOptions{})
 		must.NoError(t, err)
 		must.Greater(t, sub.Index, again.Index)
-		must.NotEq(t, job.Meta[trainhcl.MetaAttempt], srv.Job("mnist").Meta[trainhcl.MetaAttempt])
+		must.NotEq(t, job.Meta[trainspec.MetaAttempt], srv.Job("mnist").Meta[trainspec.MetaAttempt])
 	})
 	t.Run("a job renamed after compile reads its own variable", func(t *testing.T) {
 		job := testJob("trial-0001", 1)
-		job.TaskGroups[0].Tasks[0].Templates = []*api.Template{trainhcl.SecretTemplate("base"), {DestPath: new("local/other.conf")}}
+		job.TaskGroups[0].Tasks[0].Templates = []*api.Template{trainspec.SecretTemplate("base"), {DestPath: new("local/other.conf")}}
 		AddSecretTemplate(job)
 		tmpls := job.TaskGroups[0].Tasks[0].Templates
 		must.Len(t, 2, tmpls)
@@ -117,8 +117,8 @@ func TestSubmit(t *testing.T) {
 		must.NoError(t, err)
 		_, err = Submit(context.Background(), c, testJob("b", 1), SubmitOptions{})
 		must.NoError(t, err)
-		sa, sb := srv.Variable("nomad/jobs/a").Items[trainhcl.SecretItem], srv.Variable("nomad/jobs/b").Items[trainhcl.SecretItem]
-		must.Eq(t, trainhcl.SecretHexLen, len(sa))
+		sa, sb := srv.Variable("nomad/jobs/a").Items[trainspec.SecretItem], srv.Variable("nomad/jobs/b").Items[trainspec.SecretItem]
+		must.Eq(t, trainspec.SecretHexLen, len(sa))
 		must.NotEq(t, sa, sb)
 	})
 	t.Run("refuses a gang that does not fit, before registering", func(t *testing.T) {

@@ -18,7 +18,7 @@
 //     how to build the scheduler (SchedulerSettings.Build). Its file
 //     registers it by name in an init function; ParseScheduler decodes a
 //     train.hcl scheduler block's settings through that registry, so the
-//     spec reader (package hcl) and the CLI know no scheduler by name.
+//     spec reader (package trainspec) and the CLI know no scheduler by name.
 //     A new scheduler touches only:
 //     1. its own file: the Scheduler, its settings type with json tags, a
 //     validate method, and registerScheduler in init;
@@ -39,7 +39,7 @@
 //     the same storage, and opens the next trial's storage while the slots
 //     are busy (Preparer). NomadJobs makes each trial a Nomad job of its
 //     own, "<experiment>-trial_0003": the train spec compiled with the
-//     trial's run name, storage directory and config (hcl.CompileTrial),
+//     trial's run name, storage directory and config (trainspec.CompileTrial),
 //     admitted whole and registered by scheduler/nomad's Submit, followed
 //     with blocking queries; an early stop deregisters it, waits for its
 //     allocations to end and purges it. Its results reach the tuner through

@@ -9,13 +9,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // NomadJobs is the cluster backend: each trial is a Nomad job of its own,
 // the train spec compiled with the trial's run name, storage directory and
-// config (hcl.CompileTrial, job ID "<experiment>-<trial>"), admitted whole
+// config (trainspec.CompileTrial, job ID "<experiment>-<trial>"), admitted whole
 // and registered by scheduler/nomad's Submit (gang admission, the run's
 // secret Variable) and followed by its Follow. A trial the tuner stops
 // (early stopping, a PBT exploit, the time budget) is stopped through
@@ -34,7 +34,7 @@ type NomadJobs struct {
 	API nomad.API
 	// Spec is the train spec; its Name is the experiment's name and its
 	// config is replaced by each trial's.
-	Spec *trainhcl.Spec
+	Spec *trainspec.Spec
 	// Namespace is the jobs' namespace when the spec names none.
 	Namespace string
 	// WaitForCapacity makes a trial wait until its whole gang fits (as
@@ -70,7 +70,7 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 		log = hclog.NewNullLogger()
 	}
 	log = log.Named("nomad").With("trial", t.ID)
-	job, diags := trainhcl.CompileTrial(b.Spec, t.ID, t.StoragePath, t.Config)
+	job, diags := trainspec.CompileTrial(b.Spec, t.ID, t.StoragePath, t.Config)
 	if diags.HasErrors() {
 		return fmt.Errorf("compile trial %s: %w", t.ID, diags)
 	}
@@ -91,7 +91,7 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 		// good may try again, with its whole failure budget.
 		ao := nomad.AttemptOptions{StoragePath: t.StoragePath, Run: t.ID,
 			Submit: nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity, Logger: log, PlanInterval: b.PlanInterval}}
-		if b.Spec.Rendezvous.BackendFor(true) == trainhcl.BackendConsul {
+		if b.Spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
 			ao.KV = b.KV
 		}
 		sub, err := nomad.SubmitAttempt(ctx, b.API, job, ao)
@@ -144,7 +144,7 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	for _, a := range allocs {
 		live = live || a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
 	}
-	if live && (old.Stop == nil || !*old.Stop) && old.Meta[trainhcl.MetaSpecSHA256] == job.Meta[trainhcl.MetaSpecSHA256] {
+	if live && (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
 		log.Info("adopting the trial's running job")
 		return true, nil
 	}
@@ -162,7 +162,7 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 func (b *NomadJobs) stop(jobID, ns string) error {
 	timeout := b.StopTimeout
 	if timeout <= 0 {
-		timeout = trainhcl.KillTimeout + 15*time.Second
+		timeout = trainspec.KillTimeout + 15*time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

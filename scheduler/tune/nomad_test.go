@@ -14,11 +14,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // fakeCluster is the fake Nomad API with a node in front of it that runs
@@ -71,7 +71,7 @@ train "nt" {
 // test binary it runs fn and exits; otherwise it returns a fake cluster
 // whose node runs fn, a client of it, and nomadTuneSpec (storage in a
 // temporary directory) with its search space.
-func onFakeNomad(t *testing.T, fn trainer.TrainFunc) (*fakeCluster, *nomad.Client, *trainhcl.Spec, map[string]any) {
+func onFakeNomad(t *testing.T, fn trainer.TrainFunc) (*fakeCluster, *nomad.Client, *trainspec.Spec, map[string]any) {
 	asWorker(fn)
 	t.Setenv("GORACE", "atexit_sleep_ms=0") // workers under -race exit at once
 	srv := nomadtest.New(t)
@@ -79,7 +79,7 @@ func onFakeNomad(t *testing.T, fn trainer.TrainFunc) (*fakeCluster, *nomad.Clien
 		nomadtest.LocalWorkers(os.Args[0], []string{"-test.run=^" + t.Name() + "$"}, nil))}
 	c, err := nomad.NewClient(nomad.Config{Address: fc.node.URL})
 	must.NoError(t, err)
-	spec, diags := trainhcl.Parse(fmt.Appendf(nil, nomadTuneSpec, t.TempDir()), "train.hcl", trainhcl.ParseOptions{})
+	spec, diags := trainspec.Parse(fmt.Appendf(nil, nomadTuneSpec, t.TempDir()), "train.hcl", trainspec.ParseOptions{})
 	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 	space, err := ParseSpace(spec.ConfigJSON)
 	must.NoError(t, err)
@@ -113,7 +113,7 @@ func TestNomadJobsASHA(t *testing.T) {
 
 	early, finished := 0, 0
 	for _, tr := range g.Trials {
-		id := trainhcl.TrialJobID("nt", tr.ID)
+		id := trainspec.TrialJobID("nt", tr.ID)
 		job := fc.srv.Job(id)
 		must.NotNil(t, job, must.Sprintf("trial %s has no job", tr.ID))
 		cfg := job.TaskGroups[0].Tasks[0].Config
@@ -128,12 +128,12 @@ func TestNomadJobsASHA(t *testing.T) {
 			must.StrContains(t, tr.Reason, "rung") // it may run on a little until its stop lands
 			must.True(t, isStopped && purged, must.Sprintf("ASHA's stop of %s did not purge its job", tr.ID))
 			must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("stop, then purge"))
-			must.Nil(t, fc.srv.Variable(trainhcl.SecretVariablePath(id)))
+			must.Nil(t, fc.srv.Variable(trainspec.SecretVariablePath(id)))
 		case StatusTerminated:
 			finished++
 			must.EqOp(t, 8, tr.Iterations)
 			must.False(t, isStopped)
-			must.NotNil(t, fc.srv.Variable(trainhcl.SecretVariablePath(id)))
+			must.NotNil(t, fc.srv.Variable(trainspec.SecretVariablePath(id)))
 			mu.Lock()
 			must.SliceContains(t, phases[tr.ID], nomad.PhaseComplete)
 			mu.Unlock()
@@ -164,7 +164,7 @@ func TestNomadJobsFailedTrial(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, StatusError, g.Trials[0].Status)
 	must.StrContains(t, g.Trials[0].Reason, "run failed")
-	id := trainhcl.TrialJobID("nt", "trial_0000")
+	id := trainspec.TrialJobID("nt", "trial_0000")
 	must.EqOp(t, 2, fc.count("PUT /v1/jobs"))
 	must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("the failed job is stopped and purged before the retry"))
 	stopped, purged := fc.srv.Stopped(id)
@@ -193,7 +193,7 @@ func (k *recordingKV) DeleteTree(prefix string, _ *consul.WriteOptions) (*consul
 func TestNomadJobsAdoptsRunningJob(t *testing.T) {
 	fc, c, spec, _ := onFakeNomad(t, failTrain)
 	expDir := spec.Run.StoragePath + "/nt"
-	job, diags := trainhcl.CompileTrial(spec, "trial_0000", expDir, []byte(`{"epochs":3,"lr":0.1}`))
+	job, diags := trainspec.CompileTrial(spec, "trial_0000", expDir, []byte(`{"epochs":3,"lr":0.1}`))
 	must.False(t, diags.HasErrors())
 	id := *job.ID
 	fc.srv.AddJob(job)

@@ -1,4 +1,4 @@
-package hcl
+package trainspec
 
 import (
 	"github.com/hashicorp/hcl/v2"

@@ -1,4 +1,4 @@
-package hcl
+package trainspec
 
 import (
 	"encoding/json"
@@ -62,7 +62,7 @@ func checkGolden(t *testing.T, path string, got []byte) {
 		return
 	}
 	want, err := os.ReadFile(path)
-	must.NoError(t, err, must.Sprint("run go test ./hcl -run TestGolden -update"))
+	must.NoError(t, err, must.Sprint("run go test ./trainspec -run TestGolden -update"))
 	must.Eq(t, string(want), string(got))
 }
 

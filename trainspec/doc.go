@@ -1,4 +1,4 @@
-// Package hcl is the train.hcl language: a run described in HCL, decoded
+// Package trainspec is the train.hcl language: a run described in HCL, decoded
 // with diagnostics that carry source ranges, compiled into a Nomad batch job
 // (*api.Job from github.com/hashicorp/nomad/api), and rendered as a Nomad
 // HCL2 jobspec or as the JSON that `nomad job run -json` accepts.
@@ -53,4 +53,4 @@
 // print them with hcl.NewDiagnosticTextWriter and the files of the parser
 // given in ParseOptions.Parser. Compile, RenderHCL and RenderJSON are
 // deterministic, so their output can be checked into version control.
-package hcl
+package trainspec

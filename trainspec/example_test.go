@@ -1,4 +1,4 @@
-package hcl_test
+package trainspec_test
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
-	trainhcl "github.com/nomad-train/nomad-train/hcl"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func ExampleParse() {
@@ -23,14 +23,14 @@ train "demo" {
   scaling { num_workers = var.workers }
 }
 `)
-	spec, diags := trainhcl.Parse(src, "train.hcl", trainhcl.ParseOptions{
+	spec, diags := trainspec.Parse(src, "train.hcl", trainspec.ParseOptions{
 		Vars: map[string]string{"workers": "4"},
 	})
 	if diags.HasErrors() {
 		fmt.Println(diags)
 		return
 	}
-	job, _ := trainhcl.Compile(spec)
+	job, _ := trainspec.Compile(spec)
 	task := job.TaskGroups[0].Tasks[0]
 	fmt.Println(*job.ID, *job.Type, *job.TaskGroups[0].Count, task.Driver)
 	fmt.Println(task.Config["train_config"], task.Config["world_size"])
@@ -46,7 +46,7 @@ func ExampleParse_diagnostics() {
 }
 `)
 	parser := hclparse.NewParser()
-	_, diags := trainhcl.Parse(src, "train.hcl", trainhcl.ParseOptions{Parser: parser})
+	_, diags := trainspec.Parse(src, "train.hcl", trainspec.ParseOptions{Parser: parser})
 	w := hcl.NewDiagnosticTextWriter(os.Stdout, parser.Files(), 78, false)
 	_ = w.WriteDiagnostics(diags)
 	// Output:

@@ -1,4 +1,4 @@
-package hcl
+package trainspec
 
 import (
 	"sort"
