@@ -68,7 +68,8 @@ var rootSchema = &hcl.BodySchema{
 }
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
-	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig, checkScheduler: opts.CheckScheduler}
+	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig, checkScheduler: opts.CheckScheduler,
+		checkSearcher: opts.CheckSearcher}
 	if d.builtins == nil {
 		d.builtins = KnownBuiltins()
 	}
