@@ -59,12 +59,8 @@ func modelOf(d Domain) dimModel {
 // index for a choice); ok is false when v is not a value of the dimension.
 func (m dimModel) internal(v any) (float64, bool) {
 	if opts, ok := options(m.dom); ok {
-		for i, o := range opts {
-			if sameValue(o, v) {
-				return float64(i), true
-			}
-		}
-		return 0, false
+		i, ok := optionIndex(opts, v)
+		return float64(i), ok
 	}
 	f, ok := toFloat(v)
 	if !ok {

@@ -119,6 +119,7 @@ func (g *Generator) Next() (v Variant, ok bool) {
 		params[s.name()] = val
 		if isOpts {
 			val = resolveNested(val, s.name(), idx, sample, params)
+			params[s.name()] = val
 		}
 		setPath(cfg, s.path, val)
 	}

@@ -163,9 +163,56 @@ func pickNested(d Domain, name string, pick func(name string, d Domain) any, par
 	if opts, ok := options(d); ok {
 		for i, o := range opts {
 			if sameValue(o, v) {
-				return resolveNested(o, name, i, pick, params)
+				v = resolveNested(o, name, i, pick, params)
+				params[name] = v
+				return v
 			}
 		}
 	}
 	return v
+}
+
+// optionIndex finds the option of a choice that v is, or was resolved
+// from (an option holding functions matches a value that has the same
+// fixed parts).
+func optionIndex(opts []any, v any) (int, bool) {
+	for i, o := range opts {
+		if matchesOption(o, v) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func matchesOption(o, v any) bool {
+	if len(sites(o, nil, nil)) == 0 {
+		return sameValue(o, v)
+	}
+	switch x := o.(type) {
+	case Domain:
+		return true
+	case map[string]any:
+		m, ok := v.(map[string]any)
+		if !ok || len(m) != len(x) {
+			return false
+		}
+		for k, e := range x {
+			if _, ok := m[k]; !ok || !matchesOption(e, m[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := v.([]any)
+		if !ok || len(l) != len(x) {
+			return false
+		}
+		for i := range x {
+			if !matchesOption(x[i], l[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
