@@ -211,6 +211,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if t := d.single(c, "tune"); t != nil {
 		s.Tune, s.ranges.tune = d.tune(t), t.DefRange
+		tuneCheckpointDefault(c, &s.Run)
 	} else if attr := a["config"]; attr != nil {
 		d.noSearchSpace(attr, s.ConfigJSON)
 		d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON)

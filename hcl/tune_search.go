@@ -54,3 +54,24 @@ func (d *decoder) tuneSearchAlg(c *hcl.BodyContent, metric string, searcher *hcl
 	}
 	return s
 }
+
+// tuneCheckpointDefault makes each trial of an experiment keep one
+// checkpoint unless the run block's checkpoint sets num_to_keep (0 keeps
+// all): a small experiment left hundreds per trial.
+func tuneCheckpointDefault(c *hcl.BodyContent, r *Run) {
+	for _, rb := range c.Blocks {
+		if rb.Type != "run" {
+			continue
+		}
+		rc, _, _ := rb.Body.PartialContent(runSchema)
+		for _, cb := range rc.Blocks {
+			if cb.Type != "checkpoint" {
+				continue
+			}
+			if cc, _, _ := cb.Body.PartialContent(checkpointSchema); cc.Attributes["num_to_keep"] != nil {
+				return
+			}
+		}
+	}
+	r.Checkpoint.NumToKeep = 1
+}

@@ -65,3 +65,25 @@ func TestTuneFunctionsMore(t *testing.T) {
 		must.True(t, diags.HasErrors(), must.Sprint(bad))
 	}
 }
+
+// An experiment's trials keep one checkpoint unless the spec says how
+// many (0 keeps all); a plain run keeps all, as before.
+func TestTuneKeepsOneCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name, run, tune string
+		want            int
+	}{
+		{"tune default", "", "tune {}", 1},
+		{"tune with checkpoint block", "run {\ncheckpoint { score_attribute = \"loss\" }\n}", "tune {}", 1},
+		{"tune keeps all", "run {\ncheckpoint { num_to_keep = 0 }\n}", "tune {}", 0},
+		{"tune keeps 3", "run {\ncheckpoint { num_to_keep = 3 }\n}", "tune {}", 3},
+		{"plain run", "", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\n" + tc.run + "\n" + tc.tune + "\n}\n"
+			spec, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+			must.EqOp(t, tc.want, spec.Run.Checkpoint.NumToKeep)
+		})
+	}
+}
