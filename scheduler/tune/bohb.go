@@ -14,9 +14,11 @@ func init() {
 // with the hyperband scheduler: it learns from every intermediate result,
 // by budget (the time attribute's value). For a new trial it takes the
 // largest budget with at least d+2 results (d: the dimensions of the
-// space), fits TPE-style Parzen estimators to the best TopNPercent of them
-// (at least d+1) and to the rest, and of NumSamples candidates drawn from
-// the good model takes the one with the highest good/bad density ratio,
+// space), fits TPE-style Parzen estimators (each with a prior over the
+// whole range) to the best TopNPercent of them (at least one; BOHB's
+// multivariate KDE wants d+1, which with few results makes nearly all of
+// them good) and to the rest, and of NumSamples candidates drawn from the
+// good model takes the one with the highest good/bad density ratio,
 // dimension by dimension. A RandomFraction of the trials, and every trial
 // until some budget has enough results, is drawn at random.
 type BOHBSettings struct {
@@ -135,12 +137,12 @@ func (b *bohb) split() {
 		}
 	}
 	sort.SliceStable(at, func(i, j int) bool { return b.obj.better(at[i].results[budget], at[j].results[budget]) })
-	nMin := max(len(b.sites)+1, 1)
+	// TPE-style: the good ones and the rest, each with a prior over the
+	// whole range, rather than BOHB's d+1 points at least in each (which
+	// with a few dimensions and few results makes nearly all of them good).
 	n := len(at)
-	nGood := max(nMin, int(b.cfg.TopNPercent*float64(n)/100))
-	nBad := max(nMin, int((100-b.cfg.TopNPercent)*float64(n)/100))
-	b.good = at[:min(nGood, n)]
-	b.bad = at[max(n-nBad, 0):]
+	nGood := max(1, int(math.Ceil(b.cfg.TopNPercent*float64(n)/100)))
+	b.good, b.bad = at[:nGood], at[nGood:]
 }
 
 // sample draws one dimension from the chosen budget's models.
