@@ -116,7 +116,11 @@ func ParseSpace(data []byte) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.(map[string]any), nil
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: the space is a search-space function itself; it must be an object of settings", ErrSpace)
+	}
+	return m, nil
 }
 
 func parseValue(v any, path string) (any, error) {
