@@ -60,3 +60,30 @@ func TestTPEAdopt(t *testing.T) {
 	s.Adopt("a", map[string]any{"opt": map[string]any{"name": "adam", "beta": 0.5}, "opt/1/beta": 0.5, "x": 0.01})
 	must.Eq(t, map[string]float64{"opt": 1, "opt/1/beta": 0.5, "x": math.Log(0.01)}, s.byID["a"].params)
 }
+
+// BOHB: the bohb searcher with the hyperband scheduler, end to end: every
+// trial ends, those HyperBand ran to max_t TERMINATED, the others STOPPED
+// short of it.
+func TestTunerWithBOHB(t *testing.T) {
+	g, err := New(&InProcess{Fn: synthetic(0, false, nil)}, lrSpace(9), Config{
+		Name: "bohb", StoragePath: t.TempDir(), NumSamples: 14, MaxConcurrentTrials: 2,
+		Metric: "loss", Mode: ModeMin, Seed: 2,
+		Search:    BOHBSettings{},
+		Scheduler: HyperBandSettings{MaxT: 9, ReductionFactor: 3},
+	}).Fit(context.Background())
+	must.NoError(t, err)
+	must.SliceLen(t, 14, g.Trials)
+	stopped := 0
+	for _, tr := range g.Trials {
+		switch tr.Status {
+		case StatusTerminated:
+			must.EqOp(t, 9, tr.Iterations)
+		case StatusStopped:
+			must.Less(t, 9, tr.Iterations)
+			stopped++
+		default:
+			t.Fatalf("%s is %s", tr.ID, tr.Status)
+		}
+	}
+	must.Positive(t, stopped)
+}
