@@ -68,7 +68,8 @@ var rootSchema = &hcl.BodySchema{
 }
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
-	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig, checkScheduler: opts.CheckScheduler}
+	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig, checkScheduler: opts.CheckScheduler,
+		checkSearcher: opts.CheckSearcher}
 	if d.builtins == nil {
 		d.builtins = KnownBuiltins()
 	}
@@ -211,6 +212,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if t := d.single(c, "tune"); t != nil {
 		s.Tune, s.ranges.tune = d.tune(t), t.DefRange
+		tuneCheckpointDefault(c, &s.Run)
 	} else if attr := a["config"]; attr != nil {
 		d.noSearchSpace(attr, s.ConfigJSON)
 		d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON)

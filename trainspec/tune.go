@@ -32,6 +32,9 @@ type Tune struct {
 	Seed                int
 	MaxFailures         int // per trial; -1 unlimited
 	Scheduler           TuneScheduler
+	// SearchAlg is the search_alg: a searcher's type and settings; its
+	// Type is Searcher when the tune block names none.
+	SearchAlg TuneSearcher
 }
 
 // TuneScheduler is the tune block's scheduler {} block: the scheduler's
@@ -46,31 +49,39 @@ type TuneScheduler struct {
 }
 
 // Search-space function names, usable anywhere inside config = {...}.
-var searchSpaceFuncs = []string{"uniform", "quniform", "loguniform", "randint", "choice", "grid_search"}
+var searchSpaceFuncs = []string{"choice", "grid_search", "uniform", "quniform", "loguniform", "randint",
+	"qloguniform", "qrandint", "randn", "qrandn"}
+
+// numberSpaceArgs is how many numbers each numeric search-space function
+// takes.
+var numberSpaceArgs = map[string]int{"uniform": 2, "quniform": 3, "loguniform": 2, "randint": 2,
+	"qloguniform": 3, "qrandint": 3, "randn": 2, "qrandn": 3}
 
 // TuneFunctions returns the search-space functions: uniform(lo, hi),
-// quniform(lo, hi, q), loguniform(lo, hi), randint(lo, hi) (hi excluded),
-// choice(list) and grid_search(list). Each returns the function's JSON
-// form, an object with one key, e.g. { loguniform = [0.0001, 0.1] }.
+// quniform(lo, hi, q), loguniform(lo, hi), qloguniform(lo, hi, q),
+// randint(lo, hi) (hi excluded), qrandint(lo, hi, q) (hi included),
+// randn(mean, sd), qrandn(mean, sd, q), choice(list) and grid_search(list).
+// Each returns the function's JSON form, an object with one key, e.g.
+// { loguniform = [0.0001, 0.1] }.
 func TuneFunctions() map[string]function.Function {
 	fns := map[string]function.Function{}
-	for _, name := range searchSpaceFuncs[:4] {
-		n := 2
-		if name == "quniform" {
-			n = 3
-		}
+	for name, n := range numberSpaceArgs {
 		fns[name] = numberSpaceFunc(name, n)
 	}
-	for _, name := range searchSpaceFuncs[4:] {
+	for _, name := range searchSpaceFuncs[:2] {
 		fns[name] = listSpaceFunc(name)
 	}
 	return fns
 }
 
 func numberSpaceFunc(name string, n int) function.Function {
+	names := []string{"lower", "upper", "q"}
+	if strings.HasSuffix(name, "randn") {
+		names = []string{"mean", "sd", "q"}
+	}
 	params := make([]function.Parameter, n)
 	for i := range params {
-		params[i] = function.Parameter{Name: []string{"lower", "upper", "q"}[i], Type: cty.Number}
+		params[i] = function.Parameter{Name: names[i], Type: cty.Number}
 	}
 	elems := make([]cty.Type, n)
 	for i := range elems {
@@ -81,24 +92,42 @@ func numberSpaceFunc(name string, n int) function.Function {
 		Params: params,
 		Type:   function.StaticReturnType(ret),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			lo, _ := args[0].AsBigFloat().Float64()
-			hi, _ := args[1].AsBigFloat().Float64()
-			switch {
-			case !(lo < hi):
-				return cty.NilVal, function.NewArgErrorf(1, "%s: the upper bound must exceed the lower bound %v", name, lo)
-			case name == "loguniform" && lo <= 0:
-				return cty.NilVal, function.NewArgErrorf(0, "loguniform: the lower bound must be positive")
-			case name == "randint" && (lo != math.Trunc(lo) || hi != math.Trunc(hi)):
-				return cty.NilVal, function.NewArgErrorf(0, "randint: the bounds must be whole numbers")
-			}
-			if name == "quniform" {
-				if q, _ := args[2].AsBigFloat().Float64(); q <= 0 {
-					return cty.NilVal, function.NewArgErrorf(2, "quniform: the step must be positive")
-				}
+			if err := checkSpaceArgs(name, args); err != nil {
+				return cty.NilVal, err
 			}
 			return cty.ObjectVal(map[string]cty.Value{name: cty.TupleVal(args)}), nil
 		},
 	})
+}
+
+// checkSpaceArgs checks a numeric search-space function's arguments.
+func checkSpaceArgs(name string, args []cty.Value) error {
+	f := make([]float64, len(args))
+	for i, a := range args {
+		f[i], _ = a.AsBigFloat().Float64()
+	}
+	whole := func(v float64) bool { return v == math.Trunc(v) }
+	if len(f) == 3 && f[2] <= 0 {
+		return function.NewArgErrorf(2, "%s: the step must be positive", name)
+	}
+	switch name {
+	case "randn", "qrandn":
+		if f[1] <= 0 {
+			return function.NewArgErrorf(1, "%s: the standard deviation must be positive", name)
+		}
+		return nil
+	}
+	switch {
+	case !(f[0] < f[1]):
+		return function.NewArgErrorf(1, "%s: the upper bound must exceed the lower bound %v", name, f[0])
+	case (name == "loguniform" || name == "qloguniform") && f[0] <= 0:
+		return function.NewArgErrorf(0, "%s: the lower bound must be positive", name)
+	case name == "randint" && (!whole(f[0]) || !whole(f[1])):
+		return function.NewArgErrorf(0, "randint: the bounds must be whole numbers")
+	case name == "qrandint" && (!whole(f[0]) || !whole(f[1]) || !whole(f[2])):
+		return function.NewArgErrorf(0, "qrandint: the bounds and the step must be whole numbers")
+	}
+	return nil
 }
 
 func listSpaceFunc(name string) function.Function {
@@ -125,8 +154,9 @@ var (
 		Attributes: []hcl.AttributeSchema{
 			{Name: "num_samples"}, {Name: "max_concurrent_trials"}, {Name: "metric"}, {Name: "mode"},
 			{Name: "time_attr"}, {Name: "time_budget"}, {Name: "searcher"}, {Name: "seed"}, {Name: "max_failures"},
+			{Name: "search_alg"},
 		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}, {Type: "search_alg"}},
 	}
 )
 
@@ -160,6 +190,7 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 	if sb := d.single(c, "scheduler"); sb != nil {
 		t.Scheduler = d.tuneScheduler(sb, t.Metric)
 	}
+	t.SearchAlg = d.tuneSearchAlg(c, t.Metric, a["searcher"], &t.Searcher)
 	return t
 }
 
@@ -167,16 +198,28 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 // attributes as the JSON object of the scheduler's settings, which the
 // scheduler checks (ParseOptions.CheckScheduler).
 func (d *decoder) tuneScheduler(b *hcl.Block, metric string) TuneScheduler {
-	var s TuneScheduler
+	var check func(kind string, settings []byte) error
+	if d.checkScheduler != nil {
+		check = func(kind string, settings []byte) error { return d.checkScheduler(kind, metric, settings) }
+	}
+	typ, settings := d.typedBlock(b, "scheduler", `type = "asha"`, check)
+	return TuneScheduler{Type: typ, SettingsJSON: settings}
+}
+
+// typedBlock decodes a block of a plugin kind (scheduler, search_alg): its
+// type, and its other attributes as one JSON object of the kind's
+// settings, which check (when set) checks; an error that names a setting
+// (SettingKey) is reported at it.
+func (d *decoder) typedBlock(b *hcl.Block, what, example string, check func(kind string, settings []byte) error) (typ string, settingsJSON []byte) {
 	attrs, diags := b.Body.JustAttributes()
 	d.diags = append(d.diags, diags...)
-	typ := attrs["type"]
-	if typ == nil {
-		d.rangeErrorf(b.DefRange, "Missing required argument", `The scheduler block needs type, such as type = "asha".`)
-		return s
+	typAttr := attrs["type"]
+	if typAttr == nil {
+		d.rangeErrorf(b.DefRange, "Missing required argument", "The %s block needs type, such as %s.", what, example)
+		return "", nil
 	}
-	if !d.nonEmpty(typ, &s.Type) {
-		return s
+	if !d.nonEmpty(typAttr, &typ) {
+		return "", nil
 	}
 	settings := map[string]json.RawMessage{}
 	for name, attr := range attrs {
@@ -188,14 +231,14 @@ func (d *decoder) tuneScheduler(b *hcl.Block, metric string) TuneScheduler {
 		}
 	}
 	if len(settings) > 0 {
-		s.SettingsJSON, _ = json.Marshal(settings) // sorted keys
+		settingsJSON, _ = json.Marshal(settings) // sorted keys
 	}
-	if d.checkScheduler == nil || d.diags.HasErrors() {
-		return s
+	if check == nil || d.diags.HasErrors() {
+		return typ, settingsJSON
 	}
-	err := d.checkScheduler(s.Type, metric, s.SettingsJSON)
+	err := check(typ, settingsJSON)
 	if err == nil {
-		return s
+		return typ, settingsJSON
 	}
 	var keyed interface{ SettingKey() string }
 	rng := b.DefRange
@@ -211,8 +254,8 @@ func (d *decoder) tuneScheduler(b *hcl.Block, metric string) TuneScheduler {
 			}
 		}
 	}
-	d.rangeErrorf(rng, "Invalid scheduler setting", "%s.", capitalize(err.Error()))
-	return s
+	d.rangeErrorf(rng, "Invalid "+what+" setting", "%s.", capitalize(err.Error()))
+	return typ, settingsJSON
 }
 
 // jsonValue evaluates attr and writes its value as JSON.

@@ -105,6 +105,7 @@ func TestTuneBlockErrors(t *testing.T) {
 		{"choice of a number", `config = { lr = choice(3) }`, "Invalid function argument"},
 		{"empty grid", `config = { lr = grid_search([]) }`, "Invalid function argument"},
 		{"space without tune", `config = { opt = { lr = loguniform(1e-4, 1e-1) } }`, "Search space without a tune block"},
+		{"randn without tune", `config = { opt = { lr = randn(0, 1) } }`, "Search space without a tune block"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\n" + tc.body + "\n}\n"

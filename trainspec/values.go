@@ -20,7 +20,9 @@ type decoder struct {
 	checkConfig func(builtin string, config []byte) error // ParseOptions.CheckConfig
 	// checkScheduler is ParseOptions.CheckScheduler.
 	checkScheduler func(kind, metric string, settings []byte) error
-	diags          hcl.Diagnostics
+	// checkSearcher is ParseOptions.CheckSearcher.
+	checkSearcher func(kind, metric string, settings []byte) error
+	diags         hcl.Diagnostics
 }
 
 // content decodes body against schema, recording diagnostics.

@@ -44,6 +44,9 @@ type ParseOptions struct {
 	// none). An error that has a SettingKey() string method is reported
 	// at that setting; others at the scheduler block.
 	CheckScheduler func(kind, metric string, settings []byte) error
+	// CheckSearcher, when set, checks a tune block's search_alg in the
+	// same way: its type, its settings as a JSON object, and the metric.
+	CheckSearcher func(kind, metric string, settings []byte) error
 	// Parser, when set, is the parser the spec and variable files are read
 	// with, so that the caller can print diagnostics with source snippets
 	// from Parser.Files(). Nil uses a fresh one.

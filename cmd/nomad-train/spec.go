@@ -134,6 +134,10 @@ func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Wr
 			_, err := tune.ParseScheduler(kind, settings, metric)
 			return err
 		},
+		CheckSearcher: func(kind, metric string, settings []byte) error {
+			_, err := tune.ParseSearcher(kind, settings, metric)
+			return err
+		},
 		Parser: parser,
 	})
 	if command != "" && !diags.HasErrors() {

@@ -103,7 +103,7 @@ func TestValidateSchedulerSettings(t *testing.T) {
 	}{
 		{"setting of another scheduler", "type = \"pbt\"\nmax_t = 9\nhyperparam_mutations = { lr = [0.1, 0.01] }", 11,
 			`scheduler has no setting "max_t"`},
-		{"unknown type", "type = \"hyperband\"", 10, `Unknown scheduler "hyperband"; the schedulers are asha, fifo,`},
+		{"unknown type", "type = \"hyperopt\"", 10, `Unknown scheduler "hyperopt"; the schedulers are asha, fifo, hyperband,`},
 		{"negative", "type = \"asha\"\nmax_t = -1", 11, "Must be a positive number; got -1."},
 		{"wrong type", "type = \"median\"\nmin_samples_required = \"three\"", 11, "Must be int, got a JSON string."},
 		{"fifo takes nothing", "type = \"fifo\"\nmax_t = 3", 11, `fifo scheduler takes no settings`},
@@ -132,9 +132,15 @@ func TestValidateSchedulerSettings(t *testing.T) {
 			}
 		})
 	}
+	// A search_alg's settings are checked by the searcher, at the setting.
+	badSearch := writeFile(t, t.TempDir(), "tune.hcl", "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = { lr = uniform(0, 1) }\ntune {\nmetric = \"loss\"\nmode = \"min\"\nsearch_alg {\ntype = \"tpe\"\nn_startup = 3\n}\n}\n}\n")
+	code, _, errOut := runCLI(t, "validate", badSearch)
+	must.Eq(t, 1, code)
+	must.StrContains(t, errOut, fmt.Sprintf("on %s line 9, in train \"x\":", badSearch))
+	must.StrContains(t, errOut, `The tpe searcher has no setting "n_startup"; it takes n_startup_trials,`)
 	// A scheduler that ranks trials needs the tune block's metric.
 	bad := writeFile(t, t.TempDir(), "tune.hcl", "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\ntune {\nscheduler { type = \"asha\" }\n}\n}\n")
-	code, _, errOut := runCLI(t, "validate", bad)
+	code, _, errOut = runCLI(t, "validate", bad)
 	must.Eq(t, 1, code)
 	must.StrContains(t, errOut, "asha scheduler ranks trials: set metric and mode")
 }

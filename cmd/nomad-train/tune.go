@@ -49,11 +49,16 @@ func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer)
 		fmt.Fprintf(stderr, "nomad-train tune: %s: scheduler: %v\n", path, err)
 		return nil, false
 	}
+	search, err := tune.ParseSearcher(t.SearchAlg.Type, t.SearchAlg.SettingsJSON, t.Metric)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train tune: %s: search_alg: %v\n", path, err)
+		return nil, false
+	}
 	x := &experiment{spec: spec, numWorkers: spec.Scaling.NumWorkers, space: space,
 		cfg: tune.Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 			NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
 			Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
-			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched,
+			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched, Search: search,
 			Checkpoint: workerenv.CheckpointPolicy{NumToKeep: spec.Run.Checkpoint.NumToKeep,
 				ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute, ScoreOrder: spec.Run.Checkpoint.ScoreOrder}}}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {

@@ -149,7 +149,7 @@ func (a *ASHA) OnResult(r Result) Decision {
 	b := a.brackets[a.trials[r.Trial]]
 	d := b.onResult(r.Trial, r.Time, a.cfg.score(r.Value), a.cfg.Objective)
 	if r.Time >= a.cfg.MaxT {
-		return Decision{Action: Stop, Reason: fmt.Sprintf("reached max_t %v", a.cfg.MaxT)}
+		return Decision{Action: Stop, Reason: fmt.Sprintf("reached max_t %v", a.cfg.MaxT), Finished: true}
 	}
 	return d
 }

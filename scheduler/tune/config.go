@@ -34,6 +34,11 @@ type Config struct {
 	// the scheduler reproducible.
 	Searcher string
 	Seed     uint64
+	// Search is the searcher's kind and settings, such as TPESettings{};
+	// nil is Searcher's variant generator. A model-based searcher makes
+	// its NumSamples trials one at a time, as slots free, learning from
+	// the results of those before.
+	Search SearcherSettings
 	// Scheduler is the trial scheduler's kind and settings (FIFO when nil),
 	// such as ASHASettings{MaxT: 9}, or a custom SchedulerSettings. Each Fit
 	// builds a fresh scheduler from it and replays the recorded results.

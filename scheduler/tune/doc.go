@@ -5,14 +5,29 @@
 //
 // The pieces, from the inside out:
 //
-//   - Search spaces: Uniform, QUniform, LogUniform, RandInt, Choice and
-//     GridSearch values anywhere inside a config map (ParseSpace reads their
-//     JSON form, {"loguniform": [1e-4, 0.1]}). Generator is Ray's basic
-//     variant generator: num_samples repetitions of the grid's cross
-//     product, the other functions sampled from a seeded source.
-//   - Schedulers (FIFO, ASHA, Median, PBT) are pure state machines: a
-//     sequence of OnTrialAdd/OnResult/OnTrialComplete calls always gives the
-//     same decisions, which the golden transcripts in testdata pin down.
+//   - Search spaces: Uniform, QUniform, LogUniform, QLogUniform, RandInt,
+//     QRandInt, RandN, QRandN, Choice and GridSearch values anywhere inside
+//     a config map (ParseSpace reads their JSON form, {"loguniform": [1e-4,
+//     0.1]}). A choice's values may hold functions of their own: a nested,
+//     conditional space, sampled only in the trials that chose that value
+//     (params "opt/1/beta"). Generator is Ray's basic variant generator:
+//     num_samples repetitions of the grid's cross product, the other
+//     functions sampled from a seeded source.
+//   - Searchers (Ray's search algorithms) suggest each trial's config and
+//     learn from the results, intermediate ones and those of pruned trials
+//     included: random and grid are the Generator (every trial listed up
+//     front); tpe (TPESettings, Optuna's defaults) and bohb (BOHBSettings,
+//     with the hyperband scheduler) make their trials one at a time as
+//     slots free. They are pure state machines too, registered like the
+//     schedulers (searcher.go: registerSearcher, ParseSearcher for
+//     train.hcl's search_alg), each with testdata/<name>.search and its
+//     golden transcript (TestSearcherTranscripts); Limit bounds a
+//     searcher's running trials (max_concurrent).
+//   - Schedulers (FIFO, ASHA, HyperBand, Median, PBT) are pure state
+//     machines: a sequence of OnTrialAdd/OnResult/OnTrialComplete calls
+//     always gives the same decisions, which the golden transcripts in
+//     testdata pin down. A trial a scheduler stops at max_t ends
+//     TERMINATED (Decision.Finished), one it prunes STOPPED.
 //   - Each scheduler kind owns its settings (ASHASettings, MedianSettings,
 //     PBTSettings, FIFO): their JSON names, defaults and validation, and
 //     how to build the scheduler (SchedulerSettings.Build). Its file

@@ -398,7 +398,8 @@ func TestProcessesPreStart(t *testing.T) {
 
 // A process trial's reports reach the scheduler as they land in its
 // progress file (inotify), not at the next poll: with polling an hour
-// apart, ASHA still stops the trial at max_t.
+// apart, ASHA still stops the trial at max_t, which is its end: it is
+// TERMINATED, not STOPPED.
 func TestProcessesReportsWakeTheTuner(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("progress files are watched on Linux only")
@@ -414,6 +415,6 @@ func TestProcessesReportsWakeTheTuner(t *testing.T) {
 		Metric: "loss", Mode: ModeMin, PollInterval: time.Hour,
 		Scheduler: ASHASettings{MaxT: 3, GracePeriod: 1}}).Fit(ctx)
 	must.NoError(t, err)
-	must.EqOp(t, StatusStopped, g.Trials[0].Status)
+	must.EqOp(t, StatusTerminated, g.Trials[0].Status)
 	must.StrContains(t, g.Trials[0].Reason, "max_t")
 }

@@ -2,6 +2,7 @@ package tune
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,15 +33,19 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 	if !ok && mustExist {
 		return fmt.Errorf("%w in %s", ErrNoExperiment, e.dir)
 	}
+	e.space = space
+	if e.search, err = e.buildSearcher(space); err != nil {
+		return err
+	}
 	if !ok {
-		gen, err := NewGenerator(space, e.cfg.Searcher, e.cfg.NumSamples, e.cfg.Seed)
-		if err != nil {
-			return err
-		}
 		st = &ExperimentState{Version: 1, Name: e.cfg.Name}
-		for v, ok := gen.Next(); ok; v, ok = gen.Next() {
-			st.Trials = append(st.Trials, &TrialState{ID: fmt.Sprintf("trial_%04d", v.Index),
-				Config: v.Config, Params: v.Params, Status: StatusPending})
+		for eagerSearcher(e.search) {
+			id := fmt.Sprintf("trial_%04d", len(st.Trials))
+			v, more := e.search.Suggest(id)
+			if !more {
+				break
+			}
+			st.Trials = append(st.Trials, &TrialState{ID: id, Config: v.Config, Params: v.Params, Status: StatusPending})
 		}
 		e.state = st
 		e.log.Info("new experiment", "trials", len(st.Trials))
@@ -60,8 +65,11 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		e.resume()
 	}
 	for _, ts := range e.state.Trials {
-		e.rt[ts.ID] = &trialRuntime{}
+		e.rt[ts.ID] = &trialRuntime{last: Result{Trial: ts.ID, Value: math.NaN()}}
 		e.sched.OnTrialAdd(ts.ID, ts.Config)
+		if ok {
+			e.search.Adopt(ts.ID, ts.Params)
+		}
 	}
 	if ok {
 		if err := e.replay(); err != nil {
@@ -140,10 +148,15 @@ func (e *experiment) replay() error {
 		if done[it.ts.ID] {
 			continue
 		}
-		d := e.sched.OnResult(e.result(it.ts.ID, it.rec))
+		r := e.result(it.ts.ID, it.rec)
+		d := e.sched.OnResult(r)
+		e.rt[it.ts.ID].last = r
+		e.search.OnResult(it.ts.ID, r)
 		if d.Action == Stop {
 			done[it.ts.ID] = true
-			if !finished(it.ts.Status) {
+			if !finished(it.ts.Status) && d.Finished {
+				it.ts.Status, it.ts.Reason = StatusTerminated, d.Reason
+			} else if !finished(it.ts.Status) {
 				it.ts.Status, it.ts.Reason = StatusStopped, d.Reason
 			}
 		}
@@ -151,7 +164,50 @@ func (e *experiment) replay() error {
 	for _, ts := range e.state.Trials {
 		if finished(ts.Status) {
 			e.sched.OnTrialComplete(ts.ID)
+			last := e.rt[ts.ID].last
+			e.search.OnTrialComplete(ts.ID, Outcome{Last: last, Pruned: ts.Status == StatusStopped, Failed: ts.Status == StatusError})
 		}
 	}
 	return nil
+}
+
+// buildSearcher builds the configured searcher of space (Searcher's
+// variant generator when no Search is set).
+func (e *experiment) buildSearcher(space map[string]any) (Searcher, error) {
+	settings := e.cfg.Search
+	if settings == nil {
+		settings = VariantSettings{kind: e.cfg.Searcher}
+	}
+	s, err := settings.Build(space, e.obj, e.cfg.NumSamples, e.cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("tune: searcher: %w", err)
+	}
+	if len(sites(space, nil, nil)) == 0 && space != nil {
+		e.log.Warn("the search space has no search-space functions: every trial runs the same config")
+		e.note("warning: the search space has no search-space functions (uniform, choice, grid_search, ...): every trial runs the same config")
+	}
+	return s, nil
+}
+
+// suggest asks the searcher for a new trial when a slot is free and it
+// has trials left to make; made says one was added, pending.
+func (e *experiment) suggest() (made bool, err error) {
+	if e.space == nil || e.busy() >= e.cfg.MaxConcurrentTrials || len(e.state.Trials) >= e.search.Total() {
+		return false, nil
+	}
+	id := fmt.Sprintf("trial_%04d", len(e.state.Trials))
+	v, ok := e.search.Suggest(id)
+	if !ok {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Join(e.dir, id), 0o755); err != nil {
+		return false, fmt.Errorf("make trial directory: %w", err)
+	}
+	ts := &TrialState{ID: id, Config: v.Config, Params: v.Params, Status: StatusPending}
+	e.state.Trials = append(e.state.Trials, ts)
+	e.rt[id] = &trialRuntime{last: Result{Trial: id, Value: math.NaN()}}
+	e.sched.OnTrialAdd(id, v.Config)
+	e.log.Debug("searcher suggested a trial", "trial", id, "params", v.Params)
+	e.changed()
+	return true, nil
 }

@@ -62,6 +62,9 @@ type Decision struct {
 	Donor string
 	// Config is the recipient's new config for an Exploit.
 	Config map[string]any
+	// Finished is set with Stop when the trial reached its end (max_t):
+	// it ends TERMINATED, not STOPPED, and counts as complete.
+	Finished bool
 }
 
 // Scheduler is a trial scheduler (Ray's TrialScheduler). Its decisions are

@@ -94,27 +94,34 @@ func (g *Generator) Next() (v Variant, ok bool) {
 		return Variant{}, false
 	}
 	combo := g.next % g.gridSize
-	chosen := make(map[int]any, len(g.enumerated))
+	chosen := make(map[int]int, len(g.enumerated))
 	for k := len(g.enumerated) - 1; k >= 0; k-- { // the last grid varies fastest
 		i := g.enumerated[k]
-		idx := combo % g.sizes[k]
+		chosen[i] = combo % g.sizes[k]
 		combo /= g.sizes[k]
-		switch d := g.sites[i].dom.(type) {
-		case grid:
-			chosen[i] = d[idx]
-		case choice:
-			chosen[i] = d[idx]
-		}
 	}
 	cfg := deepCopy(g.space).(map[string]any)
 	params := make(map[string]any, len(g.sites))
+	sample := func(_ string, d Domain) any { return d.Sample(g.rng) }
 	for i, s := range g.sites {
-		val, ok := chosen[i]
-		if !ok {
+		var val any
+		opts, isOpts := options(s.dom)
+		idx, ok := chosen[i]
+		switch {
+		case ok:
+			val = opts[idx]
+		case isOpts: // as choice.Sample draws it
+			idx = g.rng.IntN(len(opts))
+			val = opts[idx]
+		default:
 			val = s.dom.Sample(g.rng)
 		}
-		setPath(cfg, s.path, val)
 		params[s.name()] = val
+		if isOpts {
+			val = resolveNested(val, s.name(), idx, sample, params)
+			params[s.name()] = val
+		}
+		setPath(cfg, s.path, val)
 	}
 	v = Variant{Index: g.next, Config: cfg, Params: params}
 	g.next++

@@ -116,7 +116,11 @@ func ParseSpace(data []byte) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.(map[string]any), nil
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: the space is a search-space function itself; it must be an object of settings", ErrSpace)
+	}
+	return m, nil
 }
 
 func parseValue(v any, path string) (any, error) {
@@ -163,7 +167,8 @@ func parseValue(v any, path string) (any, error) {
 
 func isKind(k string) bool {
 	switch k {
-	case "uniform", "quniform", "loguniform", "randint", "choice", "grid_search":
+	case "uniform", "quniform", "loguniform", "randint", "choice", "grid_search",
+		"qloguniform", "qrandint", "randn", "qrandn":
 		return true
 	}
 	return false
@@ -183,7 +188,9 @@ func parseDomain(kind string, rawArgs any, path string) (Domain, error) {
 
 // NewDomain builds the search-space function kind from its arguments, as
 // written in JSON or HCL: uniform(lo, hi), quniform(lo, hi, q),
-// loguniform(lo, hi), randint(lo, hi), choice(values), grid_search(values).
+// loguniform(lo, hi), randint(lo, hi), choice(values), grid_search(values),
+// qloguniform(lo, hi, q), qrandint(lo, hi, q), randn(mean, sd),
+// qrandn(mean, sd, q).
 func NewDomain(kind string, args []any) (Domain, error) {
 	nums := func(n int) ([]float64, error) {
 		if len(args) != n {
@@ -200,6 +207,8 @@ func NewDomain(kind string, args []any) (Domain, error) {
 		return out, nil
 	}
 	switch kind {
+	case "qloguniform", "qrandint", "randn", "qrandn":
+		return newDomainMore(kind, args)
 	case "uniform", "loguniform", "quniform", "randint":
 		n := 2
 		if kind == "quniform" {

@@ -42,11 +42,17 @@ func (e *experiment) poll(id string) {
 		if rt.stopping || rt.cancel == nil {
 			continue
 		}
-		d := e.sched.OnResult(e.result(id, rec))
+		if e.failFast(id, rec.Metrics) {
+			return
+		}
+		r := e.result(id, rec)
+		d := e.sched.OnResult(r)
+		rt.last, rt.reported = r, true
+		e.search.OnResult(id, r)
 		switch d.Action {
 		case Stop:
 			e.log.Debug("stopping trial", "trial", id, "reason", d.Reason)
-			rt.stopping, rt.stopReason = true, d.Reason
+			rt.stopping, rt.stopReason, rt.finished = true, d.Reason, d.Finished
 			rt.cancel()
 		case Exploit:
 			e.log.Debug("exploiting", "trial", id, "donor", d.Donor, "reason", d.Reason)
@@ -189,4 +195,25 @@ func readProgress(path string) ([]storage.Record, error) {
 		return nil, nil
 	}
 	return recs, err
+}
+
+// failFast stops the experiment once every running trial has reported and
+// none of the reports held the metric: a misspelt metric would otherwise
+// leave the scheduler and searcher blind until every trial ran to its
+// end. It says which metrics the trials do report.
+func (e *experiment) failFast(id string, metrics map[string]any) bool {
+	e.rt[id].reported = true
+	if e.cfg.Metric == "" || e.metricSeen || e.metricMissing != nil {
+		return false
+	}
+	for _, rt := range e.rt {
+		if rt.cancel != nil && !rt.stopping && !rt.reported {
+			return false
+		}
+	}
+	e.metricMissing = &MetricError{Metric: e.cfg.Metric, Reported: sortedTrials(metrics)}
+	e.log.Error("no trial reports the metric, stopping the experiment", "error", e.metricMissing)
+	e.note("stopping: %v", e.metricMissing)
+	e.stopEverything("metric " + e.cfg.Metric + " never reported")
+	return true
 }

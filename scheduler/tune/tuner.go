@@ -109,6 +109,8 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	}
 	if err := grid.metricReported(); err != nil {
 		runErr = errors.Join(runErr, err)
+	} else if e.metricMissing != nil {
+		runErr = errors.Join(runErr, e.metricMissing)
 	}
 	if e.cfg.Progress != nil {
 		WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
@@ -125,6 +127,8 @@ type experiment struct {
 	log     hclog.Logger
 	state   *ExperimentState
 	sched   Scheduler
+	search  Searcher
+	space   map[string]any // nil when restored without one: no new trials
 	obj     Objective
 	writer  *stateWriter
 	rt      map[string]*trialRuntime
@@ -148,6 +152,9 @@ type experiment struct {
 	// metricSeen is set once a report holds the metric; metricWarned once
 	// the user was told that one did not, before any did.
 	metricSeen, metricWarned bool
+	// metricMissing is set when every running trial has reported without
+	// the metric: the experiment stops, naming the metrics reported.
+	metricMissing *MetricError
 }
 
 type trialRuntime struct {
@@ -156,6 +163,9 @@ type trialRuntime struct {
 	stopReason string       // set when the scheduler or the budget stopped it
 	exploit    *Decision    // set when PBT exploits into it
 	stopping   bool         // a stop was asked: its results no longer count
+	finished   bool         // the scheduler stopped it at its end (max_t): TERMINATED
+	last       Result       // the latest result the scheduler saw (for the searcher)
+	reported   bool         // it has reported since the tuner started
 }
 
 // event is a trial's message to the loop: it exited, or (in-process
@@ -336,7 +346,10 @@ func (e *experiment) fill(ctx context.Context) error {
 			}
 		}
 		if len(pending) == 0 {
-			return nil
+			if made, err := e.suggest(); err != nil || !made {
+				return err
+			}
+			continue
 		}
 		if e.busy() >= e.cfg.MaxConcurrentTrials {
 			if p, ok := e.backend.(Preparer); ok {
@@ -377,7 +390,7 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	rt := e.rt[ts.ID]
-	rt.cancel, rt.stopReason, rt.exploit, rt.stopping = cancel, "", nil, false
+	rt.cancel, rt.stopReason, rt.exploit, rt.stopping, rt.finished = cancel, "", nil, false, false
 	ts.Status = StatusRunning
 	e.running++
 	e.watch.add(filepath.Join(e.dir, ts.ID))
@@ -428,10 +441,15 @@ func (e *experiment) handle(ev event) error {
 	e.running--
 	e.watch.remove(filepath.Join(e.dir, ts.ID))
 	switch {
-	case ev.err == nil:
-		// The training function finished, even if a stop was on its way.
+	case ev.err == nil, rt.finished:
+		// The training function finished, even if a stop was on its way,
+		// or the scheduler stopped it at its end (max_t).
 		ts.Status, ts.Reason = StatusTerminated, ""
+		if rt.finished {
+			ts.Reason = rt.stopReason
+		}
 		e.sched.OnTrialComplete(ts.ID)
+		e.search.OnTrialComplete(ts.ID, Outcome{Last: rt.last})
 	case rt.exploit != nil:
 		if err := e.cloneInto(ts, rt.exploit); err != nil {
 			e.log.Warn("exploit failed, trial continues from its own checkpoint", "trial", ts.ID, "error", err)
@@ -442,6 +460,7 @@ func (e *experiment) handle(ev event) error {
 	case rt.stopReason != "":
 		ts.Status, ts.Reason = StatusStopped, rt.stopReason
 		e.sched.OnTrialComplete(ts.ID)
+		e.search.OnTrialComplete(ts.ID, Outcome{Last: rt.last, Pruned: true})
 	case e.stopAll != "" || e.interrupted() != nil:
 		ts.Status = StatusPending // unfinished: resumes on the next Fit
 	default:
@@ -453,6 +472,7 @@ func (e *experiment) handle(ev event) error {
 		} else {
 			ts.Status = StatusError
 			e.sched.OnTrialComplete(ts.ID)
+			e.search.OnTrialComplete(ts.ID, Outcome{Last: rt.last, Failed: true})
 		}
 	}
 	e.changed()

@@ -550,8 +550,9 @@ func TestMetricNotReported(t *testing.T) {
 	must.NoError(t, err)
 	must.StrNotContains(t, out, "warning")
 
-	// A metric some reports hold: a warning at the first report without
-	// it, and no error.
+	// A metric the first reports lack: every running trial has reported
+	// without it, so the experiment stops there (Ray stops at the first
+	// such report), naming the metrics there are.
 	fn := func(ctx context.Context, tr *Trial) error {
 		for step := tr.Iteration(); step < 3; step++ {
 			m := trainer.Metrics{"loss": 1.0}
@@ -567,16 +568,36 @@ func TestMetricNotReported(t *testing.T) {
 	var progress bytes.Buffer
 	g, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "later", StoragePath: dir,
 		Metric: "val_loss", Mode: ModeMin, Progress: &progress}).Fit(context.Background())
-	must.NoError(t, err)
-	must.StrContains(t, progress.String(), `warning: metric "val_loss" is not among the reported metrics (loss)`)
-	_, err = g.Best("", "")
-	must.NoError(t, err)
-	// Resumed, it knows the whole history: no warning.
-	progress.Reset()
-	_, err = New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "later", StoragePath: dir,
-		Metric: "val_loss", Mode: ModeMin, Progress: &progress}).Fit(context.Background())
-	must.NoError(t, err)
-	must.StrNotContains(t, progress.String(), "warning")
+	var me *MetricError
+	must.True(t, errors.As(err, &me), must.Sprint(err))
+	must.Eq(t, []string{"loss"}, me.Reported)
+	must.StrContains(t, progress.String(), `stopping: metric "val_loss" is not among the reported metrics (loss)`)
+	must.EqOp(t, StatusStopped, g.Trials[0].Status)
+	must.EqOp(t, 1, g.Trials[0].Iterations)
+}
+
+// A metric no trial reports stops the experiment once every running trial
+// has reported, rather than after every trial ran to its end.
+func TestMetricMissingStopsEarly(t *testing.T) {
+	var reports atomic.Int64
+	fn := func(ctx context.Context, tr *Trial) error {
+		for step := tr.Iteration(); step < 50; step++ {
+			reports.Add(1)
+			if err := tr.Report(ctx, trainer.Metrics{"loss": 1.0, "acc": 0.5}, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g, err := New(&InProcess{Fn: fn}, map[string]any{"lr": Uniform(0, 1)}, Config{Name: "typo", StoragePath: t.TempDir(),
+		NumSamples: 6, MaxConcurrentTrials: 2, Metric: "val_loss", Mode: ModeMin}).Fit(context.Background())
+	var me *MetricError
+	must.True(t, errors.As(err, &me), must.Sprint(err))
+	must.Eq(t, []string{"acc", "loss"}, me.Reported)
+	must.LessEq(t, 4, reports.Load()) // two trials, a report or two each: not 6 x 50
+	for _, tr := range g.Trials {
+		must.NotEq(t, StatusTerminated, tr.Status)
+	}
 }
 
 // fixedScheduler is a custom SchedulerSettings that builds one scheduler.

@@ -4,7 +4,7 @@ job "quickstart-tune" {
 
   meta {
     nomad_train_run          = "quickstart-tune"
-    nomad_train_spec_sha256  = "d53c725039d9451745dab31bf6e739e54d9695b3848a27f0d17be8c6b5550bc9"
+    nomad_train_spec_sha256  = "d17672dbad138c91a2ec3affe327bae9564bc7b96076c4b5bc8d14f981019fca"
     nomad_train_storage_path = "./results"
   }
 
@@ -76,7 +76,7 @@ job "quickstart-tune" {
         train_config = "{\"batch_size\":{\"choice\":[16,32,64]},\"epochs\":9,\"lr\":{\"loguniform\":[0.001,0.1]}}"
         world_size   = 2
         checkpoint {
-          num_to_keep = 0
+          num_to_keep = 1
           score_order = "max"
         }
         failure {

@@ -1,0 +1,218 @@
+package tune
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+)
+
+// The quantised, log-quantised and normal search-space functions, and
+// nested (conditional) spaces: a choice whose values hold functions of
+// their own, which are sampled only in the trials that chose that value.
+
+// QLogUniform samples like LogUniform and rounds to a multiple of q.
+func QLogUniform(lo, hi, q float64) Domain { return qloguniform{lo, hi, q} }
+
+// QRandInt samples an integer uniformly from [lo, hi] (hi included, as in
+// Ray) and rounds it to a multiple of q.
+func QRandInt(lo, hi, q int) Domain { return qrandint{lo, hi, q} }
+
+// RandN samples a float from the normal distribution N(mean, sd²).
+func RandN(mean, sd float64) Domain { return randn{mean, sd, 0} }
+
+// QRandN samples like RandN and rounds to a multiple of q.
+func QRandN(mean, sd, q float64) Domain { return randn{mean, sd, q} }
+
+type qloguniform struct{ lo, hi, q float64 }
+
+func (d qloguniform) Sample(r *rand.Rand) any {
+	return quantize(loguniform{d.lo, d.hi}.Sample(r).(float64), d.q, d.lo, d.hi)
+}
+func (qloguniform) Kind() string                   { return "qloguniform" }
+func (d qloguniform) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo, d.hi, d.q) }
+
+type qrandint struct{ lo, hi, q int }
+
+func (d qrandint) Sample(r *rand.Rand) any {
+	return int(quantize(float64(d.lo+r.IntN(d.hi-d.lo+1)), float64(d.q), float64(d.lo), float64(d.hi)))
+}
+func (qrandint) Kind() string                   { return "qrandint" }
+func (d qrandint) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo, d.hi, d.q) }
+
+type randn struct{ mean, sd, q float64 }
+
+func (d randn) Sample(r *rand.Rand) any {
+	v := d.mean + d.sd*r.NormFloat64()
+	if d.q > 0 {
+		return roundFloat(math.Round(v/d.q) * d.q)
+	}
+	return v
+}
+
+func (d randn) Kind() string {
+	if d.q > 0 {
+		return "qrandn"
+	}
+	return "randn"
+}
+
+func (d randn) MarshalJSON() ([]byte, error) {
+	if d.q > 0 {
+		return kindJSON(d.Kind(), d.mean, d.sd, d.q)
+	}
+	return kindJSON(d.Kind(), d.mean, d.sd)
+}
+
+// quantize rounds v to a multiple of q, kept within the multiples of q
+// that lie in [lo, hi].
+func quantize(v, q, lo, hi float64) float64 {
+	v = math.Round(v/q) * q
+	if first := math.Ceil(lo/q) * q; v < first {
+		v = first
+	}
+	if last := math.Floor(hi/q) * q; v > last {
+		v = last
+	}
+	return roundFloat(v)
+}
+
+func newDomainMore(kind string, args []any) (Domain, error) {
+	want := 3
+	if kind == "randn" {
+		want = 2
+	}
+	if len(args) != want {
+		return nil, fmt.Errorf("%w: %s wants %d numbers, got %d arguments", ErrSpace, kind, want, len(args))
+	}
+	f := make([]float64, want)
+	for i, a := range args {
+		v, ok := toFloat(a)
+		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%w: %s argument %d is %v, not a finite number", ErrSpace, kind, i+1, a)
+		}
+		f[i] = v
+	}
+	if want == 3 && f[2] <= 0 {
+		return nil, fmt.Errorf("%w: %s step %v must be positive", ErrSpace, kind, f[2])
+	}
+	switch kind {
+	case "randn", "qrandn":
+		if f[1] <= 0 {
+			return nil, fmt.Errorf("%w: %s standard deviation %v must be positive", ErrSpace, kind, f[1])
+		}
+		if kind == "randn" {
+			return RandN(f[0], f[1]), nil
+		}
+		return QRandN(f[0], f[1], f[2]), nil
+	}
+	if !(f[0] < f[1]) {
+		return nil, fmt.Errorf("%w: %s(%v, %v): lower bound must be below upper", ErrSpace, kind, f[0], f[1])
+	}
+	if math.Floor(f[1]/f[2])*f[2] < f[0]-1e-9*math.Abs(f[0]) {
+		return nil, fmt.Errorf("%w: %s(%v, %v, %v): no multiple of the step lies within the bounds", ErrSpace, kind, f[0], f[1], f[2])
+	}
+	if kind == "qloguniform" {
+		if f[0] <= 0 {
+			return nil, fmt.Errorf("%w: qloguniform lower bound %v must be positive", ErrSpace, f[0])
+		}
+		return QLogUniform(f[0], f[1], f[2]), nil
+	}
+	for _, v := range f {
+		if v != math.Trunc(v) {
+			return nil, fmt.Errorf("%w: qrandint bounds and step must be integers", ErrSpace)
+		}
+	}
+	return QRandInt(int(f[0]), int(f[1]), int(f[2])), nil
+}
+
+// options returns the values of a choice or grid_search.
+func options(d Domain) ([]any, bool) {
+	switch x := d.(type) {
+	case choice:
+		return x, true
+	case grid:
+		return x, true
+	}
+	return nil, false
+}
+
+// resolveNested samples the functions inside a chosen value (a nested,
+// conditional space): pick chooses each, by its path name, which is the
+// choice's name, the index of the value chosen, and the path inside it
+// ("optimizer/1/momentum"). A value without functions is returned as is.
+func resolveNested(val any, name string, idx int, pick func(name string, d Domain) any, params map[string]any) any {
+	inner := sites(val, nil, nil)
+	if len(inner) == 0 {
+		return val
+	}
+	if d, ok := val.(Domain); ok { // choice(loguniform(...), ...): the value is itself a function
+		return pickNested(d, name+"/"+strconv.Itoa(idx), pick, params)
+	}
+	out := deepCopy(val)
+	for _, s := range inner {
+		setPath(out, s.path, pickNested(s.dom, name+"/"+strconv.Itoa(idx)+"/"+s.name(), pick, params))
+	}
+	return out
+}
+
+// pickNested picks a value for d at name, resolving deeper nesting.
+func pickNested(d Domain, name string, pick func(name string, d Domain) any, params map[string]any) any {
+	v := pick(name, d)
+	params[name] = v
+	if opts, ok := options(d); ok {
+		for i, o := range opts {
+			if sameValue(o, v) {
+				v = resolveNested(o, name, i, pick, params)
+				params[name] = v
+				return v
+			}
+		}
+	}
+	return v
+}
+
+// optionIndex finds the option of a choice that v is, or was resolved
+// from (an option holding functions matches a value that has the same
+// fixed parts).
+func optionIndex(opts []any, v any) (int, bool) {
+	for i, o := range opts {
+		if matchesOption(o, v) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func matchesOption(o, v any) bool {
+	if len(sites(o, nil, nil)) == 0 {
+		return sameValue(o, v)
+	}
+	switch x := o.(type) {
+	case Domain:
+		return true
+	case map[string]any:
+		m, ok := v.(map[string]any)
+		if !ok || len(m) != len(x) {
+			return false
+		}
+		for k, e := range x {
+			if _, ok := m[k]; !ok || !matchesOption(e, m[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := v.([]any)
+		if !ok || len(l) != len(x) {
+			return false
+		}
+		for i := range x {
+			if !matchesOption(x[i], l[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
