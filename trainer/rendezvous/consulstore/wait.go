@@ -108,14 +108,7 @@ func (p *pacer) wait(ctx context.Context) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, d)
 }
 
 // WaitPrefix implements rendezvous.Store with blocking queries. An index
