@@ -35,7 +35,7 @@ func TestBadSpecs(t *testing.T) {
 			"bad_memory.hcl:4:5-4:19: warning: GPUs reserved for a builtin that computes on the CPU; The builtin \"quickstart\" computes on the CPU, so the GPUs use_gpu reserves for each worker would sit idle. Use a command entrypoint that uses them (a PyTorch script: see examples/gpu), or remove use_gpu.",
 		}},
 		{"bad_name.hcl", []string{
-			"bad_name.hcl:1:7-1:17: error: Invalid run name; The run name \"my_model\" must be 1 to 56 letters, digits or dashes, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.",
+			"bad_name.hcl:1:7-1:17: error: Invalid run name; The run name \"my.model\" must be 1 to 56 letters, digits, dashes or underscores, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.",
 		}},
 		{"bad_timeout.hcl", []string{
 			"bad_timeout.hcl:4:15-4:21: error: Invalid value; backend must be one of \"embedded\" or \"consul\"; got \"etcd\".",

@@ -178,7 +178,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	}
 	workers := newGroup(WorkerGroup, s.Scaling.NumWorkers, s.Run.Failure.MaxFailures)
 	workers.Services = []*api.Service{{
-		Name:      s.Name + "-worker",
+		Name:      serviceLabel(s.Name) + "-worker",
 		PortLabel: PortLabel,
 		Provider:  provider,
 		Tags:      []string{"nomad-train", "run=" + s.Name},

@@ -128,9 +128,9 @@ var trainSchema = &hcl.BodySchema{
 	},
 }
 
-// namePattern keeps run names usable as a Nomad job ID, a directory name and
-// (with "-worker") an RFC 1123 Consul service name.
-var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,54}[a-zA-Z0-9])?$`)
+// namePattern keeps run names usable as a Nomad job ID and a directory
+// name, and (through serviceLabel, with "-worker") an RFC 1123 service name.
+var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_-]{0,54}[a-zA-Z0-9])?$`)
 
 // ReservedMetaPrefix starts the meta keys nomad-train sets itself; a spec
 // may not set them. The environment variables it sets are
@@ -156,7 +156,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if !namePattern.MatchString(s.Name) {
 		d.rangeErrorf(b.LabelRanges[0], "Invalid run name",
-			"The run name %q must be 1 to 56 letters, digits or dashes, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.", s.Name)
+			"The run name %q must be 1 to 56 letters, digits, dashes or underscores, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.", s.Name)
 	}
 	c := d.content(b.Body, trainSchema)
 	a := c.Attributes

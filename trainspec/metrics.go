@@ -24,7 +24,7 @@ const metricsServiceSuffix = "-metrics"
 // holds it whole), checked by an HTTP GET of the metrics path, so
 // Prometheus scrapes only workers that serve.
 func metricsService(run, provider string) *api.Service {
-	name := run
+	name := serviceLabel(run)
 	if room := maxLabel - len(metricsServiceSuffix); len(name) > room {
 		name = strings.TrimRight(name[:room], "-")
 	}

@@ -376,6 +376,10 @@ func CompileTrial(s *Spec, trial, storageDir string, config []byte) (*api.Job, h
 // maxLabel is the longest service name Nomad takes (an RFC 1123 label).
 const maxLabel = 63
 
+// serviceLabel makes a run or trial name, which may hold underscores (a
+// Nomad job ID may), fit a service name: a DNS label has none.
+func serviceLabel(name string) string { return strings.ReplaceAll(name, "_", "-") }
+
 // trialServiceName is the trial's worker service: a DNS label (Nomad takes
 // RFC 1123, at most 63 characters), so the trial's underscore becomes a dash
 // and a long experiment name is cut to fit, keeping the trial's own part.
@@ -385,7 +389,7 @@ func trialServiceName(experiment, trial string) string {
 
 // trialService is trialServiceName with another suffix than "-worker".
 func trialService(experiment, trial, suffix string) string {
-	tail := "-" + strings.ReplaceAll(trial, "_", "-") + suffix
+	experiment, tail := serviceLabel(experiment), "-"+serviceLabel(trial)+suffix
 	if room := maxLabel - len(tail); len(experiment) > room {
 		experiment = strings.TrimRight(experiment[:max(room, 1)], "-")
 	}

@@ -26,6 +26,9 @@ func main() {
 			os.Exit(executor.ShimMain(os.Args[1:]))
 		case workerenv.WorkerArg:
 			os.Exit(builtins.WorkerMain())
+		case "version", "-version", "--version":
+			fmt.Println("nomad-driver-train " + version())
+			return
 		}
 	}
 	logger := hclog.New(&hclog.LoggerOptions{

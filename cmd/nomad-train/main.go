@@ -51,7 +51,11 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return 0
 	}
-	c, ok := commands[args[0]]
+	name := args[0]
+	if name == "-version" || name == "--version" {
+		name = "version"
+	}
+	c, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "nomad-train: unknown command %q\n\n", args[0])
 		usage(stderr)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -72,7 +73,9 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
 	}
 	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
-	if res != nil {
+	// A failed run has no result to show (its error says why); a finished
+	// one, or one every worker stopped at a checkpoint, shows where it is.
+	if res != nil && (err == nil || errors.Is(err, trainer.ErrStopped)) {
 		printResult(stdout, res)
 	}
 	switch {

@@ -181,7 +181,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("fmt", "fmt [-check | -write] <file>...\n\nWithout a flag, prints each file formatted.", stderr)
+	fs := newFlagSet("fmt", "fmt [-check | -write] <file | dir | ->...\n\nWithout a flag, prints each file formatted. A directory means every *.hcl file\nbelow it; - reads standard input and writes the result to standard output.", stderr)
 	check := fs.Bool("check", false, "list files that are not formatted and exit 1 if any")
 	write := fs.Bool("write", false, "rewrite files in place and list those changed")
 	paths, code := parseFlags(fs, args)
@@ -198,10 +198,15 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	sort.Strings(paths)
+	paths, err := expandFmtPaths(paths)
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
+		return exitSpec
+	}
 	code = exitOK
 	parser := hclparse.NewParser()
 	for _, path := range paths {
-		src, err := os.ReadFile(path)
+		src, err := readFmtSource(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
 			code = exitSpec
@@ -221,7 +226,7 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stdout, path)
 				code = exitSpec
 			}
-		case *write:
+		case *write && path != stdinPath: // "-" has no file to rewrite: print it
 			if changed {
 				if err := os.WriteFile(path, out, 0o644); err != nil {
 					fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)

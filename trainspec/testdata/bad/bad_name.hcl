@@ -1,3 +1,3 @@
-train "my_model" {
+train "my.model" {
   entrypoint { builtin = "quickstart" }
 }
