@@ -200,7 +200,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 			"A train block needs an entrypoint block: entrypoint { builtin = %q } or entrypoint { command = \"...\" }.", BuiltinQuickstart)
 	}
 	if sc := d.single(c, "scaling"); sc != nil {
-		d.scaling(sc, &s.Scaling)
+		d.scaling(sc, &s.Scaling, &s.ranges)
 		d.warnGPUOnBuiltin(sc, s)
 	}
 	if r := d.single(c, "run"); r != nil {
