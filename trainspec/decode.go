@@ -43,6 +43,7 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Spec, hcl.Diagnosti
 	}
 	file, diags := parser.ParseHCL(src, filename)
 	if diags.HasErrors() {
+		pointAtUnclosed(src, filename, diags)
 		return nil, diags
 	}
 	if body, ok := file.Body.(*hclsyntax.Body); ok {

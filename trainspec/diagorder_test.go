@@ -40,3 +40,29 @@ func hasSummary(diags hcl.Diagnostics, summary string) bool {
 	}
 	return false
 }
+
+// An inner block left open is reported where it opens, not at the
+// outer block the parser blames.
+func TestUnclosedInnerBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+	}{
+		{"inner", "train \"x\" {\n  entrypoint {\n    builtin = \"quickstart\"\n  config = { epochs = 2 }\n}\n", 2},
+		{"deeper", "train \"x\" {\n  entrypoint { builtin = \"quickstart\" }\n  scaling {\n    num_workers = 2\n    resources_per_worker {\n      cpu = 1\n  }\n}\n", 5},
+		{"outer", "train \"x\" {\n  entrypoint { builtin = \"quickstart\" }\n", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, diags := Parse([]byte(tc.src), "t.hcl", ParseOptions{})
+			must.True(t, diags.HasErrors())
+			var found bool
+			for _, d := range diags {
+				if d.Summary == unclosedSummary {
+					found = true
+					must.Eq(t, tc.line, d.Subject.Start.Line, must.Sprint(d.Detail))
+				}
+			}
+			must.True(t, found, must.Sprint(diags.Error()))
+		})
+	}
+}
