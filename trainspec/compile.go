@@ -150,6 +150,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Detail: fmt.Sprintf("On Nomad, storage_path %q resolves inside each allocation's directory: workers do not share it, and it goes when the allocation is collected. Use a directory every client mounts, such as \"/mnt/shared/results\".",
 				s.Run.StoragePath),
 			Subject: s.ranges.rangeOr(s.ranges.storage),
+			Extra:   NeedsAddress,
 		})
 	}
 
@@ -245,6 +246,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 			Severity: hcl.DiagWarning,
 			Summary:  "trainer_resources reserve nothing on Nomad",
 			Detail:   "nomad-train runs no controller process on Nomad (the workers coordinate through the rendezvous store), so the compiled job has no group for trainer_resources.",
+			Subject:  s.ranges.rangeOr(s.ranges.trainerResources),
 		})
 	}
 	return job, diags

@@ -43,6 +43,7 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Spec, hcl.Diagnosti
 	}
 	file, diags := parser.ParseHCL(src, filename)
 	if diags.HasErrors() {
+		pointAtUnclosed(src, filename, diags)
 		return nil, diags
 	}
 	if body, ok := file.Body.(*hclsyntax.Body); ok {
@@ -200,7 +201,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 			"A train block needs an entrypoint block: entrypoint { builtin = %q } or entrypoint { command = \"...\" }.", BuiltinQuickstart)
 	}
 	if sc := d.single(c, "scaling"); sc != nil {
-		d.scaling(sc, &s.Scaling)
+		d.scaling(sc, &s.Scaling, &s.ranges)
 		d.warnGPUOnBuiltin(sc, s)
 	}
 	if r := d.single(c, "run"); r != nil {

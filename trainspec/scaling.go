@@ -40,7 +40,7 @@ var (
 	}
 )
 
-func (d *decoder) scaling(b *hcl.Block, sc *Scaling) {
+func (d *decoder) scaling(b *hcl.Block, sc *Scaling, ranges *specRanges) {
 	c := d.content(b.Body, scalingSchema)
 	a := c.Attributes
 	d.integer(a["num_workers"], &sc.NumWorkers, 1, math.MaxInt32)
@@ -59,6 +59,7 @@ func (d *decoder) scaling(b *hcl.Block, sc *Scaling) {
 		rc := d.content(tb.Body, trainerResourcesSchema)
 		d.cpuMemory(rc, &r, DefaultTrainerCores, DefaultTrainerMemoryMB)
 		sc.TrainerResources = &r
+		ranges.trainerResources = tb.DefRange
 	}
 }
 

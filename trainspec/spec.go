@@ -97,6 +97,8 @@ type specRanges struct {
 	backend hcl.Range
 	storage hcl.Range
 	tune    hcl.Range
+	// trainerResources is the trainer_resources block's header.
+	trainerResources hcl.Range
 }
 
 // rangeOr is r, or the train block's header when r was not recorded (a

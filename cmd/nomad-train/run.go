@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/launch"
@@ -36,6 +37,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing (not when no node could ever run a worker)")
 	cf.registerLocal(fs)
+	fresh := fs.Bool("fresh", false, "start the run over: move its local directory aside to <run>.old-<time> (nothing is deleted)")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -47,6 +49,16 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	spec, job, ok := loadSpecFor("nomad-train run", path, &sf, cf.address != "", stderr)
 	if !ok {
 		return 1
+	}
+	if *fresh {
+		if cf.address != "" {
+			fmt.Fprintln(stderr, "nomad-train run: -fresh applies to local runs; on Nomad, purge the job and move its storage aside")
+			return 2
+		}
+		if err := startFresh(spec, time.Now(), stdout); err != nil {
+			fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+			return 1
+		}
 	}
 	if cf.address != "" {
 		return runCluster(ctx, spec, job, &cf, stdout, stderr)
@@ -61,8 +73,17 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), storage.RunLocation(spec.Run.StoragePath, spec.Name))
 	last := lastConfigPath(spec)
-	if note := configChange(last, spec.ConfigJSON); note != "" {
-		fmt.Fprintf(stdout, "    %s\n", note)
+	rec, hadRec := readLastRun(runDir(spec))
+	note := configChange(last, spec.ConfigJSON)
+	wnote := workersChange(rec, hadRec, spec.Scaling.NumWorkers)
+	if hadRec && rec.Complete && note == "" && wnote == "" {
+		fmt.Fprintf(stdout, "==> run %q is complete: nothing to train (run with -fresh to start it over)\n", spec.Name)
+		return 0
+	}
+	for _, n := range []string{note, wnote} {
+		if n != "" {
+			fmt.Fprintf(stdout, "    %s\n", n)
+		}
 	}
 	out, err := launch.Launch(ctx, opts)
 	if err != nil {
@@ -71,6 +92,7 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 	}
 	if last != "" { // best effort: it only feeds the note above
 		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
+		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers})
 	}
 	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
 	// A failed run has no result to show (its error says why); a finished
@@ -85,6 +107,9 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 	case err != nil:
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
+	}
+	if last != "" {
+		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true})
 	}
 	return 0
 }
@@ -144,8 +169,8 @@ func configChange(lastPath string, config []byte) string {
 	if len(diffs) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("the config changed since the last run (%s); training resumes from the latest checkpoint with it (delete %s to start afresh)",
-		strings.Join(diffs, ", "), filepath.Dir(lastPath))
+	return fmt.Sprintf("the config changed since the last run (%s); training resumes from the latest checkpoint with it (run with -fresh to start afresh)",
+		strings.Join(diffs, ", "))
 }
 
 func compactJSON(v any) string {

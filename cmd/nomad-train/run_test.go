@@ -186,7 +186,7 @@ func TestConfigChange(t *testing.T) {
 	must.Eq(t, "", configChange(last, []byte(`{"epochs":20,"layers":[8,8],"lr":0.1,"seed":1}`)))
 	note := configChange(last, []byte(`{"lr":0.01,"epochs":20,"momentum":0.9,"layers":[8,16]}`))
 	must.StrContains(t, note, "(layers [8,8] → [8,16], lr 0.1 → 0.01, momentum 0.9 (new), seed 1 (gone))")
-	must.StrContains(t, note, "delete "+filepath.Dir(last)+" to start afresh")
+	must.StrContains(t, note, "run with -fresh to start afresh")
 	must.Eq(t, "", configChange("", []byte(`{}`)))
 }
 

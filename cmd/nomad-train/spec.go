@@ -60,6 +60,9 @@ func (l *listFlag) Set(s string) error {
 type specFlags struct {
 	vars     varFlags
 	varFiles listFlag
+	// noAddress: validate with no Nomad address in sight, so warnings that
+	// matter only once the spec goes to Nomad are left out.
+	noAddress bool
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
@@ -147,6 +150,9 @@ func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Wr
 	if forNomad && !diags.HasErrors() {
 		var cdiags hcl2.Diagnostics
 		job, cdiags = trainspec.Compile(spec)
+		if f.noAddress {
+			cdiags = trainspec.ForLocal(cdiags)
+		}
 		diags = append(diags, cdiags...)
 	}
 	printDiagnostics(stderr, parser, diags)
@@ -157,6 +163,7 @@ func printDiagnostics(w io.Writer, parser *hclparse.Parser, diags hcl2.Diagnosti
 	if len(diags) == 0 {
 		return
 	}
+	diags = trainspec.SortDiagnostics(diags)
 	tw := hcl2.NewDiagnosticTextWriter(w, parser.Files(), 78, false)
 	_ = tw.WriteDiagnostics(diags) // best effort: the exit code carries the outcome
 	if n := len(diags.Errs()); n > 0 {
@@ -172,6 +179,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if code >= 0 {
 		return code
 	}
+	sf.noAddress = os.Getenv("NOMAD_ADDR") == ""
 	spec, _, ok := loadSpec(path, &sf, true, stderr)
 	if !ok {
 		return exitSpec
