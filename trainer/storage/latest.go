@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // quarantineSuffix is appended to the directory name of a checkpoint found
@@ -62,29 +64,50 @@ func (r *Run) LatestIntact() (Restore, error) {
 	if err != nil {
 		return Restore{}, err
 	}
+	return newestIntact(live, r.log, r.quarantine, func(i int) (string, bool, error) {
+		rec := live[i]
+		legacy, err := r.check(rec, live[:i])
+		if err != nil && !errors.As(err, new(*CheckpointError)) && r.gone(rec.Checkpoint) {
+			return "", false, errVanished // retention deleted it while a reader checked it
+		}
+		if err == nil && legacy {
+			r.sayLegacy(rec.Checkpoint)
+		}
+		return r.CheckpointPath(rec.Checkpoint), legacy, err
+	})
+}
+
+// errVanished says a checkpoint went away (retention) while it was checked.
+var errVanished = errors.New("checkpoint vanished")
+
+// newestIntact walks the live checkpoints from the newest back, the one
+// fall-back rule of every store: try checks (and on object storage
+// fetches) the i-th and gives its local path; a corrupt one
+// (*CheckpointError) is quarantined, logged and skipped, one that
+// vanished is skipped, and any other error ends the walk, since it may
+// pass and a checkpoint is not given up for it.
+func newestIntact(live []Record, log hclog.Logger, quarantine func(string) (string, error),
+	try func(i int) (path string, unverified bool, err error)) (Restore, error) {
 	var res Restore
 	for i := len(live) - 1; i >= 0; i-- {
 		rec := live[i]
-		legacy, err := r.check(rec, live[:i])
+		path, unverified, err := try(i)
 		var bad *CheckpointError
 		switch {
 		case errors.As(err, &bad):
 			b := BadCheckpoint{Name: rec.Checkpoint, Err: err}
-			if b.MovedTo, err = r.quarantine(rec.Checkpoint); err != nil {
+			if b.MovedTo, err = quarantine(rec.Checkpoint); err != nil {
 				return res, err
 			}
-			r.log.Error("checkpoint is corrupt: falling back to an older one", "checkpoint", rec.Checkpoint, "error", bad, "moved_to", b.MovedTo)
+			log.Error("checkpoint is corrupt: falling back to an older one", "checkpoint", rec.Checkpoint, "error", bad, "moved_to", b.MovedTo)
 			res.Skipped = append(res.Skipped, b)
 			continue
-		case err != nil && r.gone(rec.Checkpoint):
-			continue // retention deleted it while a reader checked it
+		case errors.Is(err, errVanished):
+			continue
 		case err != nil:
 			return res, fmt.Errorf("checking checkpoint %s: %w", rec.Checkpoint, err)
 		}
-		res.Name, res.Path, res.Record, res.OK, res.Unverified = rec.Checkpoint, r.CheckpointPath(rec.Checkpoint), rec, true, legacy
-		if legacy {
-			r.sayLegacy(rec.Checkpoint)
-		}
+		res.Name, res.Path, res.Record, res.OK, res.Unverified = rec.Checkpoint, path, rec, true, unverified
 		return res, nil
 	}
 	return res, nil

@@ -26,29 +26,13 @@ func (r *ObjectRun) LatestIntact() (Restore, error) {
 	if err != nil {
 		return Restore{}, err
 	}
-	var res Restore
-	for i := len(live) - 1; i >= 0; i-- {
-		rec := live[i]
-		dir, err := r.download(rec)
-		var bad *CheckpointError
-		switch {
-		case errors.As(err, &bad):
-			b := BadCheckpoint{Name: rec.Checkpoint, Err: err}
-			if b.MovedTo, err = r.quarantine(rec.Checkpoint); err != nil {
-				return res, err
-			}
-			r.log.Error("checkpoint is corrupt: falling back to an older one", "checkpoint", rec.Checkpoint, "error", bad, "moved_to", b.MovedTo)
-			res.Skipped = append(res.Skipped, b)
-			continue
-		case errors.Is(err, objstore.ErrNotFound):
-			continue // retention deleted it while a reader fetched it
-		case err != nil:
-			return res, fmt.Errorf("restoring checkpoint %s: %w", rec.Checkpoint, err)
+	return newestIntact(live, r.log, r.quarantine, func(i int) (string, bool, error) {
+		dir, err := r.download(live[i])
+		if errors.Is(err, objstore.ErrNotFound) {
+			return "", false, errVanished // retention deleted it while a reader fetched it
 		}
-		res.Name, res.Path, res.Record, res.OK = rec.Checkpoint, dir, rec, true
-		return res, nil
-	}
-	return res, nil
+		return dir, false, err
+	})
 }
 
 // download fetches a checkpoint into <local>/<name>, once per ObjectRun,
