@@ -2,22 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
 	"strings"
-	"sync"
-	"text/tabwriter"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
+	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
-	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -79,187 +72,9 @@ func (f *clusterFlags) client() (*nomad.Client, error) {
 	return nomad.NewClient(nomad.Config{Address: addr, Token: f.token, Namespace: f.namespace, Region: f.region})
 }
 
-// runCluster submits the spec to Nomad as a new attempt and follows it
-// until it ends. Ctrl-C detaches: the run goes on on the cluster.
-func runCluster(ctx context.Context, spec *trainspec.Spec, job *api.Job, cf *clusterFlags, stdout, stderr io.Writer) int {
-	if cf.namespace != "" && job.Namespace == nil {
-		job.Namespace = &cf.namespace
-	}
-	c, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		return 1
-	}
-	out := &syncWriter{w: stdout}
-	opts := nomad.RunOptions{
-		AttemptOptions: nomad.AttemptOptions{StoragePath: spec.Run.StoragePath, Run: spec.Name,
-			OnClearError: func(err error) { fmt.Fprintf(stderr, "nomad-train run: %v\n", err) },
-			Submit: nomad.SubmitOptions{WaitForCapacity: cf.waitForCapacity,
-				OnBlocked: func(err error) { fmt.Fprintf(out, "    waiting for capacity: %v\n", err) }}},
-		Count:    spec.Scaling.NumWorkers,
-		OnReport: func(r storage.Record) { fmt.Fprintf(out, "    %s\n", formatRecord(r)) },
-		OnSubmitted: func(sub *nomad.Submission) {
-			if sub.Warnings != "" {
-				fmt.Fprintf(stderr, "nomad-train run: nomad warns: %s\n", sub.Warnings)
-			}
-			fmt.Fprintf(out, "    job %s registered (evaluation %s)\n", sub.JobID, sub.EvalID)
-		},
-		OnStatus:      (&statusPrinter{w: out, count: spec.Scaling.NumWorkers}).print,
-		Settle:        followSettle,
-		ProgressEvery: progressEvery,
-	}
-	kv, tree := consulKV()
-	if tree != nil && spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
-		// The attempt starts with the whole failure budget: the last
-		// gang's generation, left in Consul, would otherwise count.
-		opts.KV = tree
-	}
-	opts.Progress = nomad.ProgressFor(cf.namespace, *job.ID, spec.Name, spec.Run.StoragePath, kv)
-	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
-		spec.Name, cf.address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
-	res, err := nomad.RunJob(ctx, c, job, opts)
-	if res.Reported {
-		fmt.Fprintln(out, "==> last report")
-		fmt.Fprintf(out, "    %s\n", formatRecord(res.Last))
-	}
-	switch {
-	case errors.Is(err, nomad.ErrUnplaceable):
-		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; waiting would not help until the cluster's nodes change)\n", err)
-		return 1
-	case errors.Is(err, nomad.ErrInsufficientCapacity):
-		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; -wait-for-capacity waits until the whole gang fits)\n", err)
-		return 1
-	case res.Submission == nil && err != nil:
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		return exitFor(ctx, 1)
-	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "nomad-train run: detached; %q goes on on Nomad (nomad-train status %s, nomad-train stop %s)\n",
-			spec.Name, spec.Name, spec.Name)
-		return 130
-	case err != nil:
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		// Each rank's last failure says why it stopped; the whole history
-		// (every restart and reschedule) is in status.
-		last := map[int]nomad.Failure{}
-		for _, f := range res.Status.Failures {
-			last[f.Rank] = f // in time order
-		}
-		for _, r := range slices.Sorted(maps.Keys(last)) {
-			fmt.Fprintf(stderr, "    %s\n", last[r])
-		}
-		if len(res.Status.Failures) > len(last) {
-			fmt.Fprintf(stderr, "    (nomad-train status %s lists all %d failures)\n", res.Submission.JobID, len(res.Status.Failures))
-		}
-		return 1
-	}
-	fmt.Fprintf(out, "==> run %q complete (%d restarts)\n", spec.Name, res.Status.Restarts())
-	return 0
-}
-
-func exitFor(ctx context.Context, code int) int {
-	if ctx.Err() != nil {
-		return 130
-	}
-	return code
-}
-
-// syncWriter serialises writes from the follower and the progress reader.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-// statusPrinter prints what changed between statuses.
-type statusPrinter struct {
-	w        io.Writer
-	count    int
-	phase    nomad.Phase
-	printed  map[failureKey]bool // failures already shown (the list is re-sorted as late ones arrive)
-	restarts int
-}
-
-type failureKey struct {
-	alloc  string
-	time   int64
-	reason string
-}
-
-func (p *statusPrinter) print(st nomad.Status) {
-	if st.Phase != p.phase {
-		p.phase = st.Phase
-		line := fmt.Sprintf("    %s", st.Phase)
-		if st.Phase == nomad.PhaseBlocked {
-			line += fmt.Sprintf(": %d workers not placed (%s)", st.Unplaced, st.Reason)
-		} else {
-			running := 0
-			for _, w := range st.Workers {
-				if w.ClientStatus == api.AllocClientStatusRunning {
-					running++
-				}
-			}
-			line += fmt.Sprintf(": %d/%d workers placed, %d running", len(st.Workers), p.count, running)
-		}
-		fmt.Fprintln(p.w, line)
-	}
-	if p.printed == nil {
-		p.printed = map[failureKey]bool{}
-	}
-	for _, f := range st.Failures {
-		k := failureKey{f.AllocID, f.Time.UnixNano(), f.Reason}
-		if !p.printed[k] {
-			p.printed[k] = true
-			fmt.Fprintf(p.w, "    worker failed: %s\n", f)
-		}
-	}
-	if r := st.Restarts(); r != p.restarts {
-		p.restarts = r
-		fmt.Fprintf(p.w, "    restarts: %d\n", r)
-	}
-}
-
 // followSettle is how long a failed run is followed further for its other
-// ranks' allocations to end (nomad.FollowOptions.Settle); tests shorten it.
+// ranks' allocations to end (nomad.RunOptions.Settle); tests shorten it.
 var followSettle = 10 * time.Second
-
-// consulKV is the Consul KV that CONSUL_HTTP_ADDR names, as the nomad
-// package reads and clears it; both are nil when it is not set.
-func consulKV() (nomad.KV, nomad.KVTree) {
-	if c := nomad.EnvConsulKV(); c != nil {
-		return c, c
-	}
-	return nil, nil
-}
-
-// progressSource is where status reads a run's progress from
-// (nomad.ProgressFor, with Consul when CONSUL_HTTP_ADDR is set).
-func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSource {
-	kv, _ := consulKV()
-	return nomad.ProgressFor(namespace, jobID, run, storagePath, kv)
-}
-
-// formatRecord is one line: step, epoch, metrics, generation, attempt.
-func formatRecord(r storage.Record) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "step %d", r.Step)
-	if e, ok := r.Metrics["epoch"]; ok {
-		fmt.Fprintf(&b, " epoch %v", e)
-	}
-	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
-		if k != "epoch" {
-			fmt.Fprintf(&b, " %s=%v", k, r.Metrics[k])
-		}
-	}
-	if r.Generation > 0 || r.Attempt > 0 {
-		fmt.Fprintf(&b, " (generation %d, attempt %d)", r.Generation, r.Attempt)
-	}
-	return b.String()
-}
 
 // clusterCommand parses a cluster subcommand's flags and connects.
 func clusterCommand(name, usage string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*nomad.Client, *clusterFlags, []string, int) {
@@ -314,26 +129,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
 		return 1
 	}
-	st := r.Status
-	fmt.Fprintf(stdout, "run %s: %s, %d of %d workers, %d restarts\n", run, st.Phase, len(st.Workers), r.Count, st.Restarts())
-	if st.Phase == nomad.PhaseBlocked {
-		fmt.Fprintf(stdout, "  %d workers not placed: %s\n", st.Unplaced, st.Reason)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tALLOC\tNODE\tSTATE\tRESTARTS\tLAST EVENT")
-	for _, w := range st.Workers {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", w.Rank, short(w.AllocID), w.NodeName, w.ClientStatus,
-			int(w.Restarts)+w.Reschedules, w.LastEvent)
-	}
-	tw.Flush()
-	for _, f := range st.Failures {
-		fmt.Fprintf(stdout, "failure: %s\n", f)
-	}
-	if src := progressSource(deref(r.Job.Namespace), *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath]); src != nil {
-		if rec, err := src.Latest(ctx); err == nil {
-			fmt.Fprintf(stdout, "last report: %s\n", formatRecord(rec))
-		}
-	}
+	console.PrintNomadStatus(ctx, stdout, run, r)
 	return 0
 }
 
@@ -372,7 +168,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	alloc, err := c.AllocInfo(ctx, allocID)
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train logs: reading allocation %s: %v\n", short(allocID), err)
+		fmt.Fprintf(stderr, "nomad-train logs: reading allocation %s: %v\n", allocID, err)
 		return 1
 	}
 	stream := "stdout"
@@ -389,7 +185,10 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
 		return 1
 	}
-	return exitFor(ctx, 0)
+	if ctx.Err() != nil {
+		return 130
+	}
+	return 0
 }
 
 func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -435,26 +234,6 @@ func listRuns(ctx context.Context, cmd string, c nomad.API, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "nomad-train %s: %v\n", cmd, err)
 		return 1
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tSTORAGE")
-	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.JobID, r.Status, r.StoragePath)
-	}
-	tw.Flush()
+	console.PrintRuns(stdout, runs)
 	return 0
-}
-
-func short(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
-}
-
-// deref is *p, or "" for nil.
-func deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }

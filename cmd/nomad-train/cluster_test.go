@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
@@ -112,23 +111,6 @@ func TestRunOnNomad(t *testing.T) {
 	must.StrNotContains(t, out+errs, secret)
 	task := f.srv.Job("fakerun").TaskGroups[0].Tasks[0]
 	must.Len(t, 1, task.Templates)
-}
-
-// A first run's storage directory may not exist when run starts
-// following it: the workers make it. The source looks again at each read.
-func TestProgressSourceWaitsForTheStorage(t *testing.T) {
-	t.Setenv("CONSUL_HTTP_ADDR", "")
-	root := filepath.Join(t.TempDir(), "not-yet")
-	src := progressSource("", "j", "r", root)
-	must.NotNil(t, src)
-	_, err := src.Latest(context.Background())
-	must.ErrorIs(t, err, nomad.ErrNoProgress)
-	must.NoError(t, os.MkdirAll(filepath.Join(root, "r"), 0o755))
-	must.NoError(t, os.WriteFile(filepath.Join(root, "r", "progress.jsonl"), []byte(report1+"\n"), 0o644))
-	rec, err := src.Latest(context.Background())
-	must.NoError(t, err)
-	must.Eq(t, 10, rec.Step)
-	must.Nil(t, progressSource("", "j", "r", "relative/results"), must.Sprint("a relative path is the workers'"))
 }
 
 func TestRunOnNomadRefusesPartialGang(t *testing.T) {
@@ -327,20 +309,4 @@ func TestConnectionFlagsReachNomad(t *testing.T) {
 	must.Eq(t, 0, code, must.Sprint(errs))
 	must.True(t, f.srv.SawToken("tok-123"))
 	must.True(t, f.srv.SawNamespace("ml"))
-}
-
-// Failures are listed in time order, and one that reaches the follower late
-// can sort before those already printed: each is printed once all the same.
-func TestStatusPrinterPrintsEachFailureOnce(t *testing.T) {
-	at := func(s int) time.Time { return time.Unix(1796205600+int64(s), 0).UTC() }
-	a := nomad.Failure{Rank: 3, AllocID: "aaaaaaaa-1", Time: at(2), Reason: "driver failure"}
-	b := nomad.Failure{Rank: 2, AllocID: "bbbbbbbb-1", Time: at(1), Reason: "driver failure"}
-	c := nomad.Failure{Rank: 1, AllocID: "cccccccc-1", Time: at(3), Reason: "driver failure"}
-	var out bytes.Buffer
-	p := &statusPrinter{w: &out, count: 4}
-	p.print(nomad.Status{Phase: nomad.PhaseRunning, Failures: []nomad.Failure{a}})
-	p.print(nomad.Status{Phase: nomad.PhaseRunning, Failures: []nomad.Failure{b, a, c}})
-	for _, f := range []nomad.Failure{a, b, c} {
-		must.Eq(t, 1, strings.Count(out.String(), "worker failed: "+f.String()+"\n"), must.Sprint(out.String()))
-	}
 }

@@ -6,8 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/hashicorp/nomad/api"
-
+	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -47,16 +46,6 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
 		return exitSpec
 	}
-	printSecretHint(stderr, job)
+	console.PrintSecretHint(stderr, job)
 	return exitOK
-}
-
-// printSecretHint tells how to create the run secret's Variable, which
-// `nomad-train run -address` writes itself but `nomad job run` does not:
-// the job's template holds the workers until it exists. The secret never
-// goes into the job, so this goes to stderr, not into the output.
-func printSecretHint(w io.Writer, job *api.Job) {
-	fmt.Fprintf(w, "==> Before `nomad job run`, store the run secret the workers authenticate with\n"+
-		"    (Nomad holds them until the Variable %s exists):\n\n    %s\n\n",
-		trainspec.SecretVariablePath(*job.ID), trainspec.SecretCommand(job))
 }

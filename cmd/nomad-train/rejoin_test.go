@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func TestLocalRunTakesRejoinTimeout(t *testing.T) {
 			src := "train \"r\" {\n  entrypoint { builtin = \"quickstart\" }\n  " + c.block + "\n}\n"
 			spec, diags := trainspec.Parse([]byte(src), "train.hcl", trainspec.ParseOptions{})
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
-			must.Eq(t, c.want, localOptions(spec, io.Discard, io.Discard).RejoinTimeout)
+			must.Eq(t, c.want, localOptions(spec).RejoinTimeout)
 		})
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/launch"
 )
 
 // A finished run run again says it is complete and starts no worker; a
@@ -43,25 +44,8 @@ func TestRunFinishedFreshAndWorkersChange(t *testing.T) {
 	must.Eq(t, 0, code, must.Sprint(out))
 	m := regexp.MustCompile(`the previous run moved to (\S+)`).FindStringSubmatch(out)
 	must.SliceLen(t, 2, m, must.Sprint(out))
-	must.FileExists(t, filepath.Join(m[1], lastConfigFile))
+	must.FileExists(t, filepath.Join(m[1], launch.LastConfigFile))
 	must.StrContains(t, out, "[rank 0] epoch 0")
 	must.StrNotContains(t, out, "resuming")
 	must.StrNotContains(t, out, "is complete")
-}
-
-func TestMoveAside(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "run")
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	aside, err := moveAside(dir, now)
-	must.NoError(t, err)
-	must.Eq(t, "", aside, must.Sprint("nothing to move"))
-	for _, want := range []string{dir + ".old-20260102T030405Z", dir + ".old-20260102T030405Z-2"} {
-		must.NoError(t, os.MkdirAll(filepath.Join(dir, "checkpoint"), 0o755))
-		aside, err = moveAside(dir, now)
-		must.NoError(t, err)
-		must.Eq(t, want, aside)
-		must.DirExists(t, filepath.Join(aside, "checkpoint"))
-		must.DirNotExists(t, dir)
-	}
 }

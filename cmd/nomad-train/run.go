@@ -2,23 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
-	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/trainer/launch"
-	"github.com/nomad-train/nomad-train/trainer/storage"
-	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -61,148 +52,48 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if cf.address != "" {
-		return runCluster(ctx, spec, job, &cf, stdout, stderr)
-	}
-	return runLocal(ctx, spec, stdout, stderr)
-}
-
-// runLocal runs the spec on this machine: the embedded default.
-func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Writer) int {
-	opts := localOptions(spec, stdout, stderr)
-	opts.OnMetrics = func(urls []string) { printMetricsURLs(stdout, urls) }
-	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
-		spec.Name, workers(spec.Scaling.NumWorkers), storage.RunLocation(spec.Run.StoragePath, spec.Name))
-	last := lastConfigPath(spec)
-	rec, hadRec := readLastRun(runDir(spec))
-	note := configChange(last, spec.ConfigJSON)
-	wnote := workersChange(rec, hadRec, spec.Scaling.NumWorkers)
-	if hadRec && rec.Complete && note == "" && wnote == "" {
-		fmt.Fprintf(stdout, "==> run %q is complete: nothing to train (run with -fresh to start it over)\n", spec.Name)
-		return 0
-	}
-	for _, n := range []string{note, wnote} {
-		if n != "" {
-			fmt.Fprintf(stdout, "    %s\n", n)
+		c, err := cf.client()
+		if err != nil {
+			fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+			return 1
 		}
+		return console.FollowNomad(ctx, c, spec, job, console.NomadRun{Address: cf.address, Namespace: cf.namespace,
+			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery}, stdout, stderr)
 	}
-	out, err := launch.Launch(ctx, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		return 1
-	}
-	if last != "" { // best effort: it only feeds the note above
-		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
-		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers})
-	}
-	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
-	// A failed run has no result to show (its error says why); a finished
-	// one, or one every worker stopped at a checkpoint, shows where it is.
-	if res != nil && (err == nil || errors.Is(err, trainer.ErrStopped)) {
-		printResult(stdout, res)
-	}
-	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintln(stderr, "nomad-train run: stopped; run it again to resume from the latest checkpoint")
-		return 130
-	case err != nil:
-		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-		return 1
-	}
-	if last != "" {
-		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true})
-	}
-	return 0
+	return console.RunLocal(ctx, spec, console.LocalRun{Options: localOptions(spec),
+		Stdout: stdout, Stderr: stderr, Live: terminal(stdout)})
 }
 
 // localOptions are the launcher's settings for the spec: its run, and
-// what only a local run has (the rejoin timeout, the output).
-func localOptions(spec *trainspec.Spec, stdout, stderr io.Writer) launch.Options {
-	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout,
-		Stdout: stdout, Stderr: stderr}
+// what only a local run has (the rejoin timeout).
+func localOptions(spec *trainspec.Spec) launch.Options {
+	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout}
 }
 
-// lastConfigFile, in a run's directory, holds the config (JSON) of its
-// last local launch, for configChange.
-const lastConfigFile = "last-config.json"
-
-// lastConfigPath is where the spec's run keeps lastConfigFile, or "" when
-// its storage is not a local directory.
-func lastConfigPath(spec *trainspec.Spec) string {
-	dir, err := storage.LocalDir(spec.Run.StoragePath)
-	if err != nil {
-		return ""
+// terminal is a live writer on w when w is this process's standard output
+// and a terminal; nil otherwise (plain lines).
+func terminal(w io.Writer) *console.Live {
+	if f, ok := w.(*os.File); ok && f == os.Stdout {
+		return console.Terminal(f)
 	}
-	return filepath.Join(dir, spec.Name, lastConfigFile)
+	return nil
 }
 
-// configChange says how config differs from the one the run last ran
-// with, or "" when it does not (or there was none): a run resumes from its
-// latest checkpoint whatever its config, so changing the config of a run
-// that is far along, or done, should not go unnoticed.
-func configChange(lastPath string, config []byte) string {
-	if lastPath == "" {
-		return ""
+// startFresh moves the spec's run directory aside to <dir>.old-<time> so
+// that the run starts over; it never deletes a user's checkpoints. It
+// says where the old run went, or nothing when there was none.
+func startFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
+	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
+	if dir == "" {
+		return fmt.Errorf("-fresh needs a local storage path, not %q: remove the run's objects yourself", spec.Run.StoragePath)
 	}
-	before, err := os.ReadFile(lastPath)
-	if err != nil {
-		return ""
+	aside, err := launch.MoveAside(dir, now)
+	if err != nil || aside == "" {
+		return err
 	}
-	var was, is map[string]any
-	if json.Unmarshal(before, &was) != nil || json.Unmarshal(config, &is) != nil {
-		return ""
+	if abs, err := filepath.Abs(aside); err == nil {
+		aside = abs
 	}
-	var diffs []string
-	for _, k := range slices.Sorted(maps.Keys(is)) {
-		old, had := was[k]
-		switch {
-		case !had:
-			diffs = append(diffs, fmt.Sprintf("%s %s (new)", k, compactJSON(is[k])))
-		case !reflect.DeepEqual(old, is[k]):
-			diffs = append(diffs, fmt.Sprintf("%s %s → %s", k, compactJSON(old), compactJSON(is[k])))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(was)) {
-		if _, has := is[k]; !has {
-			diffs = append(diffs, fmt.Sprintf("%s %s (gone)", k, compactJSON(was[k])))
-		}
-	}
-	if len(diffs) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("the config changed since the last run (%s); training resumes from the latest checkpoint with it (run with -fresh to start afresh)",
-		strings.Join(diffs, ", "))
-}
-
-func compactJSON(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-// workers is "1 worker" or "n workers".
-func workers(n int) string { return fmt.Sprintf("%d %s", n, plural(n, "worker", "workers")) }
-
-func printResult(w io.Writer, r *trainer.Result) {
-	fmt.Fprintln(w, "==> result")
-	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
-		fmt.Fprintf(tw, "    %s\t%v\n", k, r.Metrics[k])
-	}
-	if r.Checkpoint != nil {
-		fmt.Fprintf(tw, "    checkpoint\t%s\n", r.Checkpoint.Path())
-	}
-	fmt.Fprintf(tw, "    metrics\t%s\n", r.MetricsPath)
-	tw.Flush()
-}
-
-// workerProcess is how a local worker of spec starts: this binary for a
-// builtin or a program that needs the external wrapper (python3 train.py),
-// the program itself for a Go trainer (workerenv.StartFor decides, as the
-// driver's does on Nomad).
-func workerProcess(spec *trainspec.Spec) (workerenv.Process, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return workerenv.Process{}, fmt.Errorf("find own executable: %w", err)
-	}
-	return workerenv.StartFor(workerenv.Entrypoint{Builtin: spec.Entrypoint.Builtin,
-		Command: spec.Entrypoint.Command, Args: spec.Entrypoint.Args}, exe, workerenv.SpeaksContract)
+	fmt.Fprintf(stdout, "==> starting afresh: the previous run moved to %s\n", aside)
+	return nil
 }

@@ -45,6 +45,16 @@ func TestRunQuickstartSpec(t *testing.T) {
 	must.StrContains(t, text, "[rank 0] epoch 0: loss")
 	// Warnings about compiling for Nomad do not concern a local run.
 	must.StrNotContains(t, text, "on Nomad")
+	// The summary: 20 epochs reported, no failure, the best checkpoint by
+	// the spec's score, and the command that shows the curves.
+	must.StrContains(t, text, `==> summary of run "quickstart"`)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    wall time +[0-9.]+m?s$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    steps +20 \([0-9.]+/s\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    restarts +0 \(failures used: 0 of 2\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    best checkpoint +results/quickstart/checkpoint_0000\d\d \(loss=[0-9.e-]+\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    curves +nomad-train dashboard \./results, then http://127\.0\.0\.1:8265/#/run\?key=quickstart$`), text)
+	// Off a terminal the output is plain lines.
+	must.StrNotContains(t, text, "\x1b[")
 	m := regexp.MustCompile(`(?m)^\s+loss\s+(\S+)$`).FindStringSubmatch(text)
 	must.SliceLen(t, 2, m, must.Sprint(text))
 	loss, err := strconv.ParseFloat(m[1], 64)
@@ -177,17 +187,6 @@ func TestRunLocalDespiteNomadAddr(t *testing.T) {
 	code, out = run("-local", "-address", "http://127.0.0.1:1", spec)
 	must.Eq(t, 2, code, must.Sprint(out))
 	must.StrContains(t, out, "-local and -address contradict each other")
-}
-
-func TestConfigChange(t *testing.T) {
-	last := filepath.Join(t.TempDir(), lastConfigFile)
-	must.Eq(t, "", configChange(last, []byte(`{"lr":0.1}`)), must.Sprint("no last config"))
-	must.NoError(t, os.WriteFile(last, []byte(`{"lr":0.1,"epochs":20,"seed":1,"layers":[8,8]}`), 0o644))
-	must.Eq(t, "", configChange(last, []byte(`{"epochs":20,"layers":[8,8],"lr":0.1,"seed":1}`)))
-	note := configChange(last, []byte(`{"lr":0.01,"epochs":20,"momentum":0.9,"layers":[8,16]}`))
-	must.StrContains(t, note, "(layers [8,8] → [8,16], lr 0.1 → 0.01, momentum 0.9 (new), seed 1 (gone))")
-	must.StrContains(t, note, "run with -fresh to start afresh")
-	must.Eq(t, "", configChange("", []byte(`{}`)))
 }
 
 // The spec language's list of builtins is the registry's.

@@ -1,22 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
-	hcl2 "github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -126,49 +124,10 @@ func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trai
 // loadSpecFor is loadSpec for a command that trains the spec's config
 // once (run, compile): it refuses an experiment (a tune block).
 func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainspec.Spec, *api.Job, bool) {
-	parser := hclparse.NewParser()
-	spec, diags := trainspec.ParseFile(path, trainspec.ParseOptions{
-		Vars:        f.vars,
-		VarFiles:    f.varFiles,
-		Getenv:      os.Getenv,
-		Builtins:    builtins.Names(),
-		CheckConfig: builtins.CheckConfig,
-		CheckScheduler: func(kind, metric string, settings []byte) error {
-			_, err := tune.ParseScheduler(kind, settings, metric)
-			return err
-		},
-		CheckSearcher: func(kind, metric string, settings []byte) error {
-			_, err := tune.ParseSearcher(kind, settings, metric)
-			return err
-		},
-		Parser: parser,
-	})
-	if command != "" && !diags.HasErrors() {
-		diags = append(diags, trainspec.OneRun(spec, command)...)
-	}
-	var job *api.Job
-	if forNomad && !diags.HasErrors() {
-		var cdiags hcl2.Diagnostics
-		job, cdiags = trainspec.Compile(spec)
-		if f.noAddress {
-			cdiags = trainspec.ForLocal(cdiags)
-		}
-		diags = append(diags, cdiags...)
-	}
-	printDiagnostics(stderr, parser, diags)
-	return spec, job, !diags.HasErrors()
-}
-
-func printDiagnostics(w io.Writer, parser *hclparse.Parser, diags hcl2.Diagnostics) {
-	if len(diags) == 0 {
-		return
-	}
-	diags = trainspec.SortDiagnostics(diags)
-	tw := hcl2.NewDiagnosticTextWriter(w, parser.Files(), 78, false)
-	_ = tw.WriteDiagnostics(diags) // best effort: the exit code carries the outcome
-	if n := len(diags.Errs()); n > 0 {
-		fmt.Fprintf(w, "%d error(s)\n", n)
-	}
+	return console.LoadSpec(path, console.SpecLoad{Command: command, ForNomad: forNomad, NoAddress: f.noAddress,
+		Parse: trainspec.ParseOptions{Vars: f.vars, VarFiles: f.varFiles, Getenv: os.Getenv,
+			Builtins: builtins.Names(), CheckConfig: builtins.CheckConfig,
+			CheckScheduler: tune.CheckScheduler, CheckSearcher: tune.CheckSearcher}}, stderr)
 }
 
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -184,7 +143,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitSpec
 	}
-	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, workers(spec.Scaling.NumWorkers))
+	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, launch.Workers(spec.Scaling.NumWorkers))
 	return exitOK
 }
 
@@ -205,50 +164,11 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	sort.Strings(paths)
-	paths, err := expandFmtPaths(paths)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
+	if !(console.Fmt{Check: *check, Write: *write, Stdin: fmtStdin}).Run(paths, stdout, stderr) {
 		return exitSpec
 	}
-	code = exitOK
-	parser := hclparse.NewParser()
-	for _, path := range paths {
-		src, err := readFmtSource(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
-			code = exitSpec
-			continue
-		}
-		out, diags := trainspec.Format(src, path)
-		if diags.HasErrors() {
-			parser.AddFile(path, &hcl2.File{Bytes: src})
-			printDiagnostics(stderr, parser, diags)
-			code = exitSpec
-			continue
-		}
-		changed := !bytes.Equal(src, out)
-		switch {
-		case *check:
-			if changed {
-				fmt.Fprintln(stdout, path)
-				code = exitSpec
-			}
-		case *write && path != stdinPath: // "-" has no file to rewrite: print it
-			if changed {
-				if err := os.WriteFile(path, out, 0o644); err != nil {
-					fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
-					code = exitSpec
-					continue
-				}
-				fmt.Fprintln(stdout, path)
-			}
-		default:
-			if _, err := stdout.Write(out); err != nil {
-				fmt.Fprintf(stderr, "nomad-train fmt: %v\n", err)
-				return exitSpec
-			}
-		}
-	}
-	return code
+	return exitOK
 }
+
+// fmtStdin is what fmt reads for "-"; tests replace it.
+var fmtStdin io.Reader = os.Stdin

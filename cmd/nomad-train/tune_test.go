@@ -63,6 +63,11 @@ train "qs-tune" {
 	must.Len(t, 5, rows)
 	must.Eq(t, []string{"trial", "status", "iterations", "config/batch_size", "config/lr"}, rows[0][:5])
 	must.FileExists(t, filepath.Join(dir, "results", "qs-tune", "results.json"))
+	must.StrContains(t, text, `==> summary of experiment "qs-tune"`)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    trial reports +\d+ \([0-9.]+/s\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    trials +4 \(0 failed\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    best checkpoint +\S+/trial_000\d/checkpoint_\d+ \(loss=[0-9.e-]+, trial trial_000\d\)$`), text)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    curves +nomad-train dashboard \./results, then http://127\.0\.0\.1:8265/#/exp\?key=qs-tune$`), text)
 
 	t.Log(text)
 

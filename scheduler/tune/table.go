@@ -8,9 +8,26 @@ import (
 	"text/tabwriter"
 )
 
+// A Framer shows the trial table in place: a terminal redraws it rather
+// than print it again. WriteTable hands it each table whole.
+type Framer interface {
+	Frame(table string)
+}
+
 // WriteTable writes the live trial table: trial, status, sampled params,
 // iterations and the latest value of metric, with a status summary line.
+// A w that is a Framer gets it as one frame.
 func WriteTable(w io.Writer, st *ExperimentState, metric string) {
+	var b strings.Builder
+	writeTable(&b, st, metric)
+	if f, ok := w.(Framer); ok {
+		f.Frame(b.String())
+		return
+	}
+	io.WriteString(w, b.String())
+}
+
+func writeTable(w io.Writer, st *ExperimentState, metric string) {
 	counts := map[string]int{}
 	params := map[string]bool{}
 	for _, t := range st.Trials {

@@ -1,0 +1,172 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nomad-train/nomad-train/trainer/launch"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+// status, logs and list on local runs: a local run keeps its launcher's
+// state (launch.StateFile), its workers' output (launch.LogPath) and its
+// reports in its run directory, <storage>/<run>, where these read them.
+
+// ErrNoLocalRun is PrintLocalStatus's error for a directory that holds no
+// local run.
+var ErrNoLocalRun = errors.New("no local run")
+
+// PrintLocalStatus prints the local run in dir: its launcher's state, its
+// workers, and its last report.
+func PrintLocalStatus(w io.Writer, dir string) error {
+	st, stErr := launch.ReadState(dir)
+	last, hasLast := LastRecord(dir)
+	if stErr != nil && !hasLast {
+		return fmt.Errorf("%w in %s (no %s, no %s)", ErrNoLocalRun, dir, launch.StateFile, storage.ProgressFile)
+	}
+	if stErr != nil {
+		fmt.Fprintf(w, "run %s: no launcher state (%v)\n", filepath.Base(dir), stErr)
+	} else {
+		fmt.Fprintf(w, "run %s: %s (local, launcher pid %d on %s, started %s), %d workers, %d restarts\n",
+			st.Run, st.Phase, st.PID, st.Host, st.Started.Local().Format(time.DateTime), st.NumWorkers, st.Restarts)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RANK\tPID\tSTATE\tRESTARTS\tMETRICS\tLOG")
+		for _, wk := range st.Workers {
+			log := "-"
+			if wk.Log != "" { // where this command finds it, not where the launcher wrote it
+				log = launch.LogPath(dir, wk.Rank)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\n", wk.Rank, wk.PID, workerState(wk), wk.Restarts, orDash(wk.Metrics), log)
+		}
+		tw.Flush()
+		if st.Failure != "" {
+			fmt.Fprintf(w, "failure: %s\n", st.Failure)
+		}
+	}
+	if hasLast {
+		fmt.Fprintf(w, "last report: %s\n", FormatRecord(last))
+	}
+	return nil
+}
+
+func workerState(w launch.WorkerState) string {
+	switch {
+	case w.Running:
+		return "running"
+	case w.Signal != "":
+		return "killed (" + w.Signal + ")"
+	case w.PID == 0:
+		return "pending"
+	}
+	return fmt.Sprintf("exited (%d)", w.ExitCode)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// LastRecord is the latest report of the local run in dir, if it has one.
+func LastRecord(dir string) (storage.Record, bool) {
+	var last storage.Record
+	found := false
+	err := storage.ScanProgressFile(filepath.Join(dir, storage.ProgressFile), func(r storage.Record) error {
+		last, found = r, true
+		return nil
+	})
+	return last, err == nil && found
+}
+
+// PrintLocalRuns lists the runs under the local storage path root: the
+// directories that hold a launcher state or reports.
+func PrintLocalRuns(w io.Writer, root string) error {
+	dir, err := storage.LocalDir(root)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("no local runs: %w", err)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tRESTARTS\tUPDATED")
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		runDir := filepath.Join(dir, e.Name())
+		st, stErr := launch.ReadState(runDir)
+		last, hasLast := LastRecord(runDir)
+		if stErr != nil && !hasLast {
+			continue
+		}
+		status, restarts, updated := "-", "-", st.Updated
+		if stErr == nil {
+			status, restarts = st.Phase, fmt.Sprint(st.Restarts)
+		}
+		step := "-"
+		if hasLast {
+			step = fmt.Sprint(last.Step)
+			if last.Time.After(updated) {
+				updated = last.Time
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Name(), status, step, restarts, updated.Local().Format(time.DateTime))
+	}
+	tw.Flush()
+	return nil
+}
+
+// CopyLogs writes the saved output of rank in the local run in dir
+// (stdout and stderr together, the older rotated file first); with follow
+// it goes on, looking every pollEvery, until the run ends or ctx is done.
+func CopyLogs(ctx context.Context, w io.Writer, dir string, rank int, follow bool, pollEvery time.Duration) error {
+	path := launch.LogPath(dir, rank)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("no log of rank %d in %s: %w", rank, dir, err)
+	}
+	if b, err := os.ReadFile(path + ".1"); err == nil {
+		w.Write(b)
+	}
+	t := &launch.LogTail{Path: path}
+	if err := t.Copy(w); err != nil {
+		return err
+	}
+	for follow && launch.Running(dir) {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pollEvery):
+		}
+		if err := t.Copy(w); err != nil {
+			return err
+		}
+	}
+	if follow { // what the last moments wrote
+		return t.Copy(w)
+	}
+	return nil
+}
+
+// PrintMetricsURLs says, in one line, where a local run's ranks serve
+// Prometheus metrics (nothing when none does).
+func PrintMetricsURLs(w io.Writer, urls []string) {
+	var parts []string
+	for rank, u := range urls {
+		if u != "" {
+			parts = append(parts, fmt.Sprintf("rank %d %s", rank, u))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "    metrics (Prometheus): %s\n", strings.Join(parts, ", "))
+	}
+}

@@ -1,0 +1,152 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/launch"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
+)
+
+// LocalRun is how `run` runs a spec on this machine.
+type LocalRun struct {
+	// Options are the launcher's; RunLocal sets their output.
+	Options        launch.Options
+	Stdout, Stderr io.Writer
+	// Live, on a terminal, shows a progress bar under the workers' output
+	// when the config gives epochs or steps; nil prints the output alone.
+	Live *Live
+	// BarEvery is how often the bar is redrawn (default 500ms).
+	BarEvery time.Duration
+}
+
+// RunLocal runs the spec on this machine: it says what changed since the
+// run's last launch, launches its workers, and prints its result and
+// summary. It returns the exit code: 0 done, 1 failed, 130 stopped.
+func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
+	stdout, stderr := l.Stdout, l.Stderr
+	opts := l.Options
+	opts.Stdout, opts.Stderr = stdout, stderr
+	opts.OnMetrics = func(urls []string) { PrintMetricsURLs(stdout, urls) }
+	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
+		spec.Name, workers(spec.Scaling.NumWorkers), storageLocation(spec))
+	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
+	last := launch.LastConfigPath(spec.Run.StoragePath, spec.Name)
+	rec, hadRec := launch.ReadLastRun(dir)
+	note := launch.ConfigChange(last, spec.ConfigJSON)
+	wnote := launch.WorkersChange(rec, hadRec, spec.Scaling.NumWorkers)
+	if hadRec && rec.Complete && note == "" && wnote == "" {
+		fmt.Fprintf(stdout, "==> run %q is complete: nothing to train (run with -fresh to start it over)\n", spec.Name)
+		return 0
+	}
+	for _, n := range []string{note, wnote} {
+		if n != "" {
+			fmt.Fprintf(stdout, "    %s\n", n)
+		}
+	}
+	reports := newReports(spec.Run.StoragePath, spec.Name)
+	defer reports.Close()
+	before, _ := reports.Latest(ctx)
+	start := time.Now()
+	stopBar := func() {}
+	if goal, ok := GoalOf(spec.ConfigJSON); ok && l.Live != nil {
+		opts.Stdout = l.Live
+		if stderr == stdout {
+			opts.Stderr = l.Live
+		}
+		stopBar = showBar(ctx, l, goal, spec, reports, dir, start)
+	}
+	out, err := launch.Launch(ctx, opts)
+	stopBar()
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return 1
+	}
+	if last != "" { // best effort: it only feeds the notes above
+		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
+		launch.WriteLastRun(dir, launch.LastRun{NumWorkers: spec.Scaling.NumWorkers})
+	}
+	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
+	// A failed run has no result to show (its error says why); a finished
+	// one, or one every worker stopped at a checkpoint, shows where it is.
+	if res != nil && (err == nil || errors.Is(err, trainer.ErrStopped)) {
+		PrintResult(stdout, res)
+	}
+	final, _ := reports.Latest(context.WithoutCancel(ctx))
+	fmt.Fprint(stdout, localSummary(spec, out, res, final.Step-before.Step, time.Since(start)).Render())
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "nomad-train run: stopped; run it again to resume from the latest checkpoint")
+		return 130
+	case err != nil:
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		return 1
+	}
+	if last != "" {
+		launch.WriteLastRun(dir, launch.LastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true})
+	}
+	return 0
+}
+
+// storageLocation is where the run keeps its records, as the user named
+// the storage.
+func storageLocation(spec *trainspec.Spec) string {
+	return storage.RunLocation(spec.Run.StoragePath, spec.Name)
+}
+
+// localSummary is a local run's Summary: steps are the reports made in
+// this launch.
+func localSummary(spec *trainspec.Spec, out *launch.Outcome, res *trainer.Result, steps int64, wall time.Duration) Summary {
+	s := Summary{Kind: "run", Name: spec.Name, Wall: wall, Steps: steps,
+		MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath}
+	if out != nil {
+		s.Restarts = len(out.Restarts) + len(out.Stopped)
+		s.Failures = len(out.Restarts)
+	}
+	if res != nil {
+		s.Best, s.Score = best(res, spec.Run.Checkpoint.ScoreAttribute)
+	}
+	return s
+}
+
+// best is the result's best checkpoint and its score.
+func best(res *trainer.Result, attr string) (path, score string) {
+	if len(res.BestCheckpoints) == 0 {
+		if res.Checkpoint != nil {
+			return res.Checkpoint.Path(), ""
+		}
+		return "", ""
+	}
+	b := res.BestCheckpoints[0]
+	if v, ok := b.Metrics[attr]; ok && attr != "" {
+		score = fmt.Sprintf("%s=%v", attr, v)
+	}
+	return b.Checkpoint.Path(), score
+}
+
+// workers is "1 worker" or "n workers".
+func workers(n int) string { return launch.Workers(n) }
+
+// PrintResult prints what a run left: its last metrics, its latest
+// checkpoint, its metrics history.
+func PrintResult(w io.Writer, r *trainer.Result) {
+	fmt.Fprintln(w, "==> result")
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
+		fmt.Fprintf(tw, "    %s\t%v\n", k, r.Metrics[k])
+	}
+	if r.Checkpoint != nil {
+		fmt.Fprintf(tw, "    checkpoint\t%s\n", r.Checkpoint.Path())
+	}
+	fmt.Fprintf(tw, "    metrics\t%s\n", r.MetricsPath)
+	tw.Flush()
+}

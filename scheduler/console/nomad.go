@@ -1,0 +1,224 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainspec"
+)
+
+// NomadRun is how `run` follows a spec's run on Nomad.
+type NomadRun struct {
+	Address, Namespace string
+	WaitForCapacity    bool
+	// Settle and ProgressEvery are nomad.RunOptions'.
+	Settle, ProgressEvery time.Duration
+}
+
+// FollowNomad submits spec's job to Nomad as a new attempt and follows it
+// until it ends, printing its placement, failures and reports; Ctrl-C
+// (ctx) detaches: the run goes on on the cluster. It returns the exit
+// code: 0 complete, 1 failed or refused, 130 detached.
+func FollowNomad(ctx context.Context, c nomad.API, spec *trainspec.Spec, job *api.Job, o NomadRun, stdout, stderr io.Writer) int {
+	out := &syncWriter{w: stdout}
+	opts := nomad.SpecRunOptions(spec, job, o.Namespace)
+	opts.OnClearError = func(err error) { fmt.Fprintf(stderr, "nomad-train run: %v\n", err) }
+	opts.Submit = nomad.SubmitOptions{WaitForCapacity: o.WaitForCapacity,
+		OnBlocked: func(err error) { fmt.Fprintf(out, "    waiting for capacity: %v\n", err) }}
+	opts.OnReport = func(r storage.Record) { fmt.Fprintf(out, "    %s\n", FormatRecord(r)) }
+	opts.OnSubmitted = func(sub *nomad.Submission) {
+		if sub.Warnings != "" {
+			fmt.Fprintf(stderr, "nomad-train run: nomad warns: %s\n", sub.Warnings)
+		}
+		fmt.Fprintf(out, "    job %s registered (evaluation %s); waiting for placement\n", sub.JobID, sub.EvalID)
+	}
+	opts.OnStatus = (&StatusPrinter{W: out, Count: spec.Scaling.NumWorkers}).Print
+	opts.Settle, opts.ProgressEvery = o.Settle, o.ProgressEvery
+	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
+		spec.Name, o.Address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
+	var before storage.Record
+	if opts.Progress != nil {
+		before, _ = opts.Progress.Latest(ctx)
+	}
+	start := time.Now()
+	res, err := nomad.RunJob(ctx, c, job, opts)
+	if res.Reported {
+		fmt.Fprintln(out, "==> last report")
+		fmt.Fprintf(out, "    %s\n", FormatRecord(res.Last))
+	}
+	switch {
+	case errors.Is(err, nomad.ErrUnplaceable):
+		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; waiting would not help until the cluster's nodes change)\n", err)
+		return 1
+	case errors.Is(err, nomad.ErrInsufficientCapacity):
+		fmt.Fprintf(stderr, "nomad-train run: %v\n    (nothing was started; -wait-for-capacity waits until the whole gang fits)\n", err)
+		return 1
+	case res.Submission == nil && err != nil:
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		if ctx.Err() != nil {
+			return 130
+		}
+		return 1
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "nomad-train run: detached; %q goes on on Nomad (nomad-train status %s, nomad-train stop %s)\n",
+			spec.Name, spec.Name, spec.Name)
+		return 130
+	case err != nil:
+		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
+		printLastFailures(stderr, res)
+		return 1
+	}
+	fmt.Fprintf(out, "==> run %q complete (%d restarts)\n", spec.Name, res.Status.Restarts())
+	fmt.Fprint(out, nomadSummary(spec, res, before, time.Since(start)).Render())
+	return 0
+}
+
+// nomadSummary is a run's Summary on Nomad; its best checkpoint shows when
+// this machine reaches the run's storage.
+func nomadSummary(spec *trainspec.Spec, res nomad.RunResult, before storage.Record, wall time.Duration) Summary {
+	s := Summary{Kind: "run", Name: spec.Name, Wall: wall, Restarts: res.Status.Restarts(),
+		Failures: len(res.Status.Failures), MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath}
+	if res.Reported {
+		s.Steps = res.Last.Step - before.Step
+	}
+	if !filepath.IsAbs(spec.Run.StoragePath) && !storage.IsObjectPath(spec.Run.StoragePath) {
+		return s // a relative path is the workers', not this machine's
+	}
+	if r, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil); err == nil {
+		s.Best, s.Score = best(r, spec.Run.Checkpoint.ScoreAttribute)
+	}
+	return s
+}
+
+// printLastFailures prints each rank's last failure, which says why it
+// stopped; the whole history (every restart and reschedule) is in status.
+func printLastFailures(w io.Writer, res nomad.RunResult) {
+	last := map[int]nomad.Failure{}
+	for _, f := range res.Status.Failures {
+		last[f.Rank] = f // in time order
+	}
+	for _, r := range slices.Sorted(maps.Keys(last)) {
+		fmt.Fprintf(w, "    %s\n", last[r])
+	}
+	if len(res.Status.Failures) > len(last) {
+		fmt.Fprintf(w, "    (nomad-train status %s lists all %d failures)\n", res.Submission.JobID, len(res.Status.Failures))
+	}
+}
+
+// syncWriter serialises writes from the follower and the progress reader.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// StatusPrinter prints what changed between a followed run's statuses.
+type StatusPrinter struct {
+	W     io.Writer
+	Count int // workers in the gang
+
+	phase    nomad.Phase
+	printed  map[failureKey]bool // failures already shown (the list is re-sorted as late ones arrive)
+	restarts int
+}
+
+type failureKey struct {
+	alloc  string
+	time   int64
+	reason string
+}
+
+// Print prints what changed since the last status: the phase (with what
+// the run waits for), new failures, the restart count.
+func (p *StatusPrinter) Print(st nomad.Status) {
+	if st.Phase != p.phase {
+		p.phase = st.Phase
+		line := fmt.Sprintf("    %s", st.Phase)
+		if st.Phase == nomad.PhaseBlocked {
+			line += fmt.Sprintf(": %d workers not placed (%s)", st.Unplaced, st.Reason)
+		} else {
+			running := 0
+			for _, w := range st.Workers {
+				if w.ClientStatus == api.AllocClientStatusRunning {
+					running++
+				}
+			}
+			line += fmt.Sprintf(": %d/%d workers placed, %d running", len(st.Workers), p.Count, running)
+			if running < p.Count && st.Phase == nomad.PhasePending {
+				line += "; waiting for placement and the workers' start (image or artifact downloads included)"
+			}
+		}
+		fmt.Fprintln(p.W, line)
+	}
+	if p.printed == nil {
+		p.printed = map[failureKey]bool{}
+	}
+	for _, f := range st.Failures {
+		k := failureKey{f.AllocID, f.Time.UnixNano(), f.Reason}
+		if !p.printed[k] {
+			p.printed[k] = true
+			fmt.Fprintf(p.W, "    worker failed: %s\n", f)
+		}
+	}
+	if r := st.Restarts(); r != p.restarts {
+		p.restarts = r
+		fmt.Fprintf(p.W, "    restarts: %d\n", r)
+	}
+}
+
+// PrintNomadStatus prints a run on Nomad: its phase, workers, failures,
+// and its last report when its storage (or Consul) has one.
+func PrintNomadStatus(ctx context.Context, w io.Writer, name string, r *nomad.RunInfo) {
+	st := r.Status
+	fmt.Fprintf(w, "run %s: %s, %d of %d workers, %d restarts\n", name, st.Phase, len(st.Workers), r.Count, st.Restarts())
+	if st.Phase == nomad.PhaseBlocked {
+		fmt.Fprintf(w, "  %d workers not placed: %s\n", st.Unplaced, st.Reason)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tALLOC\tNODE\tSTATE\tRESTARTS\tLAST EVENT")
+	for _, wk := range st.Workers {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", wk.Rank, short(wk.AllocID), wk.NodeName, wk.ClientStatus,
+			int(wk.Restarts)+wk.Reschedules, wk.LastEvent)
+	}
+	tw.Flush()
+	for _, f := range st.Failures {
+		fmt.Fprintf(w, "failure: %s\n", f)
+	}
+	ns := ""
+	if r.Job.Namespace != nil {
+		ns = *r.Job.Namespace
+	}
+	if src := nomad.EnvProgressFor(ns, *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath]); src != nil {
+		if rec, err := src.Latest(ctx); err == nil {
+			fmt.Fprintf(w, "last report: %s\n", FormatRecord(rec))
+		}
+	}
+}
+
+// PrintRuns lists runs on Nomad.
+func PrintRuns(w io.Writer, runs []nomad.Run) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tSTORAGE")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.JobID, r.Status, r.StoragePath)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,84 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
+)
+
+// ErrNoTuneBlock is FromSpec's error for a spec without a tune block.
+var ErrNoTuneBlock = errors.New("no tune block")
+
+// Experiment is what a train.hcl spec with a tune block describes: the
+// search space over its config, and the tuner's Config.
+type Experiment struct {
+	Spec  *trainspec.Spec
+	Space map[string]any
+	// Config has no Progress yet; StoragePath defaults to ./results.
+	Config Config
+}
+
+// FromSpec reads the experiment a spec describes. Its errors name the
+// part of the spec that is wrong (config, scheduler, search_alg).
+func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
+	t := spec.Tune
+	if t == nil {
+		return nil, ErrNoTuneBlock
+	}
+	space, err := ParseSpace(spec.ConfigJSON)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	sched, err := ParseScheduler(t.Scheduler.Type, t.Scheduler.SettingsJSON, t.Metric)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	search, err := ParseSearcher(t.SearchAlg.Type, t.SearchAlg.SettingsJSON, t.Metric)
+	if err != nil {
+		return nil, fmt.Errorf("search_alg: %w", err)
+	}
+	run := spec.RunSpec()
+	cfg := Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
+		NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
+		Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
+		Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched, Search: search,
+		Checkpoint: run.Checkpoint}
+	if cfg.StoragePath == "" {
+		cfg.StoragePath = "./results"
+	}
+	return &Experiment{Spec: spec, Space: space, Config: cfg}, nil
+}
+
+// CheckScheduler and CheckSearcher check a tune block's scheduler and
+// search_alg settings, for trainspec.ParseOptions.
+func CheckScheduler(kind, metric string, settings []byte) error {
+	_, err := ParseScheduler(kind, settings, metric)
+	return err
+}
+
+// CheckSearcher: see CheckScheduler.
+func CheckSearcher(kind, metric string, settings []byte) error {
+	_, err := ParseSearcher(kind, settings, metric)
+	return err
+}
+
+// LocalProcesses places the experiment's trials as worker processes on
+// this machine, each started as proc says (workerenv.StartFor: this binary
+// for a builtin or a wrapped python3 command, a Go trainer itself), with
+// the spec's environment. The workers' output goes to stdout and stderr
+// when given; stopped trials' workers complain about their cancelled
+// context, so by default it is dropped (failures are in the table and
+// results.json).
+func (x *Experiment) LocalProcesses(proc workerenv.Process, stdout, stderr io.Writer) *Processes {
+	b := NewProcesses(nil, x.Spec.Scaling.NumWorkers)
+	b.Command, b.Args = proc.Path, proc.Args
+	b.Env = append(append([]string{}, x.Spec.RunSpec().Env...), proc.Env...)
+	b.Stdout, b.Stderr = io.Discard, io.Discard
+	if stdout != nil {
+		b.Stdout, b.Stderr = stdout, stderr
+	}
+	return b
+}

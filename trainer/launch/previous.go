@@ -1,0 +1,144 @@
+package launch
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+)
+
+// What a run's local directory remembers of its last launch from the
+// CLI, so that running it again can say what changed: LastConfigFile holds
+// the config (JSON) it last ran with, LastRunFile its worker count and
+// whether it finished. A run without them (older runs) resumes as before.
+const (
+	LastConfigFile = "last-config.json"
+	LastRunFile    = "last-run.json"
+)
+
+// LastRun is LastRunFile's record.
+type LastRun struct {
+	NumWorkers int  `json:"num_workers"`
+	Complete   bool `json:"complete"`
+}
+
+// ReadLastRun reads the record in dir; ok is false when there is none.
+func ReadLastRun(dir string) (rec LastRun, ok bool) {
+	if dir == "" {
+		return LastRun{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, LastRunFile))
+	if err != nil || json.Unmarshal(b, &rec) != nil {
+		return LastRun{}, false
+	}
+	return rec, true
+}
+
+// WriteLastRun records rec in dir; best effort, as it only feeds notes.
+func WriteLastRun(dir string, rec LastRun) {
+	if dir == "" {
+		return
+	}
+	b, _ := json.Marshal(rec)
+	_ = os.WriteFile(filepath.Join(dir, LastRunFile), b, 0o644)
+}
+
+// WorkersChange says how the worker count differs from the last launch's,
+// or "": a run resumes from its latest checkpoint at the new size.
+func WorkersChange(rec LastRun, had bool, n int) string {
+	if !had || rec.NumWorkers == 0 || rec.NumWorkers == n {
+		return ""
+	}
+	return fmt.Sprintf("num_workers changed since the last run (%d → %d); training resumes from the latest checkpoint with %s (run with -fresh to start afresh)",
+		rec.NumWorkers, n, Workers(n))
+}
+
+// Workers is "1 worker" or "n workers".
+func Workers(n int) string {
+	if n == 1 {
+		return "1 worker"
+	}
+	return fmt.Sprintf("%d workers", n)
+}
+
+// LastConfigPath is where the run named run under storagePath keeps
+// LastConfigFile, or "" when its storage is not a local directory.
+func LastConfigPath(storagePath, run string) string {
+	if dir := RunDir(storagePath, run); dir != "" {
+		return filepath.Join(dir, LastConfigFile)
+	}
+	return ""
+}
+
+// ConfigChange says how config differs from the one the run last ran
+// with, or "" when it does not (or there was none): a run resumes from its
+// latest checkpoint whatever its config, so changing the config of a run
+// that is far along, or done, should not go unnoticed.
+func ConfigChange(lastPath string, config []byte) string {
+	if lastPath == "" {
+		return ""
+	}
+	before, err := os.ReadFile(lastPath)
+	if err != nil {
+		return ""
+	}
+	var was, is map[string]any
+	if json.Unmarshal(before, &was) != nil || json.Unmarshal(config, &is) != nil {
+		return ""
+	}
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(is)) {
+		old, had := was[k]
+		switch {
+		case !had:
+			diffs = append(diffs, fmt.Sprintf("%s %s (new)", k, compactJSON(is[k])))
+		case !reflect.DeepEqual(old, is[k]):
+			diffs = append(diffs, fmt.Sprintf("%s %s → %s", k, compactJSON(old), compactJSON(is[k])))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(was)) {
+		if _, has := is[k]; !has {
+			diffs = append(diffs, fmt.Sprintf("%s %s (gone)", k, compactJSON(was[k])))
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the config changed since the last run (%s); training resumes from the latest checkpoint with it (run with -fresh to start afresh)",
+		strings.Join(diffs, ", "))
+}
+
+func compactJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// MoveAside renames dir to dir.old-<UTC time>, with a counter if that is
+// taken, so that a run can start over without deleting a user's
+// checkpoints; "" when dir does not exist.
+func MoveAside(dir string, now time.Time) (string, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("start afresh: %w", err)
+	}
+	base := dir + ".old-" + now.UTC().Format("20060102T150405Z")
+	aside := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(aside); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		aside = fmt.Sprintf("%s-%d", base, i)
+	}
+	if err := os.Rename(dir, aside); err != nil {
+		return "", fmt.Errorf("start afresh: move the previous run aside: %w", err)
+	}
+	return aside, nil
+}
