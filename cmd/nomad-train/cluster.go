@@ -5,13 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
-	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -24,12 +21,12 @@ func init() {
 // progressEvery is how often a followed run's progress is re-read.
 const progressEvery = 2 * time.Second
 
-// clusterFlags are the Nomad CLI's connection flags, with its environment
-// variables as defaults.
+// clusterFlags are the Nomad CLI's connection flags (nomad.Flags), with
+// the commands' own.
 type clusterFlags struct {
-	address, token, namespace, region string
-	waitForCapacity                   bool
-	local                             bool // -local
+	nomad.Flags
+	waitForCapacity bool
+	local           bool // -local
 }
 
 // registerLocal adds -local, for the commands that run on Nomad when an
@@ -51,25 +48,8 @@ func (f *clusterFlags) resolveLocal(fs *flag.FlagSet, stderr io.Writer) (code in
 		fmt.Fprintf(stderr, "nomad-train %s: -local and -address contradict each other\n", fs.Name())
 		return exitUsage
 	}
-	f.address = ""
+	f.Address = ""
 	return -1
-}
-
-func (f *clusterFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.address, "address", os.Getenv("NOMAD_ADDR"), "Nomad address (env NOMAD_ADDR)")
-	// No env default here: flag help prints defaults, and a token must not
-	// show up there; nomad/api reads NOMAD_TOKEN itself.
-	fs.StringVar(&f.token, "token", "", "Nomad ACL token (default env NOMAD_TOKEN)")
-	fs.StringVar(&f.namespace, "namespace", os.Getenv("NOMAD_NAMESPACE"), "Nomad namespace (env NOMAD_NAMESPACE)")
-	fs.StringVar(&f.region, "region", os.Getenv("NOMAD_REGION"), "Nomad region (env NOMAD_REGION)")
-}
-
-func (f *clusterFlags) client() (*nomad.Client, error) {
-	addr := f.address
-	if addr != "" && !strings.Contains(addr, "://") {
-		addr = "http://" + addr // host:port, as an agent's own address reads
-	}
-	return nomad.NewClient(nomad.Config{Address: addr, Token: f.token, Namespace: f.namespace, Region: f.region})
 }
 
 // followSettle is how long a failed run is followed further for its other
@@ -80,7 +60,7 @@ var followSettle = 10 * time.Second
 func clusterCommand(name, usage string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*nomad.Client, *clusterFlags, []string, int) {
 	fs := newFlagSet(name, usage, stderr)
 	var cf clusterFlags
-	cf.register(fs)
+	cf.Register(fs)
 	if extra != nil {
 		extra(fs)
 	}
@@ -88,11 +68,11 @@ func clusterCommand(name, usage string, args []string, stderr io.Writer, extra f
 	if code >= 0 {
 		return nil, nil, nil, code
 	}
-	if cf.address == "" {
+	if cf.Address == "" {
 		fmt.Fprintf(stderr, "nomad-train %s: no Nomad address: set NOMAD_ADDR or -address\n", name)
 		return nil, nil, nil, exitUsage
 	}
-	c, err := cf.client()
+	c, err := cf.Client()
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train %s: %v\n", name, err)
 		return nil, nil, nil, 1
@@ -124,12 +104,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitUsage
 	}
-	r, err := nomad.ReadRun(ctx, c, run)
-	if err != nil {
+	if err := console.PrintNomadStatus(ctx, stdout, c, run); err != nil {
 		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
 		return 1
 	}
-	console.PrintNomadStatus(ctx, stdout, run, r)
 	return 0
 }
 
@@ -151,37 +129,11 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	r, err := nomad.ReadRun(ctx, c, run)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
-		return 1
-	}
-	var allocID string
-	for _, w := range r.Status.Workers {
-		if w.Rank == rank {
-			allocID = w.AllocID
-		}
-	}
-	if allocID == "" {
-		fmt.Fprintf(stderr, "nomad-train logs: run %q has no worker with rank %d\n", run, rank)
-		return 1
-	}
-	alloc, err := c.AllocInfo(ctx, allocID)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train logs: reading allocation %s: %v\n", allocID, err)
-		return 1
-	}
 	stream := "stdout"
 	if errStream {
 		stream = "stderr"
 	}
-	rd, err := c.Logs(ctx, alloc, trainspec.WorkerTask, stream, follow)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
-		return 1
-	}
-	defer rd.Close()
-	if _, err := io.Copy(stdout, rd); err != nil && ctx.Err() == nil {
+	if err := console.CopyNomadLogs(ctx, c, stdout, run, rank, stream, follow); err != nil {
 		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
 		return 1
 	}
@@ -203,7 +155,7 @@ func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	if err := nomad.Stop(ctx, c, run, cf.namespace, purge); err != nil {
+	if err := nomad.Stop(ctx, c, run, cf.Namespace, purge); err != nil {
 		fmt.Fprintf(stderr, "nomad-train stop: %v\n", err)
 		return 1
 	}
@@ -229,11 +181,9 @@ func listCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // listRuns lists the runs, for the command cmd (list, or status with no
 // run).
 func listRuns(ctx context.Context, cmd string, c nomad.API, stdout, stderr io.Writer) int {
-	runs, err := nomad.ListRuns(ctx, c)
-	if err != nil {
+	if err := console.PrintRuns(ctx, stdout, c); err != nil {
 		fmt.Fprintf(stderr, "nomad-train %s: %v\n", cmd, err)
 		return 1
 	}
-	console.PrintRuns(stdout, runs)
 	return 0
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
-	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -28,22 +26,8 @@ func runCompile(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exitSpec
 	}
-	b := trainspec.RenderHCL(job)
-	if *asJSON {
-		var err error
-		if b, err = trainspec.RenderJSON(job); err != nil {
-			fmt.Fprintf(stderr, "nomad-train compile: %v\n", err)
-			return exitSpec
-		}
-	}
-	var err error
-	if *out == "" {
-		_, err = stdout.Write(b)
-	} else {
-		err = os.WriteFile(*out, b, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train compile: write job: %v\n", err)
+	if err := console.WriteJob(job, *asJSON, *out, stdout); err != nil {
+		fmt.Fprintf(stderr, "nomad-train compile: %v\n", err)
 		return exitSpec
 	}
 	console.PrintSecretHint(stderr, job)

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -24,7 +21,7 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		"and, with a Nomad address, of the nomad-train jobs on the cluster. It only reads.", stderr)
 	listen := fs.String("listen", "127.0.0.1:8265", "address to serve on (Ray's dashboard port, loopback only by default)")
 	var cf clusterFlags
-	cf.register(fs)
+	cf.Register(fs)
 	positional, code := parseFlags(fs, args)
 	if code >= 0 {
 		return code
@@ -36,11 +33,11 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	opts := dashboard.Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "nomad-train", Output: stderr, Level: hclog.Warn})}
 	if len(positional) == 1 {
 		opts.Root = positional[0]
-	} else if cf.address == "" {
+	} else if cf.Address == "" {
 		opts.Root = defaultStorage
 	}
-	if cf.address != "" {
-		c, err := cf.client()
+	if cf.Address != "" {
+		c, err := cf.Client()
 		if err != nil {
 			fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
 			return 1
@@ -57,23 +54,8 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
 		return 1
 	}
-	// Requests share ctx: Ctrl-C ends the open event streams too.
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
 	fmt.Fprintf(stdout, "==> dashboard at http://%s/ (Ctrl-C stops it)\n", ln.Addr())
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ln) }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if hs.Shutdown(sctx) != nil {
-			hs.Close()
-		}
-		return exitOK
-	}
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := dashboard.Serve(ctx, ln, srv.Handler()); err != nil {
 		fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
 		return 1
 	}

@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
-	"github.com/nomad-train/nomad-train/trainer/launch"
 )
 
 // status, logs and list on local runs: a local run keeps its launcher's
@@ -20,8 +18,8 @@ import (
 // -storage ./results quickstart); list takes the storage path.
 
 // defaultStorage is where `nomad-train run` keeps runs when the spec does
-// not say (hcl's default storage_path).
-const defaultStorage = "./results"
+// not say.
+const defaultStorage = console.DefaultStorage
 
 // logsPollEvery is how often `logs -f` looks for more output.
 var logsPollEvery = 250 * time.Millisecond
@@ -43,7 +41,7 @@ type localArgs struct {
 func localCommand(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet, *localArgs)) (la localArgs, code int, ok bool) {
 	fs := newFlagSet(name, name+" [flags] [run directory | run name]", stderr)
 	var cf clusterFlags
-	cf.register(fs)
+	cf.Register(fs)
 	fs.StringVar(&la.storage, "storage", "", "read local runs under this storage path (default "+defaultStorage+" when no Nomad address is set)")
 	if extra != nil {
 		extra(fs, &la)
@@ -60,13 +58,8 @@ func localCommand(name string, args []string, stderr io.Writer, extra func(*flag
 	}
 	fs.SetOutput(stderr)
 	la.pos = pos
-	isDir := len(pos) == 1 && dirExists(pos[0])
-	return la, -1, la.storage != "" || isDir || cf.address == ""
-}
-
-func dirExists(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
+	isDir := len(pos) == 1 && console.IsDir(pos[0])
+	return la, -1, la.storage != "" || isDir || cf.Address == ""
 }
 
 // runDir is the directory of the local run the arguments name.
@@ -75,16 +68,9 @@ func (la localArgs) runDir(name string, stderr io.Writer) (string, bool) {
 		fmt.Fprintf(stderr, "nomad-train %s: want one run (its directory, or its name with -storage), got %d arguments\n", name, len(la.pos))
 		return "", false
 	}
-	if la.storage == "" && dirExists(la.pos[0]) {
-		return la.pos[0], true
-	}
-	root := la.storage
-	if root == "" {
-		root = defaultStorage
-	}
-	dir := launch.RunDir(root, la.pos[0])
-	if dir == "" {
-		fmt.Fprintf(stderr, "nomad-train %s: storage %s is not a local directory\n", name, root)
+	dir, err := console.LocalRunDir(la.storage, la.pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "nomad-train %s: %v\n", name, err)
 		return "", false
 	}
 	return dir, true
@@ -128,14 +114,9 @@ func localList(_ context.Context, args []string, stdout, stderr io.Writer) (int,
 	return listLocal(la, stdout, stderr), true
 }
 
-// listLocal lists the runs under la's storage path: the directories that
-// hold a launcher state or reports.
+// listLocal lists the runs under la's storage path.
 func listLocal(la localArgs, stdout, stderr io.Writer) int {
-	root := la.storage
-	if root == "" {
-		root = defaultStorage
-	}
-	if err := console.PrintLocalRuns(stdout, root); err != nil {
+	if err := console.PrintLocalRuns(stdout, la.storage); err != nil {
 		fmt.Fprintf(stderr, "nomad-train list: %v; for runs on Nomad set NOMAD_ADDR or -address\n", err)
 		return 1
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -24,7 +25,7 @@ func TestLocalRunTakesRejoinTimeout(t *testing.T) {
 			src := "train \"r\" {\n  entrypoint { builtin = \"quickstart\" }\n  " + c.block + "\n}\n"
 			spec, diags := trainspec.Parse([]byte(src), "train.hcl", trainspec.ParseOptions{})
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
-			must.Eq(t, c.want, localOptions(spec).RejoinTimeout)
+			must.Eq(t, c.want, console.LocalOptions(spec).RejoinTimeout)
 		})
 	}
 }

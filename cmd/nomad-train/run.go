@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
-	"github.com/nomad-train/nomad-train/trainer/launch"
-	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -25,7 +22,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var sf specFlags
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs on Nomad, none locally
-	cf.register(fs)
+	cf.Register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing (not when no node could ever run a worker)")
 	cf.registerLocal(fs)
 	fresh := fs.Bool("fresh", false, "start the run over: move its local directory aside to <run>.old-<time> (nothing is deleted)")
@@ -37,37 +34,31 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	// Compile-time warnings are about Nomad: a local run skips them.
-	spec, job, ok := loadSpecFor("nomad-train run", path, &sf, cf.address != "", stderr)
+	spec, job, ok := loadSpecFor("nomad-train run", path, &sf, cf.Address != "", stderr)
 	if !ok {
 		return 1
 	}
 	if *fresh {
-		if cf.address != "" {
+		if cf.Address != "" {
 			fmt.Fprintln(stderr, "nomad-train run: -fresh applies to local runs; on Nomad, purge the job and move its storage aside")
 			return 2
 		}
-		if err := startFresh(spec, time.Now(), stdout); err != nil {
+		if err := console.StartFresh(spec, time.Now(), stdout); err != nil {
 			fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 			return 1
 		}
 	}
-	if cf.address != "" {
-		c, err := cf.client()
+	if cf.Address != "" {
+		c, err := cf.Client()
 		if err != nil {
 			fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 			return 1
 		}
-		return console.FollowNomad(ctx, c, spec, job, console.NomadRun{Address: cf.address, Namespace: cf.namespace,
+		return console.FollowNomad(ctx, c, spec, job, console.NomadRun{Address: cf.Address, Namespace: cf.Namespace,
 			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery}, stdout, stderr)
 	}
-	return console.RunLocal(ctx, spec, console.LocalRun{Options: localOptions(spec),
+	return console.RunLocal(ctx, spec, console.LocalRun{Options: console.LocalOptions(spec),
 		Stdout: stdout, Stderr: stderr, Live: terminal(stdout)})
-}
-
-// localOptions are the launcher's settings for the spec: its run, and
-// what only a local run has (the rejoin timeout).
-func localOptions(spec *trainspec.Spec) launch.Options {
-	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout}
 }
 
 // terminal is a live writer on w when w is this process's standard output
@@ -76,24 +67,5 @@ func terminal(w io.Writer) *console.Live {
 	if f, ok := w.(*os.File); ok && f == os.Stdout {
 		return console.Terminal(f)
 	}
-	return nil
-}
-
-// startFresh moves the spec's run directory aside to <dir>.old-<time> so
-// that the run starts over; it never deletes a user's checkpoints. It
-// says where the old run went, or nothing when there was none.
-func startFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
-	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
-	if dir == "" {
-		return fmt.Errorf("-fresh needs a local storage path, not %q: remove the run's objects yourself", spec.Run.StoragePath)
-	}
-	aside, err := launch.MoveAside(dir, now)
-	if err != nil || aside == "" {
-		return err
-	}
-	if abs, err := filepath.Abs(aside); err == nil {
-		aside = abs
-	}
-	fmt.Fprintf(stdout, "==> starting afresh: the previous run moved to %s\n", aside)
 	return nil
 }

@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/builtins"
+	"github.com/nomad-train/nomad-train/internal/cliflag"
 	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/launch"
@@ -20,9 +19,16 @@ import (
 
 // Exit codes of the spec commands.
 const (
-	exitOK    = 0
+	exitOK    = cliflag.ExitOK
 	exitSpec  = 1 // the spec has errors, or fmt -check found unformatted files
-	exitUsage = 2
+	exitUsage = cliflag.ExitUsage
+)
+
+// The flag helpers every command uses (internal/cliflag).
+var (
+	newFlagSet = cliflag.NewSet
+	parseFlags = cliflag.Parse
+	parseArgs  = cliflag.ParseOne
 )
 
 func init() {
@@ -30,87 +36,19 @@ func init() {
 	register("fmt", "Rewrite train.hcl files in canonical format", runFmt)
 }
 
-// varFlags collects repeated -var name=value flags.
-type varFlags map[string]string
-
-func (v varFlags) String() string { return "" }
-
-func (v varFlags) Set(s string) error {
-	name, value, ok := strings.Cut(s, "=")
-	if !ok || name == "" {
-		return fmt.Errorf("-var wants name=value, got %q", s)
-	}
-	v[name] = value
-	return nil
-}
-
-// listFlag collects a repeated string flag.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(s string) error {
-	*l = append(*l, s)
-	return nil
-}
-
 // specFlags are the flags every command that reads a spec takes.
 type specFlags struct {
-	vars     varFlags
-	varFiles listFlag
+	vars     cliflag.Vars
+	varFiles cliflag.List
 	// noAddress: validate with no Nomad address in sight, so warnings that
 	// matter only once the spec goes to Nomad are left out.
 	noAddress bool
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
-	f.vars = varFlags{}
+	f.vars = cliflag.Vars{}
 	fs.Var(f.vars, "var", "set a variable: -var name=value (repeatable)")
 	fs.Var(&f.varFiles, "var-file", "read variables from an HCL file (repeatable)")
-}
-
-// newFlagSet is a flag set that reports to stderr and does not exit.
-func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: nomad-train %s\n\nFlags:\n", usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses flags placed before, between or after the positional
-// arguments (Go's flag package stops at the first positional one) and
-// returns the positional arguments. code is -1 when parsing succeeded.
-func parseFlags(fs *flag.FlagSet, args []string) (positional []string, code int) {
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK
-			}
-			return nil, exitUsage
-		}
-		if fs.NArg() == 0 {
-			return positional, -1
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
-// parseArgs parses flags and wants exactly one spec path.
-func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
-	positional, code := parseFlags(fs, args)
-	if code >= 0 {
-		return "", code
-	}
-	if len(positional) != 1 {
-		fmt.Fprintf(stderr, "nomad-train %s: want one spec file, got %d arguments\n", fs.Name(), len(positional))
-		fs.Usage()
-		return "", exitUsage
-	}
-	return positional[0], -1
 }
 
 // loadSpec parses the spec at path and, with forNomad, compiles it into a
@@ -124,10 +62,15 @@ func loadSpec(path string, f *specFlags, forNomad bool, stderr io.Writer) (*trai
 // loadSpecFor is loadSpec for a command that trains the spec's config
 // once (run, compile): it refuses an experiment (a tune block).
 func loadSpecFor(command, path string, f *specFlags, forNomad bool, stderr io.Writer) (*trainspec.Spec, *api.Job, bool) {
-	return console.LoadSpec(path, console.SpecLoad{Command: command, ForNomad: forNomad, NoAddress: f.noAddress,
+	return console.LoadSpec(path, f.load(command, forNomad), stderr)
+}
+
+// load is how console.LoadSpec reads a spec with these flags.
+func (f *specFlags) load(command string, forNomad bool) console.SpecLoad {
+	return console.SpecLoad{Command: command, ForNomad: forNomad, NoAddress: f.noAddress,
 		Parse: trainspec.ParseOptions{Vars: f.vars, VarFiles: f.varFiles, Getenv: os.Getenv,
 			Builtins: builtins.Names(), CheckConfig: builtins.CheckConfig,
-			CheckScheduler: tune.CheckScheduler, CheckSearcher: tune.CheckSearcher}}, stderr)
+			CheckScheduler: tune.CheckScheduler, CheckSearcher: tune.CheckSearcher}}
 }
 
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {

@@ -115,3 +115,39 @@ func TestRunProgressBarOnATerminal(t *testing.T) {
 	must.StrNotContains(t, out[last+len("\r\x1b[J"):], "\x1b[")
 	must.RegexMatch(t, regexp.MustCompile(`steps +\d+ \([0-9.]+/s\)`), out[i:])
 }
+
+// On a terminal, tune redraws its trial table in place (the cursor goes
+// back up over the last table and clears it) and leaves the last one on
+// the screen above the results and the summary.
+func TestTuneTableRedrawsOnATerminal(t *testing.T) {
+	bin := buildCLI(t)
+	dir, spec := hclSpec(t, `
+train "tty-tune" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = grid_search([0.01, 0.1]), epochs = 4, samples = 500 }
+  scaling { num_workers = 1 }
+  run { storage_path = "./results" }
+  tune {
+    metric = "loss"
+    mode   = "min"
+  }
+}`)
+	ptmx, tty := openPTY(t, 100, 30)
+	cmd := localTune(bin, dir, "-progress", "20ms", spec)
+	cmd.Env = append(cmd.Env, "TERM=xterm")
+	cmd.Stdout, cmd.Stderr = tty, tty
+	must.NoError(t, cmd.Start())
+	tty.Close()
+	scr := readScreen(ptmx)
+	must.NoError(t, cmd.Wait())
+	<-scr.eof
+	out := scr.String()
+	tail := out[max(0, len(out)-3000):]
+	// A redraw: up over the last table (its header and rows), clear, draw.
+	must.RegexMatch(t, regexp.MustCompile(`\r\x1b\[3A\x1b\[J== tty-tune: 2 trials \(`), out, must.Sprint(tail))
+	i := strings.Index(out, "==> results ")
+	must.Positive(t, i, must.Sprint(tail))
+	must.RegexMatch(t, regexp.MustCompile(`== tty-tune: 2 trials \(2 TERMINATED\)\r?\n.*\r?\ntrial_0000 +TERMINATED.*\r?\ntrial_0001 +TERMINATED[^\n]*\r?\n\r?\n?==> results `), out, must.Sprint(tail))
+	must.StrNotContains(t, out[i:], "\x1b[")
+	must.StrContains(t, out[i:], `==> summary of experiment "tty-tune"`)
+}

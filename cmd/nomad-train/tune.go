@@ -2,35 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
-	"github.com/nomad-train/nomad-train/scheduler/tune"
 )
 
 func init() {
 	register("tune", "Tune hyperparameters: run trials of a spec's search space (locally unless a Nomad address is given)", tuneCmd)
-}
-
-// loadExperiment reads a train.hcl spec with a tune block.
-func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer) (*tune.Experiment, bool) {
-	spec, _, ok := loadSpec(path, sf, forNomad, stderr)
-	if !ok {
-		return nil, false
-	}
-	x, err := tune.FromSpec(spec)
-	switch {
-	case errors.Is(err, tune.ErrNoTuneBlock):
-		fmt.Fprintf(stderr, "nomad-train tune: %s has no tune block; add one, or use `nomad-train run`\n", path)
-		return nil, false
-	case err != nil: // loadSpec checked the settings: only a changed file gets here
-		fmt.Fprintf(stderr, "nomad-train tune: %s: %v\n", path, err)
-		return nil, false
-	}
-	return x, true
 }
 
 func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -49,7 +29,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var sf specFlags
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs the trials on Nomad
-	cf.register(fs)
+	cf.Register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, a trial waits until its whole gang fits instead of failing")
 	cf.registerLocal(fs)
 	path, code := parseArgs(fs, args, stderr)
@@ -59,18 +39,18 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := cf.resolveLocal(fs, stderr); code >= 0 {
 		return code
 	}
-	x, ok := loadExperiment(path, &sf, cf.address != "", stderr)
+	x, ok := console.LoadExperiment(path, sf.load("", cf.Address != ""), stderr)
 	if !ok {
 		return exitSpec
 	}
 	o := console.TuneRun{Stdout: stdout, Stderr: stderr, Interval: *interval, Verbose: *verbose,
-		Address: cf.address, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
+		Address: cf.Address, Namespace: cf.Namespace, WaitForCapacity: cf.waitForCapacity}
 	// On a terminal the table redraws in place, under any -v output.
 	if o.Live = terminal(stdout); o.Live != nil && o.Interval == 0 {
 		o.Interval = time.Second
 	}
-	if cf.address != "" {
-		c, err := cf.client()
+	if cf.Address != "" {
+		c, err := cf.Client()
 		if err != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
 			return 1

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
+
+	"github.com/nomad-train/nomad-train/internal/buildinfo"
 )
 
 func init() {
@@ -22,28 +22,6 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "nomad-train version: takes no arguments")
 		return exitUsage
 	}
-	info, _ := debug.ReadBuildInfo()
-	fmt.Fprintf(stdout, "nomad-train %s\n", versionString(info))
+	fmt.Fprintf(stdout, "nomad-train %s\n", buildinfo.Version())
 	return exitOK
-}
-
-// versionString is the main module's version ("(devel)" for a build from a
-// checkout) with the VCS revision where the build recorded one, and the Go
-// version that built it.
-func versionString(info *debug.BuildInfo) string {
-	v, goVersion := "(devel)", runtime.Version()
-	if info != nil {
-		if info.Main.Version != "" {
-			v = info.Main.Version
-		}
-		if info.GoVersion != "" {
-			goVersion = info.GoVersion
-		}
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && s.Value != "" {
-				v += " (" + s.Value + ")"
-			}
-		}
-	}
-	return v + " " + goVersion
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -15,27 +14,6 @@ func TestVersionCommand(t *testing.T) {
 			must.Eq(t, exitOK, code, must.Sprint(stderr))
 			must.StrHasPrefix(t, "nomad-train ", stdout)
 			must.StrContains(t, stdout, " go1.")
-		})
-	}
-}
-
-func TestVersionString(t *testing.T) {
-	cases := []struct {
-		name string
-		info *debug.BuildInfo
-		want string
-	}{
-		{"no build info", nil, "(devel) "},
-		{"devel with revision", &debug.BuildInfo{GoVersion: "go1.26.0",
-			Main:     debug.Module{Version: "(devel)"},
-			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}}},
-			"(devel) (abc123) go1.26.0"},
-		{"tagged module", &debug.BuildInfo{GoVersion: "go1.26.0",
-			Main: debug.Module{Version: "v0.3.0"}}, "v0.3.0 go1.26.0"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			must.StrHasPrefix(t, tc.want, versionString(tc.info))
 		})
 	}
 }

@@ -3,13 +3,19 @@ package quickstart_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nomad-train/nomad-train/examples/quickstart"
+	"github.com/nomad-train/nomad-train/scheduler/dashboard"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -31,11 +37,13 @@ func timedTrain(ctx context.Context, s *trainer.Session) error {
 	return nil
 }
 
-// BenchmarkMetricsOverhead measures what serving Prometheus metrics costs
-// the quickstart: 4 workers, rounds of one run with metrics and one
-// without (NOMAD_TRAIN_METRICS_ADDR=off), alternated so that a loaded
-// machine slows both alike. Reported: steps/s with metrics ÷ without (the
-// goal is ≥ 0.97), and both rates.
+// BenchmarkMetricsOverhead measures what watching a run costs the
+// quickstart: 4 workers, rounds of one run with Prometheus metrics served
+// and a dashboard following it, as an open browser tab does (the run's
+// event stream read throughout, the runs list fetched every 500 ms), and
+// one with neither (NOMAD_TRAIN_METRICS_ADDR=off, no dashboard),
+// alternated so that a loaded machine slows both alike. Reported: steps/s
+// on ÷ off (the goal is ≥ 0.97), and both rates.
 func BenchmarkMetricsOverhead(b *testing.B) {
 	const rounds, epochs = 3, 30
 	cfg := quickstart.DefaultConfig()
@@ -43,8 +51,9 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 	steps := float64(epochs * ((cfg.Samples + cfg.BatchSize - 1) / cfg.BatchSize))
 	b.Setenv("GORACE", "atexit_sleep_ms=0")
 	run := func(metrics bool) float64 {
+		root := b.TempDir()
 		tr := trainer.New(timedTrain, trainer.Scaling{NumWorkers: 4},
-			trainer.Run{Name: "quickstart", StoragePath: b.TempDir()}, cfg)
+			trainer.Run{Name: "quickstart", StoragePath: root}, cfg)
 		tr.Args = []string{"-test.run=^$", "-test.bench=^" + b.Name() + "$", "-test.benchtime=1x"}
 		var out bytes.Buffer
 		tr.Stdout, tr.Stderr = &out, &out
@@ -56,6 +65,9 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		defer os.Unsetenv(workerenv.MetricsAddr)
 		outFile := filepath.Join(b.TempDir(), "elapsed")
 		os.Setenv(benchOut, outFile)
+		if metrics {
+			defer watchDashboard(b, root)()
+		}
 		if _, err := tr.Fit(context.Background()); err != nil {
 			b.Fatalf("fit: %v\n%s", err, out.String())
 		}
@@ -81,5 +93,57 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		b.ReportMetric(off/on, "on/off")
 		b.ReportMetric(steps*rounds/on, "steps/s-on")
 		b.ReportMetric(steps*rounds/off, "steps/s-off")
+	}
+}
+
+// watchDashboard serves a dashboard of the storage path root and follows
+// the quickstart run in it as a browser would, until the returned stop is
+// called; it fails the benchmark if the dashboard never streamed.
+func watchDashboard(b *testing.B, root string) (stop func()) {
+	srv, err := dashboard.New(dashboard.Options{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	var streamed atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the run page's event stream, reconnecting as the page does
+		defer wg.Done()
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/api/run/events?key=quickstart", nil)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				n, _ := io.Copy(io.Discard, resp.Body)
+				streamed.Add(n)
+				resp.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	go func() { // the runs page
+		defer wg.Done()
+		for {
+			if resp, err := http.Get(ts.URL + "/api/runs"); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		ts.Close()
+		if streamed.Load() == 0 {
+			b.Fatal("the dashboard streamed nothing of the run")
+		}
 	}
 }

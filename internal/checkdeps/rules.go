@@ -51,6 +51,11 @@ var layers = []Rule{
 		Why:  "the task driver runs as root on every client: it carries no training code of its own",
 	},
 	{
+		From: []string{"scheduler/...", "driver/...", "trainer/...", "trainspec/...", "internal/...", "builtins/...", "examples/..."},
+		To:   []string{"scheduler/console/..."},
+		Why:  "scheduler/console is what the CLI prints: only cmd/ calls it",
+	},
+	{
 		From: []string{"scheduler/...", "driver/...", "trainer/...", "trainspec/...", "internal/..."},
 		To:   []string{"cmd/..."},
 		Why:  "cmd/ only wires: nothing imports it",

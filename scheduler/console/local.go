@@ -86,9 +86,13 @@ func LastRecord(dir string) (storage.Record, bool) {
 	return last, err == nil && found
 }
 
-// PrintLocalRuns lists the runs under the local storage path root: the
-// directories that hold a launcher state or reports.
+// PrintLocalRuns lists the runs under the local storage path root
+// (DefaultStorage when ""): the directories that hold a launcher state or
+// reports.
 func PrintLocalRuns(w io.Writer, root string) error {
+	if root == "" {
+		root = DefaultStorage
+	}
 	dir, err := storage.LocalDir(root)
 	if err != nil {
 		return err
@@ -169,4 +173,31 @@ func PrintMetricsURLs(w io.Writer, urls []string) {
 	if len(parts) > 0 {
 		fmt.Fprintf(w, "    metrics (Prometheus): %s\n", strings.Join(parts, ", "))
 	}
+}
+
+// LocalRunDir is the directory of the local run that arg names: a run
+// directory, when it is one and no storage path is given, else the run
+// of that name under storagePath.
+func LocalRunDir(storagePath, arg string) (string, error) {
+	if storagePath == "" {
+		if IsDir(arg) {
+			return arg, nil
+		}
+		storagePath = DefaultStorage
+	}
+	dir := launch.RunDir(storagePath, arg)
+	if dir == "" {
+		return "", fmt.Errorf("storage %s is not a local directory", storagePath)
+	}
+	return dir, nil
+}
+
+// DefaultStorage is where `nomad-train run` keeps runs when the spec does
+// not say (train.hcl's default storage_path).
+const DefaultStorage = "./results"
+
+// IsDir reports whether p is a directory.
+func IsDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -149,4 +150,29 @@ func PrintResult(w io.Writer, r *trainer.Result) {
 	}
 	fmt.Fprintf(tw, "    metrics\t%s\n", r.MetricsPath)
 	tw.Flush()
+}
+
+// LocalOptions are the launcher's settings for the spec: its run, and
+// what only a local run has (the rejoin timeout).
+func LocalOptions(spec *trainspec.Spec) launch.Options {
+	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout}
+}
+
+// StartFresh moves the spec's run directory aside to <dir>.old-<time> so
+// that the run starts over; it never deletes a user's checkpoints. It
+// says where the old run went, or nothing when there was none.
+func StartFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
+	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
+	if dir == "" {
+		return fmt.Errorf("-fresh needs a local storage path, not %q: remove the run's objects yourself", spec.Run.StoragePath)
+	}
+	aside, err := launch.MoveAside(dir, now)
+	if err != nil || aside == "" {
+		return err
+	}
+	if abs, err := filepath.Abs(aside); err == nil {
+		aside = abs
+	}
+	fmt.Fprintf(stdout, "==> starting afresh: the previous run moved to %s\n", aside)
+	return nil
 }

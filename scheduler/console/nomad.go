@@ -186,7 +186,11 @@ func (p *StatusPrinter) Print(st nomad.Status) {
 
 // PrintNomadStatus prints a run on Nomad: its phase, workers, failures,
 // and its last report when its storage (or Consul) has one.
-func PrintNomadStatus(ctx context.Context, w io.Writer, name string, r *nomad.RunInfo) {
+func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string) error {
+	r, err := nomad.ReadRun(ctx, c, name)
+	if err != nil {
+		return err
+	}
 	st := r.Status
 	fmt.Fprintf(w, "run %s: %s, %d of %d workers, %d restarts\n", name, st.Phase, len(st.Workers), r.Count, st.Restarts())
 	if st.Phase == nomad.PhaseBlocked {
@@ -211,14 +215,51 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, name string, r *nomad.Ru
 			fmt.Fprintf(w, "last report: %s\n", FormatRecord(rec))
 		}
 	}
+	return nil
 }
 
-// PrintRuns lists runs on Nomad.
-func PrintRuns(w io.Writer, runs []nomad.Run) {
+// PrintRuns lists the nomad-train runs on Nomad.
+func PrintRuns(ctx context.Context, w io.Writer, c nomad.API) error {
+	runs, err := nomad.ListRuns(ctx, c)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tSTORAGE")
 	for _, r := range runs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.JobID, r.Status, r.StoragePath)
 	}
-	tw.Flush()
+	return tw.Flush()
+}
+
+// CopyNomadLogs writes the output (stream: "stdout" or "stderr") of the
+// worker with rank in the run's latest submission on Nomad; with follow it
+// goes on until ctx is done.
+func CopyNomadLogs(ctx context.Context, c nomad.API, w io.Writer, run string, rank int, stream string, follow bool) error {
+	r, err := nomad.ReadRun(ctx, c, run)
+	if err != nil {
+		return err
+	}
+	var allocID string
+	for _, wk := range r.Status.Workers {
+		if wk.Rank == rank {
+			allocID = wk.AllocID
+		}
+	}
+	if allocID == "" {
+		return fmt.Errorf("run %q has no worker with rank %d", run, rank)
+	}
+	alloc, err := c.AllocInfo(ctx, allocID)
+	if err != nil {
+		return fmt.Errorf("reading allocation %s: %w", short(allocID), err)
+	}
+	rd, err := c.Logs(ctx, alloc, trainspec.WorkerTask, stream, follow)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	if _, err := io.Copy(w, rd); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }

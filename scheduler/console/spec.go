@@ -3,6 +3,7 @@ package console
 import (
 	"fmt"
 	"io"
+	"os"
 
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -70,4 +71,26 @@ func PrintSecretHint(w io.Writer, job *api.Job) {
 	fmt.Fprintf(w, "==> Before `nomad job run`, store the run secret the workers authenticate with\n"+
 		"    (Nomad holds them until the Variable %s exists):\n\n    %s\n\n",
 		trainspec.SecretVariablePath(*job.ID), trainspec.SecretCommand(job))
+}
+
+// WriteJob writes job as Nomad HCL, or as JSON ({"Job": ...}) with asJSON,
+// to the file out, or to stdout when out is "".
+func WriteJob(job *api.Job, asJSON bool, out string, stdout io.Writer) error {
+	b := trainspec.RenderHCL(job)
+	if asJSON {
+		var err error
+		if b, err = trainspec.RenderJSON(job); err != nil {
+			return err
+		}
+	}
+	var err error
+	if out == "" {
+		_, err = stdout.Write(b)
+	} else {
+		err = os.WriteFile(out, b, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("write job: %w", err)
+	}
+	return nil
 }

@@ -141,3 +141,22 @@ func workerProcess(spec *trainspec.Spec) (workerenv.Process, error) {
 	return workerenv.StartFor(workerenv.Entrypoint{Builtin: spec.Entrypoint.Builtin,
 		Command: spec.Entrypoint.Command, Args: spec.Entrypoint.Args}, exe, workerenv.SpeaksContract)
 }
+
+// LoadExperiment reads the experiment of the spec at path (LoadSpec,
+// then tune.FromSpec), printing what is wrong to stderr.
+func LoadExperiment(path string, l SpecLoad, stderr io.Writer) (*tune.Experiment, bool) {
+	spec, _, ok := LoadSpec(path, l, stderr)
+	if !ok {
+		return nil, false
+	}
+	x, err := tune.FromSpec(spec)
+	switch {
+	case errors.Is(err, tune.ErrNoTuneBlock):
+		fmt.Fprintf(stderr, "nomad-train tune: %s has no tune block; add one, or use `nomad-train run`\n", path)
+		return nil, false
+	case err != nil: // LoadSpec checked the settings: only a changed file gets here
+		fmt.Fprintf(stderr, "nomad-train tune: %s: %v\n", path, err)
+		return nil, false
+	}
+	return x, true
+}
