@@ -55,7 +55,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return console.FollowNomad(ctx, c, spec, job, console.NomadRun{Address: cf.Address, Namespace: cf.Namespace,
-			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery}, stdout, stderr)
+			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery, Live: terminal(stdout)}, stdout, stderr)
 	}
 	return console.RunLocal(ctx, spec, console.LocalRun{Options: console.LocalOptions(spec),
 		Stdout: stdout, Stderr: stderr, Live: terminal(stdout)})

@@ -44,14 +44,54 @@ func (r *reports) Close() {
 	}
 }
 
-// showBar redraws the run's progress bar on l.Live until the returned
+// liveBar is a progress bar redrawn on a Live: fed reports and what the
+// run waits for, it draws the Tracker's Progress at each tick.
+type liveBar struct {
+	live  *Live
+	start time.Time
+
+	mu      sync.Mutex
+	t       Tracker // guarded by mu
+	waiting string  // guarded by mu
+}
+
+// observe takes a report; one made before this launch (a resumed run)
+// tells neither the rate nor that the workers are up.
+func (b *liveBar) observe(r storage.Record) {
+	if r.Time.Before(b.start) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.t.Observe(r)
+}
+
+// wait says what the run waits for until its first report.
+func (b *liveBar) wait(what string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = what
+}
+
+// report and status are observe and wait, drawn at once: for a follower
+// that is told of each change rather than polling.
+func (b *liveBar) report(r storage.Record) { b.observe(r); b.draw() }
+func (b *liveBar) status(what string)      { b.wait(what); b.draw() }
+
+func (b *liveBar) draw() {
+	b.mu.Lock()
+	p := b.t.Progress(time.Since(b.start), b.waiting)
+	b.mu.Unlock()
+	w, _ := b.live.size()
+	b.live.Set(p.Bar(w - 1))
+}
+
+// run draws the bar every tick, after poll (when set), until the returned
 // stop is called; stop removes the bar.
-func showBar(ctx context.Context, l LocalRun, goal Goal, spec *trainspec.Spec, reports *reports, dir string, start time.Time) (stop func()) {
-	every := l.BarEvery
+func (b *liveBar) run(ctx context.Context, every time.Duration, poll func(context.Context)) (stop func()) {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
-	t := &Tracker{Goal: goal, Score: spec.Run.Checkpoint.ScoreAttribute}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -60,13 +100,10 @@ func showBar(ctx context.Context, l LocalRun, goal Goal, spec *trainspec.Spec, r
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			// A report from before this launch (a resumed run) tells
-			// neither the rate nor that the workers are up.
-			if rec, ok := reports.Latest(ctx); ok && !rec.Time.Before(start) {
-				t.Observe(rec)
+			if poll != nil {
+				poll(ctx)
 			}
-			w, _ := l.Live.size()
-			l.Live.Set(t.Progress(time.Since(start), waitingFor(dir, spec.Scaling.NumWorkers)).Bar(w - 1))
+			b.draw()
 			select {
 			case <-ctx.Done():
 				return
@@ -77,8 +114,20 @@ func showBar(ctx context.Context, l LocalRun, goal Goal, spec *trainspec.Spec, r
 	return func() {
 		cancel()
 		wg.Wait()
-		l.Live.Finish(false)
+		b.live.Finish(false)
 	}
+}
+
+// showBar redraws a local run's progress bar on l.Live, reading its
+// reports and launcher state, until the returned stop is called.
+func showBar(ctx context.Context, l LocalRun, goal Goal, spec *trainspec.Spec, reports *reports, dir string, start time.Time) (stop func()) {
+	b := &liveBar{live: l.Live, start: start, t: Tracker{Goal: goal, Score: spec.Run.Checkpoint.ScoreAttribute}}
+	return b.run(ctx, l.BarEvery, func(ctx context.Context) {
+		if rec, ok := reports.Latest(ctx); ok {
+			b.observe(rec)
+		}
+		b.wait(waitingFor(dir, spec.Scaling.NumWorkers))
+	})
 }
 
 // waitingFor says what a local run waits for before its first report:

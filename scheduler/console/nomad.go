@@ -26,6 +26,9 @@ type NomadRun struct {
 	WaitForCapacity    bool
 	// Settle and ProgressEvery are nomad.RunOptions'.
 	Settle, ProgressEvery time.Duration
+	// Live, on a terminal, shows a progress bar under the lines when the
+	// config gives epochs or steps, fed by the reports as they are read.
+	Live *Live
 }
 
 // FollowNomad submits spec's job to Nomad as a new attempt and follows it
@@ -34,18 +37,35 @@ type NomadRun struct {
 // code: 0 complete, 1 failed or refused, 130 detached.
 func FollowNomad(ctx context.Context, c nomad.API, spec *trainspec.Spec, job *api.Job, o NomadRun, stdout, stderr io.Writer) int {
 	out := &syncWriter{w: stdout}
+	var bar *liveBar
+	if goal, ok := GoalOf(spec.ConfigJSON); ok && o.Live != nil {
+		out.w = o.Live
+		bar = &liveBar{live: o.Live, start: time.Now(), waiting: "submitting the job",
+			t: Tracker{Goal: goal, Score: spec.Run.Checkpoint.ScoreAttribute}}
+	}
 	opts := nomad.SpecRunOptions(spec, job, o.Namespace)
 	opts.OnClearError = func(err error) { fmt.Fprintf(stderr, "nomad-train run: %v\n", err) }
 	opts.Submit = nomad.SubmitOptions{WaitForCapacity: o.WaitForCapacity,
 		OnBlocked: func(err error) { fmt.Fprintf(out, "    waiting for capacity: %v\n", err) }}
-	opts.OnReport = func(r storage.Record) { fmt.Fprintf(out, "    %s\n", FormatRecord(r)) }
+	opts.OnReport = func(r storage.Record) {
+		fmt.Fprintf(out, "    %s\n", FormatRecord(r))
+		if bar != nil {
+			bar.report(r)
+		}
+	}
 	opts.OnSubmitted = func(sub *nomad.Submission) {
 		if sub.Warnings != "" {
 			fmt.Fprintf(stderr, "nomad-train run: nomad warns: %s\n", sub.Warnings)
 		}
 		fmt.Fprintf(out, "    job %s registered (evaluation %s); waiting for placement\n", sub.JobID, sub.EvalID)
 	}
-	opts.OnStatus = (&StatusPrinter{W: out, Count: spec.Scaling.NumWorkers}).Print
+	printer := &StatusPrinter{W: out, Count: spec.Scaling.NumWorkers}
+	opts.OnStatus = func(st nomad.Status) {
+		printer.Print(st)
+		if bar != nil {
+			bar.status(waitingOnNomad(st, spec.Scaling.NumWorkers))
+		}
+	}
 	opts.Settle, opts.ProgressEvery = o.Settle, o.ProgressEvery
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
 		spec.Name, o.Address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
@@ -54,7 +74,12 @@ func FollowNomad(ctx context.Context, c nomad.API, spec *trainspec.Spec, job *ap
 		before, _ = opts.Progress.Latest(ctx)
 	}
 	start := time.Now()
+	stopBar := func() {}
+	if bar != nil {
+		stopBar = bar.run(ctx, 0, nil)
+	}
 	res, err := nomad.RunJob(ctx, c, job, opts)
+	stopBar()
 	if res.Reported {
 		fmt.Fprintln(out, "==> last report")
 		fmt.Fprintf(out, "    %s\n", FormatRecord(res.Last))
@@ -101,6 +126,24 @@ func nomadSummary(spec *trainspec.Spec, res nomad.RunResult, before storage.Reco
 		s.Best, s.Score = best(r, spec.Run.Checkpoint.ScoreAttribute)
 	}
 	return s
+}
+
+// waitingOnNomad says what a run on Nomad waits for before its first
+// report.
+func waitingOnNomad(st nomad.Status, n int) string {
+	running := 0
+	for _, w := range st.Workers {
+		if w.ClientStatus == api.AllocClientStatusRunning {
+			running++
+		}
+	}
+	switch {
+	case st.Phase == nomad.PhaseBlocked:
+		return fmt.Sprintf("waiting for capacity: %d workers not placed", st.Unplaced)
+	case running < n:
+		return fmt.Sprintf("waiting for placement and start: %d of %d workers running", running, n)
+	}
+	return fmt.Sprintf("waiting for %s to rendezvous and report", workers(n))
 }
 
 // printLastFailures prints each rank's last failure, which says why it
