@@ -58,13 +58,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery, Live: terminal(stdout)}, stdout, stderr)
 	}
 	return console.RunLocal(ctx, spec, console.LocalRun{Options: console.LocalOptions(spec),
-		Stdout: stdout, Stderr: stderr, Live: terminal(stdout)})
+		Stdout: stdout, Stderr: stderr, Live: terminal(stdout), LiveStderr: terminal(stderr) != nil})
 }
 
 // terminal is a live writer on w when w is this process's standard output
-// and a terminal; nil otherwise (plain lines).
+// (or error) and a terminal; nil otherwise (plain lines).
 func terminal(w io.Writer) *console.Live {
-	if f, ok := w.(*os.File); ok && f == os.Stdout {
+	if f, ok := w.(*os.File); ok && (f == os.Stdout || f == os.Stderr) {
 		return console.Terminal(f)
 	}
 	return nil

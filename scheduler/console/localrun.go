@@ -26,6 +26,10 @@ type LocalRun struct {
 	// Live, on a terminal, shows a progress bar under the workers' output
 	// when the config gives epochs or steps; nil prints the output alone.
 	Live *Live
+	// LiveStderr sends the launcher's and workers' stderr through Live
+	// too: stderr is the same terminal, and a line written past Live would
+	// land on the bar.
+	LiveStderr bool
 	// BarEvery is how often the bar is redrawn (default 500ms).
 	BarEvery time.Duration
 }
@@ -61,7 +65,7 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 	stopBar := func() {}
 	if goal, ok := GoalOf(spec.ConfigJSON); ok && l.Live != nil {
 		opts.Stdout = l.Live
-		if stderr == stdout {
+		if stderr == stdout || l.LiveStderr {
 			opts.Stderr = l.Live
 		}
 		stopBar = showBar(ctx, l, goal, spec, reports, dir, start)
