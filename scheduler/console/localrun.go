@@ -86,8 +86,11 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 	if res != nil && (err == nil || errors.Is(err, trainer.ErrStopped)) {
 		PrintResult(stdout, res)
 	}
-	final, _ := reports.Latest(context.WithoutCancel(ctx))
-	fmt.Fprint(stdout, localSummary(spec, out, res, final.Step-before.Step, time.Since(start)).Render())
+	var steps int64
+	if final, ok := reports.Latest(context.WithoutCancel(ctx)); ok {
+		steps = max(final.Step-before.Step, 0) // a run moved aside starts again from step 1
+	}
+	fmt.Fprint(stdout, localSummary(spec, out, res, steps, time.Since(start)).Render())
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintln(stderr, "nomad-train run: stopped; run it again to resume from the latest checkpoint")
