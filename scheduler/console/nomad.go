@@ -117,7 +117,7 @@ func nomadSummary(spec *trainspec.Spec, res nomad.RunResult, before storage.Reco
 	s := Summary{Kind: "run", Name: spec.Name, Wall: wall, Restarts: res.Status.Restarts(),
 		Failures: len(res.Status.Failures), MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath}
 	if res.Reported {
-		s.Steps = res.Last.Step - before.Step
+		s.Steps = max(res.Last.Step-before.Step, 0)
 	}
 	if !filepath.IsAbs(spec.Run.StoragePath) && !storage.IsObjectPath(spec.Run.StoragePath) {
 		return s // a relative path is the workers', not this machine's
