@@ -13,14 +13,15 @@ func init() {
 // BOHBSettings is BOHB's model (Falkner et al. 2018), the searcher to pair
 // with the hyperband scheduler: it learns from every intermediate result,
 // by budget (the time attribute's value). For a new trial it takes the
-// largest budget with at least d+2 results (d: the dimensions of the
-// space), fits TPE-style Parzen estimators (each with a prior over the
-// whole range) to the best TopNPercent of them (at least one; BOHB's
-// multivariate KDE wants d+1, which with few results makes nearly all of
-// them good) and to the rest, and of NumSamples candidates drawn from the
-// good model takes the one with the highest good/bad density ratio,
-// dimension by dimension. A RandomFraction of the trials, and every trial
-// until some budget has enough results, is drawn at random.
+// largest budget whose results split into at least MinPointsInModel good
+// ones (the best TopNPercent) and as many bad ones (the next
+// 100-TopNPercent), fits a product-kernel density (bohbKDE) to each, and
+// of NumSamples candidates, drawn around the good configs with the
+// bandwidth widened by BandwidthFactor, takes the one with the highest
+// good/bad density ratio. The space's top-level dimensions are modelled
+// together; those inside choices one at a time. A RandomFraction of the
+// trials, and every trial until some budget has enough results, is drawn
+// at random.
 type BOHBSettings struct {
 	// TopNPercent is the share of results at the budget that count as
 	// good, in percent (default 15).
@@ -30,9 +31,16 @@ type BOHBSettings struct {
 	// RandomFraction of the trials is drawn at random (default 1/3; a
 	// negative value is none).
 	RandomFraction float64 `json:"random_fraction,omitempty"`
-	// MinPointsInModel is the results a budget needs before it is
-	// modelled (default: the space's dimensions + 2).
+	// MinPointsInModel is the fewest good and the fewest bad results a
+	// budget needs before it is modelled (default: the space's top-level
+	// dimensions + 1).
 	MinPointsInModel int `json:"min_points_in_model,omitempty"`
+	// BandwidthFactor widens the good density's kernels for drawing
+	// candidates (default 3).
+	BandwidthFactor float64 `json:"bandwidth_factor,omitempty"`
+	// MinBandwidth is the narrowest kernel, as a share of a dimension's
+	// range (default 0.001).
+	MinBandwidth float64 `json:"min_bandwidth,omitempty"`
 	// MaxConcurrent bounds the trials this searcher has running at once.
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
 }
@@ -54,6 +62,12 @@ func (s BOHBSettings) validate() error {
 		if v.val < 0 {
 			return settingErrorf(v.name, "must not be negative; got %d", v.val)
 		}
+	}
+	if s.BandwidthFactor < 0 {
+		return settingErrorf("bandwidth_factor", "must not be negative; got %v", s.BandwidthFactor)
+	}
+	if s.MinBandwidth < 0 || s.MinBandwidth >= 1 {
+		return settingErrorf("min_bandwidth", "must be a share of the range, from 0 to below 1; got %v", s.MinBandwidth)
 	}
 	return nil
 }
@@ -78,12 +92,19 @@ func (s BOHBSettings) Build(space map[string]any, o Objective, numSamples int, s
 	case s.RandomFraction < 0:
 		s.RandomFraction = 0
 	}
+	if s.BandwidthFactor == 0 {
+		s.BandwidthFactor = 3
+	}
+	if s.MinBandwidth == 0 {
+		s.MinBandwidth = 1e-3
+	}
 	t := newModelSearch(space, o, numSamples, seed)
 	if s.MinPointsInModel == 0 {
-		s.MinPointsInModel = len(t.sites) + 2
+		s.MinPointsInModel = len(t.sites) + 1
 	}
 	b := &bohb{modelSearch: t, cfg: s}
 	t.sampler = b.sample
+	t.joint = b.joint
 	return Limit(b, s.MaxConcurrent), nil
 }
 
@@ -108,8 +129,10 @@ func (b *bohb) Suggest(id string) (Variant, bool) {
 	return b.modelSearch.Suggest(id)
 }
 
-// split finds the largest budget with enough results and splits its
-// trials into the best TopNPercent (at least d+1) and the worst rest.
+// split finds the largest budget whose results, of the trials that have
+// every top-level dimension, give enough good and bad ones, and splits
+// them: the best TopNPercent (at least MinPointsInModel) and the next
+// 100-TopNPercent (as many at least), as BOHB's reference code does.
 func (b *bohb) split() {
 	counts := map[float64]int{}
 	for _, tr := range b.trials {
@@ -120,29 +143,74 @@ func (b *bohb) split() {
 		}
 	}
 	budgets := make([]float64, 0, len(counts))
-	for budget, n := range counts {
-		if n >= b.cfg.MinPointsInModel {
-			budgets = append(budgets, budget)
-		}
+	for budget := range counts {
+		budgets = append(budgets, budget)
 	}
-	if len(budgets) == 0 {
+	sort.Sort(sort.Reverse(sort.Float64Slice(budgets)))
+	for _, budget := range budgets {
+		if counts[budget] < 2*b.cfg.MinPointsInModel {
+			continue
+		}
+		var at []*searchTrial
+		for _, tr := range b.trials {
+			if v, ok := tr.results[budget]; ok && !math.IsNaN(v) && b.hasTop(tr) {
+				at = append(at, tr)
+			}
+		}
+		sort.SliceStable(at, func(i, j int) bool { return b.obj.better(at[i].results[budget], at[j].results[budget]) })
+		n := float64(len(at))
+		nGood := max(b.cfg.MinPointsInModel, int(b.cfg.TopNPercent*n/100))
+		nBad := max(b.cfg.MinPointsInModel, int((100-b.cfg.TopNPercent)*n/100))
+		if len(at)-nGood < b.cfg.MinPointsInModel {
+			continue
+		}
+		b.good, b.bad = at[:nGood], at[nGood:min(len(at), nGood+nBad)]
 		return
 	}
-	sort.Float64s(budgets)
-	budget := budgets[len(budgets)-1]
-	var at []*searchTrial
-	for _, tr := range b.trials {
-		if _, ok := tr.results[budget]; ok {
-			at = append(at, tr)
+}
+
+// hasTop reports whether the trial has every top-level dimension.
+func (b *bohb) hasTop(tr *searchTrial) bool {
+	for _, s := range b.sites {
+		if _, ok := tr.params[s.name()]; !ok {
+			return false
 		}
 	}
-	sort.SliceStable(at, func(i, j int) bool { return b.obj.better(at[i].results[budget], at[j].results[budget]) })
-	// TPE-style: the good ones and the rest, each with a prior over the
-	// whole range, rather than BOHB's d+1 points at least in each (which
-	// with a few dimensions and few results makes nearly all of them good).
-	n := len(at)
-	nGood := max(1, int(math.Ceil(b.cfg.TopNPercent*float64(n)/100)))
-	b.good, b.bad = at[:nGood], at[nGood:]
+	return true
+}
+
+// joint draws the top-level dimensions together from the budget's
+// densities.
+func (b *bohb) joint() map[string]float64 {
+	ms := make([]dimModel, len(b.sites))
+	rows := func(trs []*searchTrial) [][]float64 {
+		out := make([][]float64, len(trs))
+		for i, tr := range trs {
+			out[i] = make([]float64, len(b.sites))
+			for d, s := range b.sites {
+				out[i][d] = tr.params[s.name()]
+			}
+		}
+		return out
+	}
+	for d, s := range b.sites {
+		ms[d] = b.dims[s.name()]
+	}
+	good := newBOHBKDE(ms, rows(b.good), b.cfg.MinBandwidth)
+	bad := newBOHBKDE(ms, rows(b.bad), b.cfg.MinBandwidth)
+	var best []float64
+	bestScore := math.Inf(-1)
+	for i := range b.cfg.NumSamples {
+		x := good.sample(b.rng, b.cfg.BandwidthFactor)
+		if score := good.logPDF(x) - bad.logPDF(x); i == 0 || score > bestScore {
+			best, bestScore = x, score
+		}
+	}
+	out := make(map[string]float64, len(b.sites))
+	for d, s := range b.sites {
+		out[s.name()] = best[d]
+	}
+	return out
 }
 
 // sample draws one dimension from the chosen budget's models.

@@ -9,9 +9,12 @@ func init() {
 	registerScheduler("hyperband", true, func() SchedulerSettings { return &HyperBandSettings{} })
 }
 
-// HyperBandSettings is HyperBand (Li et al. 2018; Ray's
-// HyperBandScheduler): trials are dealt into brackets in turn; bracket s
-// (s = 0, 1, ... , s_max) takes n_s = ceil((s_max+1)/(s+1) * η^s) trials
+// HyperBandSettings is HyperBand (Li et al. 2018, with Ray's
+// HyperBandScheduler's bracket sizes): trials are dealt into brackets in
+// turn, the most aggressive first as in the paper and in BOHB (s = s_max,
+// ..., 1, 0, then again; Ray starts at 0, the trials that run to max_t at
+// once, which leaves BOHB without small-budget results to model early);
+// bracket s takes n_s = ceil((s_max+1)/(s+1) * η^s) trials
 // and runs them for r_s = max_t / η^s, then keeps the best 1/η of them for
 // η times as long, and so on up to max_t (ASHA is its asynchronous
 // simplification). The selection is synchronous HyperBand's, without
@@ -80,11 +83,11 @@ type hbBracket struct {
 }
 
 func (h *HyperBand) newBracket() *hbBracket {
-	s := len(h.brackets) % h.sMax1
+	s := h.sMax1 - 1 - len(h.brackets)%h.sMax1
 	eta := h.cfg.ReductionFactor
 	r0 := math.Floor(h.cfg.MaxT * math.Pow(eta, -float64(s)))
-	for r0 < 1 && s > 0 { // too small a budget: Ray retries with the next bracket
-		s = (s + 1) % h.sMax1
+	for r0 < 1 && s > 0 { // too small a budget: take the next, less aggressive bracket
+		s--
 		r0 = math.Floor(h.cfg.MaxT * math.Pow(eta, -float64(s)))
 	}
 	n := int(math.Ceil(float64(h.sMax1) / float64(s+1) * math.Pow(eta, float64(s))))

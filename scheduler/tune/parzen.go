@@ -224,15 +224,24 @@ func sortIdx(idx []int, keys []float64) {
 
 // sample draws one model coordinate (snapped to the dimension's grid).
 func (p *parzen) sample(r *rand.Rand) float64 {
+	return p.sampleFrom(r, p.pick(r))
+}
+
+// pick draws a component by its weight.
+func (p *parzen) pick(r *rand.Rand) int {
 	u := r.Float64()
-	k := len(p.weights) - 1
 	for i, w := range p.weights {
 		if u < w {
-			k = i
-			break
+			return i
 		}
 		u -= w
 	}
+	return len(p.weights) - 1
+}
+
+// sampleFrom draws one model coordinate from component k (snapped to the
+// dimension's grid).
+func (p *parzen) sampleFrom(r *rand.Rand, k int) float64 {
 	if p.cat != nil {
 		u := r.Float64()
 		row := p.cat[k]
@@ -254,21 +263,24 @@ func (p *parzen) sample(r *rand.Rand) float64 {
 func (p *parzen) logPDF(x float64) float64 {
 	terms := make([]float64, len(p.weights))
 	for k, w := range p.weights {
-		if p.cat != nil {
-			terms[k] = math.Log(w) + math.Log(p.cat[k][int(x)])
-			continue
-		}
-		mu, s := p.mus[k], p.sigmas[k]
-		z := normMass(mu, s, p.m.lo, p.m.hi)
-		if p.m.q > 0 {
-			a, b := math.Max(x-p.m.q/2, p.m.lo), math.Min(x+p.m.q/2, p.m.hi)
-			terms[k] = math.Log(w) + math.Log(math.Max(normMass(mu, s, a, b), 1e-300)) - math.Log(z)
-		} else {
-			d := (x - mu) / s
-			terms[k] = math.Log(w) - 0.5*d*d - math.Log(s) - 0.5*math.Log(2*math.Pi) - math.Log(z)
-		}
+		terms[k] = math.Log(w) + p.componentLogPDF(k, x)
 	}
 	return logSumExp(terms)
+}
+
+// componentLogPDF is component k's log density (or mass) at x.
+func (p *parzen) componentLogPDF(k int, x float64) float64 {
+	if p.cat != nil {
+		return math.Log(p.cat[k][int(x)])
+	}
+	mu, s := p.mus[k], p.sigmas[k]
+	z := normMass(mu, s, p.m.lo, p.m.hi)
+	if p.m.q > 0 {
+		a, b := math.Max(x-p.m.q/2, p.m.lo), math.Min(x+p.m.q/2, p.m.hi)
+		return math.Log(math.Max(normMass(mu, s, a, b), 1e-300)) - math.Log(z)
+	}
+	d := (x - mu) / s
+	return -0.5*d*d - math.Log(s) - 0.5*math.Log(2*math.Pi) - math.Log(z)
 }
 
 func logSumExp(xs []float64) float64 {

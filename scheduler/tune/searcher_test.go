@@ -214,6 +214,8 @@ func TestParseSearcher(t *testing.T) {
 		{"tpe", `{"n_startup":3}`, "loss", "n_startup"},
 		{"tpe", `{"n_ei_candidates":-1}`, "loss", "n_ei_candidates"},
 		{"tpe", `{"prior_weight":-1}`, "loss", "prior_weight"},
+		{"bohb", `{"bandwidth_factor":-3}`, "loss", "bandwidth_factor"},
+		{"bohb", `{"min_bandwidth":1}`, "loss", "min_bandwidth"},
 		{"tpe", ``, "", ""},
 		{"random", `{"x":1}`, "", "x"},
 		{"optuna", ``, "loss", "type"},

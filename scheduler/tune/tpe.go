@@ -12,15 +12,19 @@ func init() {
 }
 
 // TPESettings is the Tree-structured Parzen Estimator searcher (Bergstra
-// et al. 2011; Watanabe 2023), with Optuna's defaults. Each dimension is
-// sampled on its own: the finished trials that have it are split into the
-// gamma(n) = min(ceil(n/10), 25) best ("below") and the rest, a Parzen
-// estimator is fitted to each, and of NEICandidates values drawn from the
-// good one the one with the highest ratio of good to bad density wins
-// (the highest expected improvement). Until NStartupTrials trials have
-// finished, values are drawn at random. Trials that the scheduler stopped
-// early rank after the finished ones, by the time they reached and then
-// their last value.
+// et al. 2011; Watanabe 2023), with Optuna's defaults. The finished trials
+// are split into the gamma(n) = min(ceil(n/10), 25) best ("below") and the
+// rest, a Parzen estimator is fitted to each, and of NEICandidates points
+// drawn from the good one the one with the highest ratio of good to bad
+// density wins (the highest expected improvement). The space's top-level
+// dimensions are modelled together (Optuna's multivariate TPE: each
+// component is one trial in all those dimensions, with Scott's-rule
+// bandwidths), so a candidate keeps a good trial's coordinates together;
+// dimensions inside choices, and every dimension with Independent, are
+// sampled one at a time (Optuna's default). Until NStartupTrials trials
+// have finished, values are drawn at random. Trials that the scheduler
+// stopped early rank after the finished ones, by the time they reached
+// and then their last value.
 type TPESettings struct {
 	// NStartupTrials is how many trials finish before the model is used
 	// (default 10).
@@ -34,6 +38,9 @@ type TPESettings struct {
 	// MaxConcurrent bounds the trials this searcher has running at once
 	// (0: max_concurrent_trials alone bounds them).
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// Independent samples every dimension on its own, as Optuna's
+	// TPESampler does by default (multivariate=False).
+	Independent bool `json:"independent,omitempty"`
 }
 
 // Kind is "tpe".
@@ -75,6 +82,9 @@ func (s TPESettings) Build(space map[string]any, o Objective, numSamples int, se
 	t := newModelSearch(space, o, numSamples, seed)
 	t.sampler = func(name string, m dimModel) float64 { return t.tpeSample(s, name, m) }
 	t.startup = s.NStartupTrials
+	if !s.Independent {
+		t.joint = func() map[string]float64 { return t.tpeJoint(s) }
+	}
 	return Limit(t, s.MaxConcurrent), nil
 }
 
@@ -93,6 +103,8 @@ type modelSearch struct {
 	startup int // finished trials before the model is used
 	// sampler draws a model coordinate for the named dimension.
 	sampler func(name string, m dimModel) float64
+	// joint, when set, draws the top-level dimensions together.
+	joint func() map[string]float64
 }
 
 type searchTrial struct {
@@ -159,8 +171,17 @@ func (t *modelSearch) Suggest(id string) (Variant, bool) {
 	}
 	tr := t.trial(id)
 	random := len(t.finished()) < t.startup
+	var joint map[string]float64
+	if !random && t.joint != nil {
+		joint = t.joint()
+	}
 	pick := func(name string, d Domain) any {
 		m := t.dims[name]
+		if x, ok := joint[name]; ok {
+			v, x := m.external(x)
+			tr.params[name] = x
+			return v
+		}
 		if random {
 			v := d.Sample(t.rng)
 			if x, ok := m.internal(v); ok {
