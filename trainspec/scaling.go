@@ -44,6 +44,9 @@ func (d *decoder) scaling(b *hcl.Block, sc *Scaling, ranges *specRanges) {
 	c := d.content(b.Body, scalingSchema)
 	a := c.Attributes
 	d.integer(a["num_workers"], &sc.NumWorkers, 1, math.MaxInt32)
+	if attr := a["num_workers"]; attr != nil {
+		ranges.numWorkers = attr.Range
+	}
 	d.boolean(a["use_gpu"], &sc.UseGPU)
 	if attr := a["placement_strategy"]; attr != nil {
 		d.enum(attr, &sc.PlacementStrategy, PlacementPack, PlacementSpread, PlacementStrictSpread)

@@ -93,10 +93,11 @@ type Spec struct {
 }
 
 type specRanges struct {
-	block   hcl.Range // train "name" header
-	backend hcl.Range
-	storage hcl.Range
-	tune    hcl.Range
+	block      hcl.Range // train "name" header
+	backend    hcl.Range
+	storage    hcl.Range
+	tune       hcl.Range
+	numWorkers hcl.Range // the num_workers attribute
 	// trainerResources is the trainer_resources block's header.
 	trainerResources hcl.Range
 }

@@ -37,6 +37,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing (not when no node could ever run a worker)")
 	cf.registerLocal(fs)
+	force := fs.Bool("force", false, "run locally even with far more workers than this machine has cores")
 	fresh := fs.Bool("fresh", false, "start the run over: move its local directory aside to <run>.old-<time> (nothing is deleted)")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
@@ -62,6 +63,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cf.address != "" {
 		return runCluster(ctx, spec, job, &cf, stdout, stderr)
+	}
+	if !localWorkersOK(path, spec, *force, stderr) {
+		return 1
 	}
 	return runLocal(ctx, spec, stdout, stderr)
 }
@@ -117,7 +121,7 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 // localOptions are the launcher's settings for the spec: its run, and
 // what only a local run has (the rejoin timeout, the output).
 func localOptions(spec *trainspec.Spec, stdout, stderr io.Writer) launch.Options {
-	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout,
+	return launch.Options{Run: spec.RunSpec(), Dir: spec.Dir(), RejoinTimeout: spec.Rendezvous.RejoinTimeout,
 		Stdout: stdout, Stderr: stderr}
 }
 
