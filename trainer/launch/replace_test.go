@@ -48,7 +48,7 @@ func crashLoopWorker(rank int) int {
 	for ctx.Err() == nil {
 		s, err := rendezvous.Join(ctx, c, os.Getenv(workerenv.RunName), rendezvous.Member{
 			ID: os.Getenv(workerenv.MemberID), Node: "n", Addr: fmt.Sprintf("127.0.0.1:%d", 1000+rank), RankHint: rank,
-		}, 2, rendezvous.Options{})
+		}, rendezvous.Fixed(2), rendezvous.Options{})
 		if err != nil {
 			break
 		}

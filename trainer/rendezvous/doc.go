@@ -47,7 +47,7 @@
 //
 //	store, _ := rendezvous.Open(ctx, emb.URI, secret, logger) // worker
 //	me := rendezvous.Member{ID: "local-0", Node: "n0", Addr: addr, RankHint: 0}
-//	s, _ := rendezvous.Join(ctx, store, "my-run", me, 4, rendezvous.Options{})
+//	s, _ := rendezvous.Join(ctx, store, "my-run", me, rendezvous.Fixed(4), rendezvous.Options{})
 //	a := s.Assignment() // a.Rank, a.WorldSize, a.LocalRank, a.Peers ...
 //	lost := s.WatchLoss(ctx) // one LostEvent when the gang is no longer whole
 //

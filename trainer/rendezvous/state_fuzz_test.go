@@ -30,7 +30,7 @@ func FuzzDecodeState(f *testing.F) {
 		}
 		joiners, _ := decodeJoiners([]KeyValue{{Key: "r/gen/4/alive/b", Data: joiner, Version: 9}})
 		view := View{State: st, Listed: 4, Joiners: joiners}
-		_, _ = Decide(view, me, 2)
+		_, _ = Decide(view, me, Fixed(2))
 		_, _ = Fold(view, me)
 		_ = view.Folder(me)
 		a := Assignment{Generation: st.Generation}
