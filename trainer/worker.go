@@ -232,11 +232,12 @@ func (w *worker) generation(ctx context.Context) error {
 	}()
 	// Waiting for the gang takes no steps; it is healthy for as long as
 	// the rendezvous timeout allows, which is longer than the check's TTL.
-	waited := w.hb.Waiting(fmt.Sprintf("waiting for the gang (%d workers)", env.WorldSize))
+	size := gangSize(env)
+	waited := w.hb.Waiting(fmt.Sprintf("waiting for the gang (%v workers)", size))
 	rdzv, err := rendezvous.Join(jctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
-	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log,
-		OutageGrace: env.ConsulOutageGrace, Restore: w.restoreKeys})
+	}, size, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log,
+		OutageGrace: env.ConsulOutageGrace, Restore: w.restoreKeys, Settle: env.Settle})
 	waited()
 	stopJoin()
 	if err != nil {
@@ -272,9 +273,16 @@ func (w *worker) generation(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(gctx)
 	var watchers sync.WaitGroup
 	watchers.Add(2)
+	grow := &growth{end: func() error { return w.endToGrow(gctx, a, cancel) }}
 	go func() {
 		defer watchers.Done()
 		if ev, ok := <-rdzv.WatchLoss(wctx); ok {
+			if w.mayGrow(wctx, a, ev) {
+				// A loss from here on breaks the ring's collectives.
+				log.Info("a worker is waiting to join; growing at the next checkpoint", "event", ev.String())
+				grow.pending.Store(true)
+				return
+			}
 			cancel(&gangLost{generation: a.Generation, cause: ev.String()})
 		}
 	}()
@@ -319,7 +327,7 @@ func (w *worker) generation(ctx context.Context) error {
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		group:  group,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
-		metrics: w.metrics,
+		metrics: w.metrics, grow: grow,
 	}
 	err = s.restore(gctx, env)
 	// Rank 0 opened the storage (its writer lock) before the gang shared

@@ -473,12 +473,19 @@ func (g *gang) watchRejoin(ctx context.Context) {
 	defer tick.Stop()
 	var forming uint64 // the generation seen forming
 	var since time.Time
+	var training map[string]bool // members of the last complete generation seen
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			st, ok := g.state()
+			if ok && st.Phase == rendezvous.PhaseComplete {
+				training = map[string]bool{}
+				for _, id := range st.Ranks {
+					training[id] = true
+				}
+			}
 			if !ok || st.Phase != rendezvous.PhaseJoining {
 				forming = 0
 				continue
@@ -496,6 +503,12 @@ func (g *gang) watchRejoin(ctx context.Context) {
 			}
 			g.mu.Lock()
 			for i, cmd := range g.procs {
+				// An elastic gang that a newcomer grows trains on to its
+				// next checkpoint before it joins (see trainer/elastic.go).
+				growing := len(st.Members) > 0 && !training[st.Members[0].ID] && st.MinSize > 0
+				if growing && training[memberID(i)] {
+					continue
+				}
 				if g.ended[i].Order < 0 && !joined[memberID(i)] && now.Sub(g.started[i]) > g.opts.RejoinTimeout {
 					g.stderr.printf("==> rank %d did not rejoin generation %d within %v: presumed hung, killing it\n",
 						i, st.Generation, g.opts.RejoinTimeout)

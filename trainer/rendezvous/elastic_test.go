@@ -13,9 +13,10 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 )
 
-// elastic is a joining generation of an elastic gang of min..max.
-func elastic(gen uint64, min, max int, ps ...rendezvous.Participant) *rendezvous.State {
-	return &rendezvous.State{Generation: gen, Phase: rendezvous.PhaseJoining, WorldSize: max, MinSize: min, Members: ps}
+// elastic is a joining generation of an elastic gang of min..max that
+// follows the generation of the members named by prev.
+func elastic(gen uint64, min, max int, prev []string, ps ...rendezvous.Participant) *rendezvous.State {
+	return &rendezvous.State{Generation: gen, Phase: rendezvous.PhaseJoining, WorldSize: max, MinSize: min, Members: ps, Prev: prev}
 }
 
 // erecs are join records asking for min..max.
@@ -41,6 +42,7 @@ func TestDecideElastic(t *testing.T) {
 	a1, b1, c1, d1, e1 := p("a", "1"), p("b", "1"), p("c", "1"), p("d", "1"), p("e", "1")
 	a2, b2, c2 := p("a", "2"), p("b", "2"), p("c", "2")
 	size := rendezvous.Size{Min: 2, Max: 4}
+	abcd, abc := []string{"a", "b", "c", "d"}, []string{"a", "b", "c"}
 	cases := []struct {
 		name string
 		view rendezvous.View
@@ -61,24 +63,27 @@ func TestDecideElastic(t *testing.T) {
 			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(1, a1, b1, e1, c1)}},
 		// d was lost from generation 3 (a, b, c, d): the survivors rejoin.
 		{"loss: a survivor opens the next generation", rendezvous.View{State: complete(3, a1, b1, c1, d1)}, a2,
-			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 4, Open: true, Next: *elastic(4, 2, 4, a2)}},
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 4, Open: true, Next: *elastic(4, 2, 4, abcd, a2)}},
 		{"loss to >= min: the survivors go on at three after settling, no replacement awaited",
-			settled(view(elastic(4, 2, 4, a2), 4, erecs(2, 4, a2, b2, c2))), b2,
+			settled(view(elastic(4, 2, 4, abcd, a2), 4, erecs(2, 4, a2, b2, c2))), b2,
 			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(4, a2, b2, c2)}},
 		{"loss below min: one survivor waits, settled or not",
-			settled(view(elastic(4, 2, 4, a2), 4, erecs(2, 4, a2))), a2,
+			settled(view(elastic(4, 2, 4, abcd, a2), 4, erecs(2, 4, a2))), a2,
 			rendezvous.Decision{Action: rendezvous.ActionWait}},
 		{"loss below min: the replacement makes the minimum",
-			settled(view(elastic(4, 2, 4, a2), 4, erecs(2, 4, a2, d1))), d1,
+			settled(view(elastic(4, 2, 4, abcd, a2), 4, erecs(2, 4, a2, d1))), d1,
 			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(4, a2, d1)}},
 		// Generation 4 runs at three (a, b, c); d's replacement comes late.
 		{"late join: the newcomer opens the next generation", rendezvous.View{State: complete(4, a2, b2, c2)}, d1,
-			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 5, Open: true, Next: *elastic(5, 2, 4, d1)}},
+			rendezvous.Decision{Action: rendezvous.ActionJoin, Generation: 5, Open: true, Next: *elastic(5, 2, 4, abc, d1)}},
 		{"late join: the gang, at its checkpoint, rejoins and grows to four at once",
-			view(elastic(5, 2, 4, d1), 5, erecs(2, 4, d1, a2, c2, b2)), c2,
+			view(elastic(5, 2, 4, abc, d1), 5, erecs(2, 4, d1, a2, c2, b2)), c2,
 			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(5, d1, a2, c2, b2)}},
+		{"late join: newcomers alone do not start a second gang beside the one training",
+			settled(view(elastic(5, 2, 4, abc, d1), 5, erecs(2, 4, d1, e1))), e1,
+			rendezvous.Decision{Action: rendezvous.ActionWait}},
 		{"late join: a gang of a fixed size is another size",
-			view(elastic(5, 2, 4, d1), 5, append(erecs(2, 4, d1), recs(4, a2)...)), d1,
+			view(elastic(5, 2, 4, abc, d1), 5, append(erecs(2, 4, d1), recs(4, a2)...)), d1,
 			rendezvous.Decision{Action: rendezvous.ActionWait}},
 	}
 	for _, tc := range cases {
@@ -100,7 +105,7 @@ func TestDecideElasticSizeErrors(t *testing.T) {
 	}{
 		{"min above max", rendezvous.View{}, rendezvous.Size{Min: 3, Max: 2}, nil},
 		{"min below one", rendezvous.View{}, rendezvous.Size{Min: 0, Max: 2}, nil},
-		{"joining elastic, I want fixed", rendezvous.View{State: elastic(2, 2, 4)}, rendezvous.Fixed(4), rendezvous.ErrWorldSizeMismatch},
+		{"joining elastic, I want fixed", rendezvous.View{State: elastic(2, 2, 4, nil)}, rendezvous.Fixed(4), rendezvous.ErrWorldSizeMismatch},
 		{"joining fixed, I want elastic", rendezvous.View{State: joining(2, 4)}, rendezvous.Size{Min: 2, Max: 4}, rendezvous.ErrWorldSizeMismatch},
 		{"min above the generation's max", rendezvous.View{State: &rendezvous.State{Generation: 2, Phase: rendezvous.PhaseJoining, WorldSize: 2, MinSize: 3}}, rendezvous.Size{Min: 3, Max: 2}, nil},
 	}

@@ -82,6 +82,11 @@ type State struct {
 	// MinSize is the fewest members an elastic joining generation
 	// completes with (0: exactly WorldSize).
 	MinSize int `json:"min_size,omitempty"`
+	// Prev names the members of the complete generation an elastic
+	// joining generation follows. It completes short of WorldSize only
+	// with one of them: a newcomer alone must not start a second gang
+	// beside the one still training towards its checkpoint.
+	Prev []string `json:"prev,omitempty"`
 	// Members of a complete generation, in join order. For a joining
 	// generation the alive keys are the record; Members lists those seen
 	// so far for observers, folded in (Fold) when the gang does not
@@ -216,7 +221,7 @@ func Decide(v View, me Participant, size Size) (Decision, error) {
 				return Decision{Action: ActionDone}, nil
 			}
 			g := cur.Generation + 1
-			return Decision{Action: ActionJoin, Generation: g, Open: true, Next: openGeneration(g, me, size)}, nil
+			return Decision{Action: ActionJoin, Generation: g, Open: true, Next: openGeneration(g, me, size, cur.Ranks)}, nil
 		case PhaseJoining:
 			if cur.size() != size {
 				return Decision{}, fmt.Errorf("%w: generation %d has %v, I want %v",
@@ -235,24 +240,41 @@ func Decide(v View, me Participant, size Size) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: generation 1 has %v, I want %v",
 			ErrWorldSizeMismatch, js[0].size(), size)
 	}
+	var prev []string
+	if cur != nil {
+		prev = cur.Prev
+	}
 	switch {
 	case len(js) >= size.Max:
-		next := newJoining(g, size, participants(js[:size.Max]))
+		next := newJoining(g, size, participants(js[:size.Max]), prev)
 		next.completeIfFull()
 		return Decision{Action: ActionWrite, Next: next}, nil
-	case size.Elastic() && v.Settled && len(js) >= size.Min:
-		next := newJoining(g, size, participants(js))
+	case size.Elastic() && v.Settled && len(js) >= size.Min && anyOf(js, prev):
+		next := newJoining(g, size, participants(js), prev)
 		next.complete()
 		return Decision{Action: ActionWrite, Next: next}, nil
 	}
 	return Decision{Action: ActionWait}, nil
 }
 
-// newJoining is a joining generation of size with members signed in.
-func newJoining(g uint64, size Size, members []Participant) State {
+// anyOf reports whether a record of js is one of the members named by
+// prev, or prev names none.
+func anyOf(js []Joiner, prev []string) bool {
+	for _, j := range js {
+		if slices.Contains(prev, j.ID) {
+			return true
+		}
+	}
+	return len(prev) == 0
+}
+
+// newJoining is a joining generation of size with members signed in; an
+// elastic one remembers the members of the generation before (prev).
+func newJoining(g uint64, size Size, members []Participant, prev []string) State {
 	s := State{Generation: g, Phase: PhaseJoining, WorldSize: size.Max, Members: members}
 	if size.Elastic() {
 		s.MinSize = size.Min
+		s.Prev = prev
 	}
 	return s
 }
@@ -296,7 +318,11 @@ func Fold(v View, me Participant) (State, bool) {
 	if len(members) >= size.Max || (v.State != nil && slices.Equal(v.State.Members, members)) {
 		return State{}, false
 	}
-	return newJoining(v.joining(), size, members), true
+	var prev []string
+	if v.State != nil {
+		prev = v.State.Prev
+	}
+	return newJoining(v.joining(), size, members, prev), true
 }
 
 // joined says which generation the view leaves open and how many members
@@ -337,8 +363,8 @@ func Withdraw(cur *State, me Participant) (next State, ok bool) {
 	return next, true
 }
 
-func openGeneration(gen uint64, me Participant, size Size) State {
-	s := newJoining(gen, size, []Participant{me})
+func openGeneration(gen uint64, me Participant, size Size, prev []string) State {
+	s := newJoining(gen, size, []Participant{me}, prev)
 	s.completeIfFull()
 	return s
 }
@@ -352,7 +378,7 @@ func (s *State) completeIfFull() {
 // complete assigns ranks to the members and completes the generation at
 // their number.
 func (s *State) complete() {
-	s.WorldSize, s.MinSize = len(s.Members), 0
+	s.WorldSize, s.MinSize, s.Prev = len(s.Members), 0, nil
 	peers := AssignRanks(s.members())
 	s.Ranks = make([]string, len(peers))
 	for r, p := range peers {
