@@ -32,15 +32,20 @@ const (
 // grown back to three.
 func elTrain(ctx context.Context, s *trainer.Session) error {
 	dir := os.Getenv("EL_DIR")
-	start := 0
+	// shrunk: the gang has trained at two. Every rank learns it from the
+	// checkpoint or the world size, so all agree on when to end.
+	start, shrunk := 0, false
 	if ck := s.GetCheckpoint(); ck != nil {
-		b, err := os.ReadFile(filepath.Join(ck.Path(), "epoch"))
+		b, err := os.ReadFile(filepath.Join(ck.Path(), "state"))
 		if err != nil {
 			return err
 		}
-		fmt.Sscan(string(b), &start)
+		if _, err := fmt.Sscan(string(b), &start, &shrunk); err != nil {
+			return err
+		}
 		start++
 	}
+	shrunk = shrunk || s.WorldSize() == 2
 	sampler := data.DistributedSampler{Len: elSamples, Rank: s.WorldRank(), WorldSize: s.WorldSize(), Shuffle: true, Seed: 3}
 	for epoch := start; epoch < elMaxEpochs; epoch++ {
 		sum := []float64{0, 0}
@@ -56,7 +61,7 @@ func elTrain(ctx context.Context, s *trainer.Session) error {
 		}
 		kill := filepath.Join(dir, "killed")
 		if _, err := os.Stat(kill); err != nil && s.WorldSize() == 3 && epoch >= 2 && os.Getenv(workerenv.MemberID) == "local-2" {
-			os.WriteFile(kill, nil, 0o644)
+			os.WriteFile(kill, fmt.Append(nil, epoch), 0o644)
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		var ck *trainer.Checkpoint
@@ -65,7 +70,7 @@ func elTrain(ctx context.Context, s *trainer.Session) error {
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(d, "epoch"), []byte(fmt.Sprint(epoch)), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(d, "state"), fmt.Appendf(nil, "%d %v", epoch, shrunk), 0o644); err != nil {
 				return err
 			}
 			ck = trainer.CheckpointFromDirectory(d)
@@ -74,11 +79,7 @@ func elTrain(ctx context.Context, s *trainer.Session) error {
 		if err := s.Report(ctx, m, ck); err != nil {
 			return err
 		}
-		_, err := os.Stat(filepath.Join(dir, "regrown"))
-		if s.WorldSize() == 3 && os.IsNotExist(err) && fileExists(kill) && s.WorldRank() == 0 {
-			os.WriteFile(filepath.Join(dir, "regrown"), nil, 0o644)
-		}
-		if epoch+1 >= elMinEpochs && fileExists(filepath.Join(dir, "regrown")) {
+		if epoch+1 >= elMinEpochs && shrunk && s.WorldSize() == 3 {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -99,7 +100,7 @@ func TestElasticShrinksToMinAndGrowsBack(t *testing.T) {
 	dir := sharedDir(t, "EL_DIR")
 	storagePath := sharedDir(t, "EL_STORAGE")
 	if workerenv.IsWorker() && os.Getenv(workerenv.MemberID) == "local-2" && fileExists(filepath.Join(dir, "killed")) {
-		waitForSmallGang(t, storagePath)
+		waitForSmallGang(t, storagePath, filepath.Join(dir, "killed"))
 	}
 	tr := trainer.New(elTrain, trainer.Scaling{Min: 2, Max: 3, Settle: 300 * time.Millisecond},
 		trainer.Run{Name: "elastic", StoragePath: storagePath, Failure: trainer.FailureConfig{MaxFailures: 1}}, nil)
@@ -137,15 +138,19 @@ func TestElasticShrinksToMinAndGrowsBack(t *testing.T) {
 	t.Logf("world sizes %v over %d steps", sizes, len(recs))
 }
 
-// waitForSmallGang holds a replacement back until the gang of two has
-// reported a step.
-func waitForSmallGang(t *testing.T, storagePath string) {
+// waitForSmallGang holds a replacement back until the gang of two that
+// the kill left has reported a step: the epoch the killed worker died in.
+func waitForSmallGang(t *testing.T, storagePath, killed string) {
+	b, _ := os.ReadFile(killed)
+	var died float64
+	fmt.Sscan(string(b), &died)
 	path := filepath.Join(storagePath, "elastic", storage.ProgressFile)
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		recs, _ := storage.ReadProgressFile(path)
 		for _, r := range recs {
-			if w, _ := r.Metrics["world_size"].(float64); w == 2 {
+			w, _ := r.Metrics["world_size"].(float64)
+			if e, _ := r.Metrics["epoch"].(float64); w == 2 && e >= died {
 				return
 			}
 		}
