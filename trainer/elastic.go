@@ -2,8 +2,10 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -62,3 +64,27 @@ func (w *worker) endToGrow(ctx context.Context, a rendezvous.Assignment, cancel 
 	cancel(lost)
 	return lost
 }
+
+// whoWasLost waits briefly, in an elastic gang whose ring broke, for the
+// rendezvous watch to say which member was lost (its alive key goes when
+// its connection does): the survivors that name it need not wait for it
+// when they re-form. Nil when the watch has not said.
+func (w *worker) whoWasLost(gctx context.Context) *gangLost {
+	if !gangSize(w.env).Elastic() {
+		return nil
+	}
+	t := time.NewTimer(lossWatchWait)
+	defer t.Stop()
+	select {
+	case <-gctx.Done():
+	case <-t.C:
+	}
+	var lost *gangLost
+	if errors.As(context.Cause(gctx), &lost) {
+		return lost
+	}
+	return nil
+}
+
+// lossWatchWait bounds whoWasLost's wait.
+const lossWatchWait = 250 * time.Millisecond

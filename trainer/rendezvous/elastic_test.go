@@ -28,6 +28,13 @@ func erecs(min, max int, ps ...rendezvous.Participant) []rendezvous.Joiner {
 	return out
 }
 
+// lostRec is x's join record, having seen the members lost named.
+func lostRec(min, max int, x rendezvous.Participant, lost ...string) rendezvous.Joiner {
+	j := erecs(min, max, x)[0]
+	j.Lost = lost
+	return j
+}
+
 // settled is v after the settle time with the minimum listed.
 func settled(v rendezvous.View) rendezvous.View {
 	v.Settled = true
@@ -67,6 +74,12 @@ func TestDecideElastic(t *testing.T) {
 		{"loss to >= min: the survivors go on at three after settling, no replacement awaited",
 			settled(view(elastic(4, 2, 4, abcd, a2), 4, erecs(2, 4, a2, b2, c2))), b2,
 			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(4, a2, b2, c2)}},
+		{"loss: survivors who saw d lost go on at three at once, unsettled",
+			view(elastic(4, 2, 4, abcd, a2), 4, append(erecs(2, 4, a2, b2), lostRec(2, 4, c2, "d"))), b2,
+			rendezvous.Decision{Action: rendezvous.ActionWrite, Next: *complete(4, a2, b2, c2)}},
+		{"loss: one survivor not yet back, unsettled: wait for it",
+			view(elastic(4, 2, 4, abcd, a2), 4, append(erecs(2, 4, a2), lostRec(2, 4, c2, "d"))), c2,
+			rendezvous.Decision{Action: rendezvous.ActionWait}},
 		{"loss below min: one survivor waits, settled or not",
 			settled(view(elastic(4, 2, 4, abcd, a2), 4, erecs(2, 4, a2))), a2,
 			rendezvous.Decision{Action: rendezvous.ActionWait}},
@@ -161,4 +174,36 @@ func TestJoinElasticStartsAtMinAndGrows(t *testing.T) {
 		must.Eq(t, 2, s.Assignment().Generation)
 		s.Leave(ctx)
 	}
+}
+
+// A member that comes to an elastic gang which then finishes its work
+// (every member Finish-es) stops waiting: ErrGangFinished, not a timeout.
+func TestJoinElasticGangFinishedMeanwhile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := rendezvous.NewMemStore(nil)
+	size := rendezvous.Size{Min: 2, Max: 3}
+	opts := rendezvous.Options{Settle: 50 * time.Millisecond}
+	join := func(i int) (*rendezvous.Session, error) {
+		return rendezvous.Join(ctx, st, "fin", rendezvous.Member{ID: fmt.Sprintf("m%d", i), RankHint: i}, size, opts)
+	}
+	gang := make([]*rendezvous.Session, 2)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { gang[i], errs[i] = join(i) })
+	}
+	wg.Wait()
+	must.NoError(t, errors.Join(errs...))
+	late := make(chan error, 1)
+	go func() { _, err := join(2); late <- err }()
+	for _, s := range gang {
+		<-s.WatchLoss(ctx) // the late member opened the next generation
+	}
+	for i, s := range gang {
+		wg.Go(func() { errs[i] = s.Finish(ctx) })
+	}
+	wg.Wait()
+	must.NoError(t, errors.Join(errs...))
+	must.ErrorIs(t, <-late, rendezvous.ErrGangFinished)
 }

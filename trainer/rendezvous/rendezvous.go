@@ -28,6 +28,11 @@ const (
 // the gang is not complete in time.
 var ErrTimeout = errors.New("rendezvous timed out")
 
+// ErrGangFinished is returned by Join to a member that waits to join an
+// elastic gang which has meanwhile finished its work (every member of the
+// generation it would have joined is done): there is nothing left to join.
+var ErrGangFinished = errors.New("the gang finished without this member")
+
 // TimeoutError says how far the gang got before Join gave up.
 type TimeoutError struct {
 	Run        string
@@ -64,6 +69,10 @@ type Options struct {
 	// waits for more members before it completes with those it has
 	// (default DefaultSettle). A gang of a fixed size ignores it.
 	Settle time.Duration
+	// Lost names the members of the last generation this member saw lost
+	// (LostEvent.Missing). An elastic gang whose members are all either
+	// signed in or seen lost completes without the settle time.
+	Lost []string
 	// Restore, when set, is called after the generation's own keys were
 	// written back to a store that had lost them, to write back what else
 	// the caller keeps there. Its error is retried like the store's.
@@ -283,7 +292,7 @@ func (s *Session) joinLoop(ctx context.Context, size Size) (View, error) {
 func (s *Session) signIn(ctx context.Context, d Decision, version uint64, size Size) (TxnResult, error) {
 	j := Joiner{Participant: s.me, WorldSize: size.Max}
 	if size.Elastic() {
-		j.MinSize = size.Min
+		j.MinSize, j.Lost = size.Min, s.opts.Lost
 	}
 	rec, err := json.Marshal(j)
 	if err != nil {
@@ -325,6 +334,11 @@ func (s *Session) wait(ctx context.Context, view *View, version uint64, size Siz
 			return cur, err
 		}
 		g := view.joining()
+		if size.Elastic() && view.State != nil && len(view.State.Prev) > 0 {
+			if done, err := s.prevFinished(ctx, g-1, view.State.Prev); err != nil || done {
+				return Value{}, cmp.Or(err, ErrGangFinished)
+			}
+		}
 		kvs, _, err := s.st.List(ctx, alivePrefix(s.run, g))
 		if err != nil {
 			return Value{}, err
@@ -351,6 +365,25 @@ func (s *Session) wait(ctx context.Context, view *View, version uint64, size Siz
 		s.logger.Debug("recorded the members signed in so far", "generation", g, "members", len(next.Members))
 		return cur, nil
 	}
+}
+
+// prevFinished reports whether every member of generation gen, named by
+// prev, has finished it (Finish).
+func (s *Session) prevFinished(ctx context.Context, gen uint64, prev []string) (bool, error) {
+	kvs, _, err := s.st.List(ctx, donePrefix(s.run, gen))
+	if err != nil {
+		return false, err
+	}
+	done := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		done[strings.TrimPrefix(kv.Key, donePrefix(s.run, gen))] = true
+	}
+	for _, id := range prev {
+		if !done[id] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // settled reports whether the listings of joining generation g have shown

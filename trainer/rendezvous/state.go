@@ -59,6 +59,9 @@ type Joiner struct {
 	Participant
 	WorldSize int `json:"world_size"`
 	MinSize   int `json:"min_size,omitempty"`
+	// Lost names the members of the generation before that this member
+	// saw lost (an elastic gang re-forms without waiting for them).
+	Lost []string `json:"lost,omitempty"`
 }
 
 // size is the size the record asks for.
@@ -249,12 +252,34 @@ func Decide(v View, me Participant, size Size) (Decision, error) {
 		next := newJoining(g, size, participants(js[:size.Max]), prev)
 		next.completeIfFull()
 		return Decision{Action: ActionWrite, Next: next}, nil
-	case size.Elastic() && v.Settled && len(js) >= size.Min && anyOf(js, prev):
+	case size.Elastic() && len(js) >= size.Min && (v.Settled && anyOf(js, prev) || accounted(js, prev)):
 		next := newJoining(g, size, participants(js), prev)
 		next.complete()
 		return Decision{Action: ActionWrite, Next: next}, nil
 	}
 	return Decision{Action: ActionWait}, nil
+}
+
+// accounted reports whether every member of the generation before (prev)
+// has either signed in to js or been seen lost by one who did: the
+// survivors of a loss are all there, and need wait for nobody.
+func accounted(js []Joiner, prev []string) bool {
+	if len(prev) == 0 {
+		return false
+	}
+	in := map[string]bool{}
+	for _, j := range js {
+		in[j.ID] = true
+		for _, id := range j.Lost {
+			in[id] = true
+		}
+	}
+	for _, id := range prev {
+		if !in[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // anyOf reports whether a record of js is one of the members named by
