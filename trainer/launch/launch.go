@@ -429,7 +429,7 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 				g.replaceStopped(r, &live, stopAll)
 				continue
 			}
-			if failed || !restartable(r) || !g.withinBudget(joined) {
+			if failed || !restartable(r) || !g.withinBudget(joined, rank) {
 				live--
 				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
 				if g.exhausted != "" {
