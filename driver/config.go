@@ -104,15 +104,18 @@ type TaskConfig struct {
 	Args    []string // arguments of Command
 	// Launcher says how Command runs: LauncherAuto (the default),
 	// LauncherExternal or LauncherDirect.
-	Launcher    string
-	RunName     string
-	WorldSize   int
-	TrainConfig string // JSON text
-	StoragePath string
-	Port        string // network port label for collectives
-	Rendezvous  RendezvousConfig
-	Checkpoint  CheckpointConfig
-	Failure     FailureConfig
+	Launcher  string
+	RunName   string
+	WorldSize int
+	// MinWorldSize, below WorldSize, makes the gang elastic (0: exactly
+	// WorldSize).
+	MinWorldSize int
+	TrainConfig  string // JSON text
+	StoragePath  string
+	Port         string // network port label for collectives
+	Rendezvous   RendezvousConfig
+	Checkpoint   CheckpointConfig
+	Failure      FailureConfig
 }
 
 // RunSpec is the run the task config describes (train.hcl's RunSpec,
@@ -121,6 +124,8 @@ func (c TaskConfig) RunSpec() workerenv.Run {
 	return workerenv.Run{
 		Name:        c.RunName,
 		NumWorkers:  c.WorldSize,
+		MinWorkers:  c.MinWorldSize,
+		Settle:      c.Rendezvous.Settle,
 		StoragePath: c.StoragePath,
 		Entrypoint:  workerenv.Entrypoint{Builtin: c.Builtin, Command: c.Command, Args: c.Args, Launcher: c.Launcher},
 		Config:      json.RawMessage(c.TrainConfig),
@@ -140,6 +145,9 @@ type RendezvousConfig struct {
 	// ConsulOutageGrace is how long workers train on through a Consul
 	// outage (0: the workers' default).
 	ConsulOutageGrace time.Duration
+	// Settle is how long an elastic gang with its minimum waits for more
+	// members before it starts (0: the workers' default).
+	Settle time.Duration
 }
 
 // CheckpointConfig is the task's checkpoint {} block.
@@ -171,20 +179,22 @@ const (
 // contract the spec compiler emits.
 func taskConfigSpec() *hclspec.Spec {
 	return specObject(map[string]*hclspec.Spec{
-		"builtin":      specAttr("builtin", "string", false),
-		"command":      specAttr("command", "string", false),
-		"args":         specAttr("args", "list(string)", false),
-		"launcher":     specDefault(specAttr("launcher", "string", false), `"auto"`),
-		"run_name":     specAttr("run_name", "string", true),
-		"world_size":   specAttr("world_size", "number", true),
-		"train_config": specDefault(specAttr("train_config", "string", false), `"{}"`),
-		"storage_path": specAttr("storage_path", "string", true),
-		"port":         specDefault(specAttr("port", "string", false), `"train"`),
+		"builtin":        specAttr("builtin", "string", false),
+		"command":        specAttr("command", "string", false),
+		"args":           specAttr("args", "list(string)", false),
+		"launcher":       specDefault(specAttr("launcher", "string", false), `"auto"`),
+		"run_name":       specAttr("run_name", "string", true),
+		"world_size":     specAttr("world_size", "number", true),
+		"min_world_size": specAttr("min_world_size", "number", false),
+		"train_config":   specDefault(specAttr("train_config", "string", false), `"{}"`),
+		"storage_path":   specAttr("storage_path", "string", true),
+		"port":           specDefault(specAttr("port", "string", false), `"train"`),
 		"rendezvous": specBlock("rendezvous", specObject(map[string]*hclspec.Spec{
 			"backend":             specDefault(specAttr("backend", "string", false), `"consul"`),
 			"address":             specAttr("address", "string", false),
 			"timeout":             specDefault(specAttr("timeout", "string", false), `"5m"`),
 			"consul_outage_grace": specAttr("consul_outage_grace", "string", false),
+			"settle":              specAttr("settle", "string", false),
 		})),
 		"checkpoint": specBlock("checkpoint", specObject(map[string]*hclspec.Spec{
 			"num_to_keep":     specAttr("num_to_keep", "number", false),
@@ -254,6 +264,13 @@ func decodeTaskConfig(b []byte) (TaskConfig, error) {
 		return tc, fieldErr("world_size", "must be at least 1, got %d", ws)
 	}
 	tc.WorldSize = int(ws)
+	if mws, has, err := getInt(v, "min_world_size", ""); err != nil {
+		return tc, err
+	} else if has && (mws < 1 || mws > ws) {
+		return tc, fieldErr("min_world_size", "must be between 1 and world_size (%d), got %d", ws, mws)
+	} else if has && mws < ws {
+		tc.MinWorldSize = int(mws)
+	}
 	if tc.TrainConfig == "" {
 		tc.TrainConfig = "{}"
 	}
@@ -317,6 +334,13 @@ func decodeRendezvous(r cty.Value, out *RendezvousConfig) error {
 			return fieldErr("rendezvous.consul_outage_grace", "must be a positive duration such as \"2m\", got %q", t)
 		}
 		out.ConsulOutageGrace = d
+	}
+	if t := getString(r, "settle"); t != "" {
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 {
+			return fieldErr("rendezvous.settle", "must be a positive duration such as \"3s\", got %q", t)
+		}
+		out.Settle = d
 	}
 	return nil
 }

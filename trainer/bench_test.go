@@ -103,7 +103,8 @@ func BenchmarkB3DataParallelThroughput(b *testing.B) {
 
 // b5Train takes short data-parallel steps (a small gradient all-reduce and
 // 10 ms of "compute"); rank 0 logs "attempt step unix-nanos" for each step
-// completed, attempt being how often this process called the function.
+// completed, attempt being how often this process called the function,
+// and the world size after it.
 func b5Train(ctx context.Context, s *trainer.Session) error {
 	dir := os.Getenv("B5_DIR")
 	os.WriteFile(filepath.Join(dir, fmt.Sprintf("pid-%d-%d", s.WorldRank(), os.Getpid())), nil, 0o644)
@@ -123,7 +124,7 @@ func b5Train(ctx context.Context, s *trainer.Session) error {
 			return err
 		}
 		if s.WorldRank() == 0 {
-			fmt.Fprintf(log, "%d %d %d\n", b5Attempt-1, step, time.Now().UnixNano())
+			fmt.Fprintf(log, "%d %d %d %d\n", b5Attempt-1, step, time.Now().UnixNano(), s.WorldSize())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

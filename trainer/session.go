@@ -38,6 +38,7 @@ type Session struct {
 	hb                   heartbeat                // likewise (a Consul TTL check)
 	publish              func(rec storage.Record) // rank 0: show the latest report to the CLI
 	metrics              *workerMetrics           // nil: no metrics served
+	grow                 *growth                  // nil: never grows (see elastic.go)
 
 	// Owned by the training goroutine: a Session is not for concurrent use.
 	step       int64
@@ -144,6 +145,9 @@ type reportAck struct {
 	// Mistake marks an Err that is the training function's own (a
 	// checkpoint path it may not report): no restart can fix it.
 	Mistake bool `json:"mistake,omitempty"`
+	// Grow: the checkpoint committed, and a newcomer waits for the gang:
+	// every rank ends the generation here to grow (see elastic.go).
+	Grow bool `json:"grow,omitempty"`
 }
 
 // ErrReport is wrapped by Report errors that happened on rank 0 while
@@ -188,6 +192,9 @@ func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint)
 		s.latest = CheckpointFromDirectory(ack.Path)
 		s.events.emit("checkpoint_committed", fmt.Sprintf("checkpoint %s committed at step %d", ack.Committed, s.step),
 			map[string]string{"checkpoint": ack.Committed, "step": fmt.Sprint(s.step)})
+	}
+	if ack.Grow && s.grow != nil {
+		return fmt.Errorf("report step %d: %w", s.step, s.grow.end())
 	}
 	return nil
 }
@@ -241,7 +248,8 @@ func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
 	s.metrics.committed(time.Since(started))
 	rec.Checkpoint = name
 	s.publish(rec)
-	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name)}
+	grow := s.grow != nil && s.grow.pending.Load()
+	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name), Grow: grow}
 }
 
 // reportRestore tells the run's events about the checkpoints restore passed

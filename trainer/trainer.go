@@ -21,9 +21,38 @@ import (
 type TrainFunc func(ctx context.Context, s *Session) error
 
 // Scaling says how many workers train together (Ray's ScalingConfig).
+// NumWorkers is a gang of a fixed size; Min and Max (Ray's num_workers =
+// (min, max)) make it elastic: Max workers are started, training starts
+// once Min have joined and no more came within Settle, a gang that loses
+// workers goes on at a smaller size while it has Min, and a replacement
+// joins at the next checkpoint.
 type Scaling struct {
-	NumWorkers int  // workers in the gang; at least 1
+	NumWorkers int  // workers in a gang of a fixed size; at least 1
 	UseGPU     bool // each worker gets a GPU (cluster runs)
+	// Min and Max bound an elastic gang (set Max, and NumWorkers 0).
+	Min, Max int
+	// Settle is how long an elastic gang with Min workers waits for more
+	// before it starts (default 3s).
+	Settle time.Duration
+}
+
+// workers is the most and the fewest workers the gang trains with.
+func (s Scaling) workers() (min, max int, err error) {
+	if s.Max == 0 && s.Min == 0 {
+		if s.NumWorkers < 1 {
+			return 0, 0, fmt.Errorf("scaling: NumWorkers must be at least 1, got %d", s.NumWorkers)
+		}
+		return s.NumWorkers, s.NumWorkers, nil
+	}
+	switch {
+	case s.NumWorkers != 0 && s.NumWorkers != s.Max:
+		return 0, 0, fmt.Errorf("scaling: set NumWorkers (%d) or Min and Max (%d, %d), not both", s.NumWorkers, s.Min, s.Max)
+	case s.Min < 1:
+		return 0, 0, fmt.Errorf("scaling: Min must be at least 1, got %d", s.Min)
+	case s.Max < s.Min:
+		return 0, 0, fmt.Errorf("scaling: Max (%d) is below Min (%d)", s.Max, s.Min)
+	}
+	return s.Min, s.Max, nil
 }
 
 // CheckpointConfig says which checkpoints to keep (Ray's CheckpointConfig).
@@ -94,8 +123,9 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 	if workerenv.IsWorker() {
 		os.Exit(RunWorker(ctx, t.fn))
 	}
-	if t.scaling.NumWorkers < 1 {
-		return nil, fmt.Errorf("scaling: NumWorkers must be at least 1, got %d", t.scaling.NumWorkers)
+	minWorkers, numWorkers, err := t.scaling.workers()
+	if err != nil {
+		return nil, err
 	}
 	if t.run.Name == "" {
 		return nil, errors.New("run: Name must be set")
@@ -123,7 +153,9 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		Args:    args,
 		Run: workerenv.Run{
 			Name:        t.run.Name,
-			NumWorkers:  t.scaling.NumWorkers,
+			NumWorkers:  numWorkers,
+			MinWorkers:  minWorkers,
+			Settle:      t.scaling.Settle,
 			StoragePath: storage,
 			Config:      cfg,
 			Checkpoint:  policy,

@@ -129,6 +129,11 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 	}
 	for {
 		err := w.generation(ctx)
+		if errors.Is(err, rendezvous.ErrGangFinished) {
+			// An elastic gang finished while this worker waited to join.
+			log.Info("the gang finished without this worker", "cause", err)
+			return nil
+		}
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
 			return fmt.Errorf("%w: grace period over: %w", ErrStopped, err)
 		}
@@ -136,6 +141,7 @@ func runWorker(ctx context.Context, env workerenv.Env, fn TrainFunc, ev *eventLo
 		if !errors.As(err, &lost) || ctx.Err() != nil {
 			return err
 		}
+		w.lost = lost.missing
 		if stop.requested() {
 			return fmt.Errorf("%w while the gang was broken: %w", ErrStopped, err)
 		}
@@ -173,6 +179,8 @@ type worker struct {
 	// first is this attempt's first generation (see firstGeneration),
 	// once a generation has joined; 0 before.
 	first uint64
+	// lost names the members the last generation lost, as far as known.
+	lost []string
 }
 
 // heartbeat is the worker's health check (storeuri.Heartbeat): steps keep
@@ -198,6 +206,7 @@ type gangLost struct {
 	generation uint64
 	cause      string
 	stopped    bool
+	missing    []string // the members seen lost, when known
 }
 
 func (g *gangLost) Error() string {
@@ -232,11 +241,12 @@ func (w *worker) generation(ctx context.Context) error {
 	}()
 	// Waiting for the gang takes no steps; it is healthy for as long as
 	// the rendezvous timeout allows, which is longer than the check's TTL.
-	waited := w.hb.Waiting(fmt.Sprintf("waiting for the gang (%d workers)", env.WorldSize))
+	size := gangSize(env)
+	waited := w.hb.Waiting(fmt.Sprintf("waiting for the gang (%v workers)", size))
 	rdzv, err := rendezvous.Join(jctx, w.store, env.RunName, rendezvous.Member{
 		ID: env.MemberID, Node: env.Node, Addr: ln.Addr().String(), RankHint: env.RankHint,
-	}, env.WorldSize, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log,
-		OutageGrace: env.ConsulOutageGrace, Restore: w.restoreKeys})
+	}, size, rendezvous.Options{Timeout: env.RendezvousTimeout, LeaseTTL: env.LeaseTTL, Logger: w.log,
+		OutageGrace: env.ConsulOutageGrace, Restore: w.restoreKeys, Settle: env.Settle, Lost: w.lost})
 	waited()
 	stopJoin()
 	if err != nil {
@@ -272,10 +282,17 @@ func (w *worker) generation(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(gctx)
 	var watchers sync.WaitGroup
 	watchers.Add(2)
+	grow := &growth{end: func() error { return w.endToGrow(gctx, a, cancel) }}
 	go func() {
 		defer watchers.Done()
 		if ev, ok := <-rdzv.WatchLoss(wctx); ok {
-			cancel(&gangLost{generation: a.Generation, cause: ev.String()})
+			if w.mayGrow(wctx, a, ev) {
+				// A loss from here on breaks the ring's collectives.
+				log.Info("a worker is waiting to join; growing at the next checkpoint", "event", ev.String())
+				grow.pending.Store(true)
+				return
+			}
+			cancel(&gangLost{generation: a.Generation, cause: ev.String(), missing: ev.Missing})
 		}
 	}()
 	wd := newWatchdog(env.StallFloor, env.StallFactor, time.Now())
@@ -295,6 +312,9 @@ func (w *worker) generation(ctx context.Context) error {
 			}
 		}
 		if errors.Is(err, collective.ErrPeerLost) && ctx.Err() == nil {
+			if lost := w.whoWasLost(gctx); lost != nil {
+				return lost
+			}
 			return &gangLost{generation: a.Generation, cause: err.Error()}
 		}
 		return err
@@ -319,7 +339,7 @@ func (w *worker) generation(ctx context.Context) error {
 		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
 		group:  group,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
-		metrics: w.metrics,
+		metrics: w.metrics, grow: grow,
 	}
 	err = s.restore(gctx, env)
 	// Rank 0 opened the storage (its writer lock) before the gang shared

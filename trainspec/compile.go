@@ -319,6 +319,9 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	if s.Rendezvous.ConsulOutageGrace > 0 {
 		rdzv["consul_outage_grace"] = FormatDuration(s.Rendezvous.ConsulOutageGrace)
 	}
+	if s.Rendezvous.Settle > 0 {
+		rdzv["settle"] = FormatDuration(s.Rendezvous.Settle)
+	}
 	ckpt := map[string]any{
 		"num_to_keep": s.Run.Checkpoint.NumToKeep,
 		"score_order": s.Run.Checkpoint.ScoreOrder,
@@ -330,7 +333,7 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	if cfg == "" {
 		cfg = "{}"
 	}
-	return map[string]any{
+	tc := map[string]any{
 		"run_name":     s.Name,
 		"world_size":   s.Scaling.NumWorkers,
 		"train_config": cfg,
@@ -340,6 +343,10 @@ func taskConfig(s *Spec, backend string) map[string]any {
 		"checkpoint":   []map[string]any{ckpt},
 		"failure":      []map[string]any{{"max_failures": s.Run.Failure.MaxFailures}},
 	}
+	if s.Scaling.MinWorkers > 0 { // elastic: the group asks for the most
+		tc["min_world_size"] = s.Scaling.MinWorkers
+	}
+	return tc
 }
 
 func resources(r Resources) *api.Resources {

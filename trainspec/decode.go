@@ -381,7 +381,7 @@ func localStoragePath(p string) (string, error) {
 }
 
 var rendezvousSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}, {Name: "rejoin_timeout"}, {Name: "consul_outage_grace"}},
+	Attributes: []hcl.AttributeSchema{{Name: "backend"}, {Name: "address"}, {Name: "timeout"}, {Name: "rejoin_timeout"}, {Name: "consul_outage_grace"}, {Name: "settle"}},
 }
 
 func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
@@ -408,6 +408,7 @@ func (d *decoder) rendezvous(b *hcl.Block, r *Rendezvous, ranges *specRanges) {
 	}
 	d.positiveDuration(c.Attributes["rejoin_timeout"], &r.RejoinTimeout)
 	d.positiveDuration(c.Attributes["consul_outage_grace"], &r.ConsulOutageGrace)
+	d.positiveDuration(c.Attributes["settle"], &r.Settle)
 }
 
 // positiveDuration decodes attr, when set, as a positive duration into dst.

@@ -25,6 +25,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(src)
 	}
 	f.Add([]byte(minimal))
+	f.Add([]byte(elasticSpec("[2, 4]")))
 	f.Add([]byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = {\nlr = qloguniform(1e-4, 1e-1, 1e-4)\nb = qrandint(16, 128, 16)\nz = qrandn(0, 1, 0.5)\n}\ntune {\nmetric = \"loss\"\nmode = \"min\"\nsearch_alg {\ntype = \"tpe\"\nn_startup_trials = 5\n}\n}\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		_, _ = Format(src, "fuzz.hcl")

@@ -14,6 +14,8 @@ func (s *Spec) RunSpec() workerenv.Run {
 	r := workerenv.Run{
 		Name:        s.Name,
 		NumWorkers:  s.Scaling.NumWorkers,
+		MinWorkers:  s.Scaling.MinWorkers,
+		Settle:      s.Rendezvous.Settle,
 		StoragePath: s.Run.StoragePath,
 		Entrypoint: workerenv.Entrypoint{Builtin: s.Entrypoint.Builtin, Command: s.Entrypoint.Command,
 			Args: s.Entrypoint.Args},

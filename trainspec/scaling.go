@@ -3,6 +3,7 @@ package trainspec
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"regexp"
 	"slices"
 	"strconv"
@@ -43,7 +44,10 @@ var (
 func (d *decoder) scaling(b *hcl.Block, sc *Scaling, ranges *specRanges) {
 	c := d.content(b.Body, scalingSchema)
 	a := c.Attributes
-	d.integer(a["num_workers"], &sc.NumWorkers, 1, math.MaxInt32)
+	if attr := a["num_workers"]; attr != nil {
+		d.numWorkers(attr, sc)
+		ranges.numWorkers = attr.Range
+	}
 	d.boolean(a["use_gpu"], &sc.UseGPU)
 	if attr := a["placement_strategy"]; attr != nil {
 		d.enum(attr, &sc.PlacementStrategy, PlacementPack, PlacementSpread, PlacementStrictSpread)
@@ -206,4 +210,42 @@ func (d *decoder) deviceConstraint(b *hcl.Block, affinity bool) (DeviceConstrain
 		}
 	}
 	return dc, len(d.diags.Errs()) == before
+}
+
+// numWorkers decodes num_workers: a number, or [min, max] for an elastic
+// gang (Ray's num_workers = (min, max)).
+func (d *decoder) numWorkers(attr *hcl.Attribute, sc *Scaling) {
+	val, diags := attr.Expr.Value(d.ctx)
+	if diags.HasErrors() || val.IsNull() || !val.IsWhollyKnown() || !(val.Type().IsTupleType() || val.Type().IsListType()) {
+		d.integer(attr, &sc.NumWorkers, 1, math.MaxInt32)
+		return
+	}
+	const usage = "num_workers is a number, or [min, max] for an elastic gang (such as [2, 4])"
+	if val.LengthInt() != 2 {
+		d.errorf(attr, "Invalid value", "%s; got %d values.", usage, val.LengthInt())
+		return
+	}
+	var n [2]int
+	for i, name := range []string{"min", "max"} {
+		v := val.Index(cty.NumberIntVal(int64(i)))
+		if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
+			d.errorf(attr, "Invalid value", "%s; its %s is not a number.", usage, name)
+			return
+		}
+		bf := v.AsBigFloat()
+		if !bf.IsInt() || bf.Sign() < 1 || bf.Cmp(big.NewFloat(math.MaxInt32)) > 0 {
+			d.errorf(attr, "Invalid value", "%s; its %s must be a whole number of at least 1, got %s.", usage, name, bf.Text('g', 10))
+			return
+		}
+		i64, _ := bf.Int64()
+		n[i] = int(i64)
+	}
+	if n[0] > n[1] {
+		d.errorf(attr, "Invalid value", "%s; min (%d) is above max (%d).", usage, n[0], n[1])
+		return
+	}
+	sc.NumWorkers = n[1]
+	if n[0] < n[1] {
+		sc.MinWorkers = n[0]
+	}
 }

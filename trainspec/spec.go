@@ -93,10 +93,11 @@ type Spec struct {
 }
 
 type specRanges struct {
-	block   hcl.Range // train "name" header
-	backend hcl.Range
-	storage hcl.Range
-	tune    hcl.Range
+	block      hcl.Range // train "name" header
+	backend    hcl.Range
+	storage    hcl.Range
+	tune       hcl.Range
+	numWorkers hcl.Range // the num_workers attribute
 	// trainerResources is the trainer_resources block's header.
 	trainerResources hcl.Range
 }
@@ -132,7 +133,11 @@ type Artifact struct {
 // Scaling is how many workers run and what each needs, as in Ray's
 // ScalingConfig.
 type Scaling struct {
+	// NumWorkers is the gang's size: the most workers, for an elastic
+	// gang (num_workers = [min, max]), whose MinWorkers is the fewest it
+	// trains with (0: a gang of a fixed size).
 	NumWorkers         int
+	MinWorkers         int `json:",omitempty"`
 	UseGPU             bool
 	ResourcesPerWorker Resources
 	// TrainerResources is set when the spec has a trainer_resources block;
@@ -204,6 +209,9 @@ type Rendezvous struct {
 	// outage before they give their generation up (0: the workers'
 	// default, 2m).
 	ConsulOutageGrace time.Duration `json:",omitempty"`
+	// Settle is how long an elastic gang that has its minimum waits for
+	// more workers before it starts (0: the workers' default, 3s).
+	Settle time.Duration `json:",omitempty"`
 }
 
 // BackendFor is the backend a run uses: the one the spec names, or else

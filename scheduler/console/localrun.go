@@ -162,7 +162,7 @@ func PrintResult(w io.Writer, r *trainer.Result) {
 // LocalOptions are the launcher's settings for the spec: its run, and
 // what only a local run has (the rejoin timeout).
 func LocalOptions(spec *trainspec.Spec) launch.Options {
-	return launch.Options{Run: spec.RunSpec(), RejoinTimeout: spec.Rendezvous.RejoinTimeout}
+	return launch.Options{Run: spec.RunSpec(), Dir: spec.Dir(), RejoinTimeout: spec.Rendezvous.RejoinTimeout}
 }
 
 // StartFresh moves the spec's run directory aside to <dir>.old-<time> so

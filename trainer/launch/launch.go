@@ -30,6 +30,11 @@ type Options struct {
 	// Run is the run, as train.hcl or trainer.Run describe it. Its
 	// RendezvousTimeout defaults to 1m here, its CollectiveTimeout to 30s.
 	workerenv.Run
+	// Dir, when set, is the workers' working directory: a relative command
+	// or script path (python3 train.py) names a file there, as a Nomad
+	// task's do in its task directory. The run's relative local storage
+	// path still means the launcher's working directory.
+	Dir string
 	// Command and Args start a worker. When Command is empty, the run's
 	// Entrypoint decides (workerenv.StartFor, with this program as the
 	// binary that carries the builtins and the external wrapper).
@@ -57,6 +62,10 @@ type Options struct {
 	OnMetrics func(urls []string)
 
 	Stdout, Stderr io.Writer // prefixed worker output (default: discarded)
+	// afterStart, when set (by tests), is called after each first start
+	// of a rank's process during start-up.
+	afterStart func(rank int)
+
 	// Logger receives the launcher's own log lines, the rendezvous
 	// server's included (refused strangers, failed accepts). Default:
 	// warnings and errors to Stderr, between whole lines of the workers'.
@@ -71,6 +80,13 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	o.defaults()
 	if o.NumWorkers < 1 {
 		return nil, fmt.Errorf("launch: need at least one worker, got %d", o.NumWorkers)
+	}
+	if o.Dir != "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("launch: find working directory: %w", err)
+		}
+		o.StoragePath = storage.Rebase(o.StoragePath, wd)
 	}
 	var procEnv []string // what the way of starting needs (the builtin's name, say)
 	if o.Command == "" {
@@ -164,6 +180,11 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		o.OnMetrics(g.files.metricsURLs())
 	}
 	for i := 0; i < o.NumWorkers; i++ {
+		if ctx.Err() != nil {
+			// Stopped (Ctrl-C) while starting: start no more; supervise
+			// stops those already started and waits for them.
+			break
+		}
 		e := we
 		e.RankHint, e.MemberID, e.Events = i, memberID(i), eventsPath(tmp, i)
 		g.envs[i] = append(append(base[:len(base):len(base)], e.Environ()...), g.files.env(i)...)
@@ -171,6 +192,9 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 			g.stopAll(syscall.SIGKILL)
 			g.waitAll()
 			return nil, err
+		}
+		if o.afterStart != nil {
+			o.afterStart(i)
 		}
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -283,6 +307,7 @@ func secretMemfd(secret string) (*os.File, error) {
 func (g *gang) start(rank int) error {
 	cmd := exec.Command(g.opts.Command, g.opts.Args...)
 	cmd.Env = g.envs[rank]
+	cmd.Dir = g.opts.Dir
 	prefix := fmt.Sprintf("[rank %d] ", rank)
 	stdout := &prefixWriter{dst: g.stdout, prefix: []byte(prefix)}
 	stderr := &prefixWriter{dst: g.stderr, prefix: []byte(prefix)}
@@ -362,7 +387,9 @@ func (g *gang) reaped(rank int, err error) {
 // it is spent. A user error, a bad environment or a spent budget stops
 // every worker, and so does ctx ending.
 func (g *gang) supervise(ctx context.Context, tmp string) {
-	live := g.opts.NumWorkers // processes running or waiting to start
+	g.mu.Lock()
+	live := len(g.procs) // processes running or waiting to start
+	g.mu.Unlock()
 	pending := map[int]*time.Timer{}
 	due := make(chan int, g.opts.NumWorkers)
 	stopping := false
@@ -402,7 +429,7 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 				g.replaceStopped(r, &live, stopAll)
 				continue
 			}
-			if failed || !restartable(r) || !g.withinBudget(joined) {
+			if failed || !restartable(r) || !g.withinBudget(joined, rank) {
 				live--
 				g.stderr.printf("==> rank %d failed: %s\n", rank, r.Message())
 				if g.exhausted != "" {
@@ -446,12 +473,19 @@ func (g *gang) watchRejoin(ctx context.Context) {
 	defer tick.Stop()
 	var forming uint64 // the generation seen forming
 	var since time.Time
+	var training map[string]bool // members of the last complete generation seen
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			st, ok := g.state()
+			if ok && st.Phase == rendezvous.PhaseComplete {
+				training = map[string]bool{}
+				for _, id := range st.Ranks {
+					training[id] = true
+				}
+			}
 			if !ok || st.Phase != rendezvous.PhaseJoining {
 				forming = 0
 				continue
@@ -469,6 +503,12 @@ func (g *gang) watchRejoin(ctx context.Context) {
 			}
 			g.mu.Lock()
 			for i, cmd := range g.procs {
+				// An elastic gang that a newcomer grows trains on to its
+				// next checkpoint before it joins (see trainer/elastic.go).
+				growing := len(st.Members) > 0 && !training[st.Members[0].ID] && st.MinSize > 0
+				if growing && training[memberID(i)] {
+					continue
+				}
 				if g.ended[i].Order < 0 && !joined[memberID(i)] && now.Sub(g.started[i]) > g.opts.RejoinTimeout {
 					g.stderr.printf("==> rank %d did not rejoin generation %d within %v: presumed hung, killing it\n",
 						i, st.Generation, g.opts.RejoinTimeout)

@@ -118,6 +118,11 @@ func fakeWorker(mode string) int {
 		return 0
 	case "crashloop":
 		return crashLoopWorker(rank)
+	case "wait-term":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		return 0
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		// A grandchild in the same process group must go too.
@@ -287,6 +292,38 @@ func TestCancelKillsStubbornWorkers(t *testing.T) {
 		must.Eq(t, 128+9, r.ExitCode)
 	}
 	noneLeft(t, pids)
+}
+
+// Ctrl-C while the workers are still starting (a large num_workers) stops
+// the start-up at once: no further worker starts, and those started are
+// stopped and reaped, none left running.
+func TestCancelDuringStartUp(t *testing.T) {
+	o, _, _ := opts(t, "wait-term", 40)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o.afterStart = func(rank int) {
+		if rank == 1 {
+			cancel()
+		}
+	}
+	res, err := Launch(ctx, o)
+	must.NoError(t, err)
+	must.Len(t, 2, res.Ranks) // ranks 0 and 1, none after the cancel
+
+	st, err := ReadState(RunDir(o.StoragePath, o.Name))
+	must.NoError(t, err)
+	must.Eq(t, PhaseStopped, st.Phase)
+	started := 0
+	for _, w := range st.Workers {
+		if w.PID == 0 {
+			continue
+		}
+		started++
+		must.False(t, w.Running)
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", w.PID))
+		must.True(t, os.IsNotExist(err), must.Sprintf("worker pid %d still exists", w.PID))
+	}
+	must.Eq(t, 2, started)
 }
 
 func TestBadCommand(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
@@ -50,17 +51,18 @@ func (g *gang) replacementDelay(rank int, ran time.Duration) time.Duration {
 // do (workerenv.FailuresUsed): every rendezvous generation after the first
 // is one gang failure, unless it ended in a stop the gang agreed on, and
 // recovering from this one means the next generation (or the one already
-// forming, when the survivors are quicker than this launcher). A process
-// that failed before it joined a generation broke none, and counts by
-// itself.
-func (g *gang) withinBudget(joined bool) bool {
+// forming, when the survivors are quicker than this launcher; or, for an
+// elastic gang, the one they already completed without rank's member). A
+// process that failed before it joined a generation broke none, and
+// counts by itself.
+func (g *gang) withinBudget(joined bool, rank int) bool {
 	if !joined {
 		g.lostBeforeJoining++
 	}
 	next := uint64(1)
 	if st, ok := g.state(); ok {
 		next = st.Generation
-		if st.Phase == rendezvous.PhaseComplete {
+		if st.Phase == rendezvous.PhaseComplete && slices.Contains(st.Ranks, memberID(rank)) {
 			next++
 		}
 	}

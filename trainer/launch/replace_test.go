@@ -48,7 +48,7 @@ func crashLoopWorker(rank int) int {
 	for ctx.Err() == nil {
 		s, err := rendezvous.Join(ctx, c, os.Getenv(workerenv.RunName), rendezvous.Member{
 			ID: os.Getenv(workerenv.MemberID), Node: "n", Addr: fmt.Sprintf("127.0.0.1:%d", 1000+rank), RankHint: rank,
-		}, 2, rendezvous.Options{})
+		}, rendezvous.Fixed(2), rendezvous.Options{})
 		if err != nil {
 			break
 		}
@@ -117,4 +117,29 @@ func TestReplacementDelayResetsAfterHealthyRun(t *testing.T) {
 	must.Eq(t, 200*time.Millisecond, g.replacementDelay(0, time.Second))
 	must.Eq(t, 100*time.Millisecond, g.replacementDelay(0, healthyAfter))
 	must.Eq(t, 200*time.Millisecond, g.replacementDelay(0, 0))
+}
+
+// The survivors of an elastic gang may complete their smaller generation
+// before the launcher reaps the lost worker: that generation is the
+// recovery from this loss, not a second one.
+func TestBudgetCountsAnElasticRecoveryOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ranks  []string
+		within bool
+	}{
+		{"re-formed without the lost member", []string{"local-0", "local-2"}, true},
+		{"still the gang with it: the next generation is a second failure", []string{"local-0", "local-1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := rendezvous.NewMemStore(nil)
+			st, err := json.Marshal(rendezvous.State{Generation: 2, Phase: rendezvous.PhaseComplete, WorldSize: 2, Ranks: tc.ranks})
+			must.NoError(t, err)
+			_, ok, err := mem.CompareAndSet(context.Background(), "r/state", st, 0)
+			must.NoError(t, err)
+			must.True(t, ok)
+			g := &gang{opts: Options{Run: workerenv.Run{Name: "r", MaxFailures: 1}}, store: mem}
+			must.Eq(t, tc.within, g.withinBudget(true, 1))
+		})
+	}
 }

@@ -183,7 +183,7 @@ func TestWaitingFolderCompletesWhenTheCompleterDied(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := rendezvous.Join(ctx, st, "run", rendezvous.Member{ID: "a"}, 2, rendezvous.Options{})
+		s, err := rendezvous.Join(ctx, st, "run", rendezvous.Member{ID: "a"}, rendezvous.Fixed(2), rendezvous.Options{})
 		done <- result{s, err}
 	}()
 	for {

@@ -33,6 +33,16 @@
 // at "<run>/gen/<g>/stopped" (RecordStop), so that the next generation is
 // not counted as a failure (Stops).
 //
+// A gang's Size is Fixed(n), or Min..Max for an elastic gang: a joining
+// generation completes at Max at once, and with at least Min once the
+// listing has shown them for the settle time (Options.Settle; the join
+// loop times it and tells Decide through View.Settled), or at once when
+// every member of the generation before (State.Prev) is back or was named
+// lost in a join record (Joiner.Lost). A member that comes later opens
+// the next generation; the trainer joins it at its next checkpoint. A
+// member waiting for an elastic gang that finishes meanwhile gets
+// ErrGangFinished.
+//
 // For N members starting together that is N lease grants, N transactions,
 // one compare-and-set and N-1 waits that each wake once.
 //
@@ -47,7 +57,7 @@
 //
 //	store, _ := rendezvous.Open(ctx, emb.URI, secret, logger) // worker
 //	me := rendezvous.Member{ID: "local-0", Node: "n0", Addr: addr, RankHint: 0}
-//	s, _ := rendezvous.Join(ctx, store, "my-run", me, 4, rendezvous.Options{})
+//	s, _ := rendezvous.Join(ctx, store, "my-run", me, rendezvous.Fixed(4), rendezvous.Options{})
 //	a := s.Assignment() // a.Rank, a.WorldSize, a.LocalRank, a.Peers ...
 //	lost := s.WatchLoss(ctx) // one LostEvent when the gang is no longer whole
 //

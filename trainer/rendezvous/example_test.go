@@ -35,7 +35,7 @@ func Example() {
 			}
 			defer store.Close()
 			me := rendezvous.Member{ID: fmt.Sprintf("local-%d", i), Node: "n0", RankHint: i}
-			s, err := rendezvous.Join(ctx, store, "quickstart", me, 2, rendezvous.Options{})
+			s, err := rendezvous.Join(ctx, store, "quickstart", me, rendezvous.Fixed(2), rendezvous.Options{})
 			if err != nil {
 				panic(err)
 			}

@@ -43,7 +43,7 @@ func TestFinish(t *testing.T) {
 	errs := make(chan error, 3)
 	for i := range sessions {
 		go func() {
-			s, err := Join(ctx, st, "run", Member{ID: string(rune('a' + i)), RankHint: i}, 3, Options{})
+			s, err := Join(ctx, st, "run", Member{ID: string(rune('a' + i)), RankHint: i}, Fixed(3), Options{})
 			sessions[i] = s
 			errs <- err
 		}()
@@ -66,7 +66,7 @@ func TestFinish(t *testing.T) {
 	// A new generation in which "c" dies before finishing.
 	for i := range sessions {
 		go func() {
-			s, err := Join(ctx, st, "run", Member{ID: string(rune('a' + i)), RankHint: i}, 3, Options{})
+			s, err := Join(ctx, st, "run", Member{ID: string(rune('a' + i)), RankHint: i}, Fixed(3), Options{})
 			sessions[i] = s
 			errs <- err
 		}()

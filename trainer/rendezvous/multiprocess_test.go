@@ -50,7 +50,7 @@ func TestMultiProcessChild(t *testing.T) {
 	defer st.Close()
 	id := os.Getenv(envID)
 	me := rendezvous.Member{ID: id, Node: "host-" + strconv.Itoa(hint/2), Addr: "127.0.0.1:" + strconv.Itoa(20000+hint), RankHint: hint}
-	s, err := rendezvous.Join(ctx, st, "multiprocess", me, world, rendezvous.Options{Timeout: 30 * time.Second})
+	s, err := rendezvous.Join(ctx, st, "multiprocess", me, rendezvous.Fixed(world), rendezvous.Options{Timeout: 30 * time.Second})
 	must.NoError(t, err)
 	out := json.NewEncoder(os.Stdout)
 	must.NoError(t, out.Encode(childLine{Kind: "assign", Assign: s.Assignment()}))

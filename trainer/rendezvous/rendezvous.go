@@ -19,11 +19,19 @@ import (
 const (
 	DefaultTimeout  = 5 * time.Minute
 	DefaultLeaseTTL = 10 * time.Second // Consul's smallest session TTL
+	// DefaultSettle is how long an elastic gang waits for more members
+	// once it has its minimum (Options.Settle).
+	DefaultSettle = 3 * time.Second
 )
 
 // ErrTimeout is matched (errors.Is) by the *TimeoutError Join returns when
 // the gang is not complete in time.
 var ErrTimeout = errors.New("rendezvous timed out")
+
+// ErrGangFinished is returned by Join to a member that waits to join an
+// elastic gang which has meanwhile finished its work (every member of the
+// generation it would have joined is done): there is nothing left to join.
+var ErrGangFinished = errors.New("the gang finished without this member")
 
 // TimeoutError says how far the gang got before Join gave up.
 type TimeoutError struct {
@@ -57,6 +65,14 @@ type Options struct {
 	// fails or forgot the run (an agent restarted empty) before WatchLoss
 	// reports it (default DefaultOutageGrace; see outage.go).
 	OutageGrace time.Duration
+	// Settle is how long a joining elastic gang that has its minimum
+	// waits for more members before it completes with those it has
+	// (default DefaultSettle). A gang of a fixed size ignores it.
+	Settle time.Duration
+	// Lost names the members of the last generation this member saw lost
+	// (LostEvent.Missing). An elastic gang whose members are all either
+	// signed in or seen lost completes without the settle time.
+	Lost []string
 	// Restore, when set, is called after the generation's own keys were
 	// written back to a store that had lost them, to write back what else
 	// the caller keeps there. Its error is retried like the store's.
@@ -77,6 +93,11 @@ type Session struct {
 	// back (see restore).
 	state, record []byte
 	stateVersion  uint64 // the version of state as the join read it
+	clock         Clock
+	// Owned by the join loop: the generation whose listing first showed
+	// an elastic gang's minimum, and when (see settled).
+	minGen   uint64
+	minSince time.Time
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -103,16 +124,21 @@ func checkNames(run string, me Member) error {
 	return nil
 }
 
-// Join signs me in to the run's gang of worldSize members and returns once
-// the generation is complete, with my assignment. A member that joins a
-// complete generation it is not part of opens the next generation, which
-// the old members observe through WatchLoss and rejoin.
-func Join(ctx context.Context, st Store, run string, me Member, worldSize int, opts Options) (*Session, error) {
+// Join signs me in to the run's gang of size members and returns once the
+// generation is complete, with my assignment (Fixed(n) for a gang of
+// exactly n). A member that joins a complete generation it is not part of
+// opens the next generation, which the old members observe through
+// WatchLoss and rejoin.
+func Join(ctx context.Context, st Store, run string, me Member, size Size, opts Options) (*Session, error) {
 	if err := checkNames(run, me); err != nil {
 		return nil, fmt.Errorf("join rendezvous: %w", err)
 	}
-	if worldSize < 1 {
-		return nil, fmt.Errorf("join rendezvous: world size %d must be at least 1", worldSize)
+	if err := size.Check(); err != nil {
+		return nil, fmt.Errorf("join rendezvous: %w", err)
+	}
+	worldSize := size.Max
+	if opts.Settle <= 0 {
+		opts.Settle = DefaultSettle
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -156,9 +182,10 @@ func Join(ctx context.Context, st Store, run string, me Member, worldSize int, o
 		logger: logger,
 		opts:   opts,
 		ka:     keep(lease),
+		clock:  clock,
 	}
 
-	last, err := s.joinLoop(jctx, worldSize)
+	last, err := s.joinLoop(jctx, size)
 	if err == nil {
 		logger.Info("rendezvous complete", "generation", s.assign.Generation, "rank", s.assign.Rank,
 			"world_size", s.assign.WorldSize, "took", clock.Now().Sub(start))
@@ -180,7 +207,7 @@ const foldAfter = 250 * time.Millisecond
 
 // joinLoop is the join loop: decide, then write, sign in or wait, until
 // done. It returns the last view, for error reports and withdrawal.
-func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
+func (s *Session) joinLoop(ctx context.Context, size Size) (View, error) {
 	key := stateKey(s.run)
 	var view View
 	var version uint64 // of view.State
@@ -193,7 +220,7 @@ func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 		return nil
 	}
 	for {
-		d, err := Decide(view, s.me, worldSize)
+		d, err := Decide(view, s.me, size)
 		if err != nil {
 			return view, err
 		}
@@ -210,7 +237,7 @@ func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 			s.assign, err = NewAssignment(view.State.Generation, peers, s.me.ID)
 			return view, err
 		case ActionJoin:
-			r, err := s.signIn(ctx, d, version, worldSize)
+			r, err := s.signIn(ctx, d, version, size)
 			if err != nil {
 				return view, err
 			}
@@ -249,7 +276,7 @@ func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 				return view, err
 			}
 		case ActionWait:
-			cur, err := s.wait(ctx, &view, version, worldSize)
+			cur, err := s.wait(ctx, &view, version, size)
 			if err != nil {
 				return view, err
 			}
@@ -262,8 +289,12 @@ func (s *Session) joinLoop(ctx context.Context, worldSize int) (View, error) {
 
 // signIn runs d's transaction: check (or, opening a generation, set) the
 // state read at version, write my join record, list the generation's.
-func (s *Session) signIn(ctx context.Context, d Decision, version uint64, worldSize int) (TxnResult, error) {
-	rec, err := json.Marshal(Joiner{Participant: s.me, WorldSize: worldSize})
+func (s *Session) signIn(ctx context.Context, d Decision, version uint64, size Size) (TxnResult, error) {
+	j := Joiner{Participant: s.me, WorldSize: size.Max}
+	if size.Elastic() {
+		j.MinSize, j.Lost = size.Min, s.opts.Lost
+	}
+	rec, err := json.Marshal(j)
 	if err != nil {
 		return TxnResult{}, fmt.Errorf("encode join record: %w", err)
 	}
@@ -286,11 +317,13 @@ func (s *Session) signIn(ctx context.Context, d Decision, version uint64, worldS
 // (View.Folder) wakes every foldAfter meanwhile, lists the join records and
 // records them in the state (Fold); a listing that shows the gang whole
 // ends the wait too, so the gang completes even if the member that saw it
-// whole first died before writing it.
-func (s *Session) wait(ctx context.Context, view *View, version uint64, worldSize int) (Value, error) {
+// whole first died before writing it. In an elastic gang every member
+// wakes so, and times how long the listing has shown the minimum: after
+// the settle time the gang completes with those it has (View.Settled).
+func (s *Session) wait(ctx context.Context, view *View, version uint64, size Size) (Value, error) {
 	key := stateKey(s.run)
 	for {
-		if !view.Folder(s.me) {
+		if !view.Folder(s.me) && !size.Elastic() {
 			return s.st.Wait(ctx, key, version)
 		}
 		wctx, cancel := context.WithTimeout(ctx, foldAfter)
@@ -301,6 +334,11 @@ func (s *Session) wait(ctx context.Context, view *View, version uint64, worldSiz
 			return cur, err
 		}
 		g := view.joining()
+		if size.Elastic() && view.State != nil && len(view.State.Prev) > 0 {
+			if done, err := s.prevFinished(ctx, g-1, view.State.Prev); err != nil || done {
+				return Value{}, cmp.Or(err, ErrGangFinished)
+			}
+		}
 		kvs, _, err := s.st.List(ctx, alivePrefix(s.run, g))
 		if err != nil {
 			return Value{}, err
@@ -309,7 +347,8 @@ func (s *Session) wait(ctx context.Context, view *View, version uint64, worldSiz
 			return Value{}, err
 		}
 		view.Listed = g
-		if d, err := Decide(*view, s.me, worldSize); err != nil || d.Action != ActionWait {
+		view.Settled = s.settled(g, len(view.Eligible()) >= size.Min)
+		if d, err := Decide(*view, s.me, size); err != nil || d.Action != ActionWait {
 			return s.st.Get(ctx, key) // decide again on a fresh read
 		}
 		next, ok := Fold(*view, s.me)
@@ -326,6 +365,39 @@ func (s *Session) wait(ctx context.Context, view *View, version uint64, worldSiz
 		s.logger.Debug("recorded the members signed in so far", "generation", g, "members", len(next.Members))
 		return cur, nil
 	}
+}
+
+// prevFinished reports whether every member of generation gen, named by
+// prev, has finished it (Finish).
+func (s *Session) prevFinished(ctx context.Context, gen uint64, prev []string) (bool, error) {
+	kvs, _, err := s.st.List(ctx, donePrefix(s.run, gen))
+	if err != nil {
+		return false, err
+	}
+	done := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		done[strings.TrimPrefix(kv.Key, donePrefix(s.run, gen))] = true
+	}
+	for _, id := range prev {
+		if !done[id] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// settled reports whether the listings of joining generation g have shown
+// the gang's minimum (atMin now) for the settle time without a break.
+func (s *Session) settled(g uint64, atMin bool) bool {
+	now := s.clock.Now()
+	if !atMin {
+		s.minGen = 0
+		return false
+	}
+	if s.minGen != g {
+		s.minGen, s.minSince = g, now
+	}
+	return now.Sub(s.minSince) >= s.opts.Settle
 }
 
 // decodeJoiners reads listed join records, in join order (the order of

@@ -205,7 +205,7 @@ func TestGangFormsUnderFlood(t *testing.T) {
 			defer c.Close()
 			s, err := rendezvous.Join(ctx, c, "flood", rendezvous.Member{
 				ID: fmt.Sprintf("m%d", i), Node: "n", Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i), RankHint: i,
-			}, world, rendezvous.Options{})
+			}, rendezvous.Fixed(world), rendezvous.Options{})
 			if err != nil {
 				errs <- err
 				return

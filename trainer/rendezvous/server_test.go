@@ -187,7 +187,7 @@ func TestRendezvousLossOnConnectionClose(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			me := rendezvous.Member{ID: []string{"a", "b", "c"}[i], Node: "n", RankHint: i}
-			sessions[i], errs[i] = rendezvous.Join(ctx, stores[i], "conn-loss", me, 3, rendezvous.Options{LeaseTTL: time.Hour})
+			sessions[i], errs[i] = rendezvous.Join(ctx, stores[i], "conn-loss", me, rendezvous.Fixed(3), rendezvous.Options{LeaseTTL: time.Hour})
 		}()
 	}
 	wg.Wait()
@@ -319,7 +319,7 @@ func TestRendezvousLossOnLeaseExpiry(t *testing.T) {
 			me := rendezvous.Member{ID: []string{"a", "b"}[i], RankHint: i}
 			// The keep-alive sleeps on the store's fake clock, so the
 			// leases live until the test advances it.
-			sessions[i], errs[i] = rendezvous.Join(ctx, st, "expiry", me, 2, rendezvous.Options{LeaseTTL: time.Hour})
+			sessions[i], errs[i] = rendezvous.Join(ctx, st, "expiry", me, rendezvous.Fixed(2), rendezvous.Options{LeaseTTL: time.Hour})
 		}()
 	}
 	wg.Wait()

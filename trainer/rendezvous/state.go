@@ -30,7 +30,8 @@ type Phase string
 const (
 	// PhaseJoining: members are signing in; ranks are not assigned yet.
 	PhaseJoining Phase = "joining"
-	// PhaseComplete: all WorldSize members are in and ranks are assigned.
+	// PhaseComplete: the gang is in and ranks are assigned: WorldSize
+	// members, which for an elastic gang may be fewer than it asked for.
 	PhaseComplete Phase = "complete"
 )
 
@@ -52,17 +53,43 @@ type Participant struct {
 }
 
 // Joiner is a join record, the value of a member's alive key: the
-// participant and the world size it asked for.
+// participant and the size of gang it asked for (MinSize 0: exactly
+// WorldSize).
 type Joiner struct {
 	Participant
 	WorldSize int `json:"world_size"`
+	MinSize   int `json:"min_size,omitempty"`
+	// Lost names the members of the generation before that this member
+	// saw lost (an elastic gang re-forms without waiting for them).
+	Lost []string `json:"lost,omitempty"`
+}
+
+// size is the size the record asks for.
+func (j Joiner) size() Size { return sizeOf(j.MinSize, j.WorldSize) }
+
+// sizeOf reads a stored (min, max) pair, where min 0 means exactly max.
+func sizeOf(min, max int) Size {
+	if min <= 0 {
+		min = max
+	}
+	return Size{Min: min, Max: max}
 }
 
 // State is the run's state document, stored as JSON at "<run>/state".
 type State struct {
 	Generation uint64 `json:"generation"`
 	Phase      Phase  `json:"phase"`
-	WorldSize  int    `json:"world_size"`
+	// WorldSize is the most members a joining generation takes; of a
+	// complete one, how many it has.
+	WorldSize int `json:"world_size"`
+	// MinSize is the fewest members an elastic joining generation
+	// completes with (0: exactly WorldSize).
+	MinSize int `json:"min_size,omitempty"`
+	// Prev names the members of the complete generation an elastic
+	// joining generation follows. It completes short of WorldSize only
+	// with one of them: a newcomer alone must not start a second gang
+	// beside the one still training towards its checkpoint.
+	Prev []string `json:"prev,omitempty"`
 	// Members of a complete generation, in join order. For a joining
 	// generation the alive keys are the record; Members lists those seen
 	// so far for observers, folded in (Fold) when the gang does not
@@ -122,6 +149,10 @@ type View struct {
 	// Signed is the generation whose join record the participant wrote
 	// (0: none).
 	Signed uint64
+	// Settled says that the listing of generation Listed has shown at
+	// least the minimum of an elastic gang for the settle time (the join
+	// loop keeps the time): the gang completes with those it has.
+	Settled bool
 }
 
 // joining returns the generation a view's state leaves open for joining:
@@ -138,20 +169,20 @@ func (v View) joining() uint64 {
 
 // Eligible returns the join records listed for the generation v's state
 // leaves open that count towards it, in join order: those asking for the
-// generation's world size (for generation 1 without a state: the world
-// size of the earliest record). Nil when none were listed for it.
+// generation's size (for generation 1 without a state: the size of the
+// earliest record). Nil when none were listed for it.
 func (v View) Eligible() []Joiner {
 	g := v.joining()
 	if g == 0 || v.Listed != g || len(v.Joiners) == 0 {
 		return nil
 	}
-	world := v.Joiners[0].WorldSize
+	size := v.Joiners[0].size()
 	if v.State != nil {
-		world = v.State.WorldSize
+		size = v.State.size()
 	}
 	var out []Joiner
 	for _, j := range v.Joiners {
-		if j.WorldSize == world {
+		if j.size() == size {
 			out = append(out, j)
 		}
 	}
@@ -159,7 +190,7 @@ func (v View) Eligible() []Joiner {
 }
 
 // Decide says what participant me does next, given what it knows, when it
-// wants a gang of worldSize.
+// wants a gang of size (Max members, or Min..Max for an elastic gang).
 //
 //   - a complete generation with me (same incarnation) in it: done;
 //   - a complete generation without me, e.g. I restarted: open the next
@@ -167,13 +198,20 @@ func (v View) Eligible() []Joiner {
 //     generation move on and join again;
 //   - a joining generation (generation 1 when there is no state) that I
 //     have not signed in to: sign in;
-//   - signed in, and the listing shows worldSize members: write the
-//     complete generation (the first worldSize records in join order),
+//   - signed in, and the listing shows size.Max members: write the
+//     complete generation (the first size.Max records in join order),
 //     ranks assigned;
+//   - signed in to an elastic gang whose listing has shown at least
+//     size.Min members for the settle time (View.Settled): write the
+//     complete generation of those members, without waiting for more;
 //   - signed in otherwise: wait.
-func Decide(v View, me Participant, worldSize int) (Decision, error) {
-	if worldSize < 1 {
-		return Decision{}, fmt.Errorf("world size %d: must be at least 1", worldSize)
+//
+// A gang that lost members goes on this way at a smaller size; a member
+// that comes later finds a complete generation without it and opens the
+// next one, which the gang joins at its next checkpoint to grow again.
+func Decide(v View, me Participant, size Size) (Decision, error) {
+	if err := size.Check(); err != nil {
+		return Decision{}, err
 	}
 	cur := v.State
 	if cur != nil {
@@ -186,11 +224,11 @@ func Decide(v View, me Participant, worldSize int) (Decision, error) {
 				return Decision{Action: ActionDone}, nil
 			}
 			g := cur.Generation + 1
-			return Decision{Action: ActionJoin, Generation: g, Open: true, Next: openGeneration(g, me, worldSize)}, nil
+			return Decision{Action: ActionJoin, Generation: g, Open: true, Next: openGeneration(g, me, size, cur.Ranks)}, nil
 		case PhaseJoining:
-			if cur.WorldSize != worldSize {
-				return Decision{}, fmt.Errorf("%w: generation %d has %d, I want %d",
-					ErrWorldSizeMismatch, cur.Generation, cur.WorldSize, worldSize)
+			if cur.size() != size {
+				return Decision{}, fmt.Errorf("%w: generation %d has %v, I want %v",
+					ErrWorldSizeMismatch, cur.Generation, cur.size(), size)
 			}
 		default:
 			return Decision{}, fmt.Errorf("%w: unknown phase %q", ErrBadState, cur.Phase)
@@ -201,17 +239,73 @@ func Decide(v View, me Participant, worldSize int) (Decision, error) {
 		return Decision{Action: ActionJoin, Generation: g}, nil
 	}
 	js := v.Eligible()
-	if cur == nil && len(js) > 0 && js[0].WorldSize != worldSize {
-		return Decision{}, fmt.Errorf("%w: generation 1 has %d, I want %d",
-			ErrWorldSizeMismatch, js[0].WorldSize, worldSize)
+	if cur == nil && len(js) > 0 && js[0].size() != size {
+		return Decision{}, fmt.Errorf("%w: generation 1 has %v, I want %v",
+			ErrWorldSizeMismatch, js[0].size(), size)
 	}
-	if len(js) >= worldSize {
-		next := State{Generation: g, Phase: PhaseJoining, WorldSize: worldSize, Members: participants(js[:worldSize])}
+	var prev []string
+	if cur != nil {
+		prev = cur.Prev
+	}
+	switch {
+	case len(js) >= size.Max:
+		next := newJoining(g, size, participants(js[:size.Max]), prev)
 		next.completeIfFull()
+		return Decision{Action: ActionWrite, Next: next}, nil
+	case size.Elastic() && len(js) >= size.Min && (v.Settled && anyOf(js, prev) || accounted(js, prev)):
+		next := newJoining(g, size, participants(js), prev)
+		next.complete()
 		return Decision{Action: ActionWrite, Next: next}, nil
 	}
 	return Decision{Action: ActionWait}, nil
 }
+
+// accounted reports whether every member of the generation before (prev)
+// has either signed in to js or been seen lost by one who did: the
+// survivors of a loss are all there, and need wait for nobody.
+func accounted(js []Joiner, prev []string) bool {
+	if len(prev) == 0 {
+		return false
+	}
+	in := map[string]bool{}
+	for _, j := range js {
+		in[j.ID] = true
+		for _, id := range j.Lost {
+			in[id] = true
+		}
+	}
+	for _, id := range prev {
+		if !in[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// anyOf reports whether a record of js is one of the members named by
+// prev, or prev names none.
+func anyOf(js []Joiner, prev []string) bool {
+	for _, j := range js {
+		if slices.Contains(prev, j.ID) {
+			return true
+		}
+	}
+	return len(prev) == 0
+}
+
+// newJoining is a joining generation of size with members signed in; an
+// elastic one remembers the members of the generation before (prev).
+func newJoining(g uint64, size Size, members []Participant, prev []string) State {
+	s := State{Generation: g, Phase: PhaseJoining, WorldSize: size.Max, Members: members}
+	if size.Elastic() {
+		s.MinSize = size.Min
+		s.Prev = prev
+	}
+	return s
+}
+
+// size is the size a joining generation asks for.
+func (s *State) size() Size { return sizeOf(s.MinSize, s.WorldSize) }
 
 // Folder reports whether participant me records, for observers (a
 // launcher watching a gang re-form), the members signed in so far to the
@@ -241,15 +335,19 @@ func Fold(v View, me Participant) (State, bool) {
 		return State{}, false
 	}
 	js := v.Eligible()
-	world := js[0].WorldSize
+	size := js[0].size()
 	if v.State != nil {
-		world = v.State.WorldSize
+		size = v.State.size()
 	}
 	members := participants(js)
-	if len(members) >= world || (v.State != nil && slices.Equal(v.State.Members, members)) {
+	if len(members) >= size.Max || (v.State != nil && slices.Equal(v.State.Members, members)) {
 		return State{}, false
 	}
-	return State{Generation: v.joining(), Phase: PhaseJoining, WorldSize: world, Members: members}, true
+	var prev []string
+	if v.State != nil {
+		prev = v.State.Prev
+	}
+	return newJoining(v.joining(), size, members, prev), true
 }
 
 // joined says which generation the view leaves open and how many members
@@ -290,16 +388,22 @@ func Withdraw(cur *State, me Participant) (next State, ok bool) {
 	return next, true
 }
 
-func openGeneration(gen uint64, me Participant, worldSize int) State {
-	s := State{Generation: gen, Phase: PhaseJoining, WorldSize: worldSize, Members: []Participant{me}}
+func openGeneration(gen uint64, me Participant, size Size, prev []string) State {
+	s := newJoining(gen, size, []Participant{me}, prev)
 	s.completeIfFull()
 	return s
 }
 
 func (s *State) completeIfFull() {
-	if len(s.Members) != s.WorldSize {
-		return
+	if len(s.Members) == s.WorldSize {
+		s.complete()
 	}
+}
+
+// complete assigns ranks to the members and completes the generation at
+// their number.
+func (s *State) complete() {
+	s.WorldSize, s.MinSize, s.Prev = len(s.Members), 0, nil
 	peers := AssignRanks(s.members())
 	s.Ranks = make([]string, len(peers))
 	for r, p := range peers {
@@ -350,7 +454,7 @@ func (s *State) Peers() ([]Member, error) {
 
 // validate checks what Decide relies on.
 func (s *State) validate() error {
-	if s.Generation == 0 || s.WorldSize < 1 || len(s.Members) > s.WorldSize {
+	if s.Generation == 0 || s.WorldSize < 1 || len(s.Members) > s.WorldSize || s.MinSize < 0 || s.MinSize > s.WorldSize {
 		return fmt.Errorf("%w: generation %d, world size %d, %d members",
 			ErrBadState, s.Generation, s.WorldSize, len(s.Members))
 	}

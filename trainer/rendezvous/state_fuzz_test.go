@@ -16,9 +16,11 @@ func FuzzDecodeState(f *testing.F) {
 			{Member: Member{ID: "b", Node: "n2", Addr: "10.0.0.2:1", RankHint: NoRankHint}, Incarnation: "y"}},
 		Ranks: []string{"a", "b"}}
 	joining := State{Generation: 4, Phase: PhaseJoining, WorldSize: 2, Members: complete.Members[:1]}
-	for _, s := range []State{complete, joining} {
+	elastic := State{Generation: 5, Phase: PhaseJoining, WorldSize: 3, MinSize: 2, Members: complete.Members[:1], Prev: []string{"a", "b"}}
+	for _, s := range []State{complete, joining, elastic} {
 		b, _ := json.Marshal(s)
 		f.Add(b, []byte(`{"id":"b","node":"n2","addr":"10.0.0.2:1","rank_hint":-1,"incarnation":"z","world_size":2}`))
+		f.Add(b, []byte(`{"id":"b","node":"n2","addr":"10.0.0.2:1","rank_hint":-1,"incarnation":"z","world_size":3,"min_size":1,"lost":["a"]}`))
 	}
 	f.Add([]byte(`{"generation":1,"phase":"complete","world_size":1,"members":[],"ranks":["a","a"]}`), []byte(`{}`))
 	f.Add([]byte(`null`), []byte(`[]`))
@@ -30,7 +32,9 @@ func FuzzDecodeState(f *testing.F) {
 		}
 		joiners, _ := decodeJoiners([]KeyValue{{Key: "r/gen/4/alive/b", Data: joiner, Version: 9}})
 		view := View{State: st, Listed: 4, Joiners: joiners}
-		_, _ = Decide(view, me, 2)
+		_, _ = Decide(view, me, Fixed(2))
+		view.Settled = true
+		_, _ = Decide(view, me, Size{Min: 1, Max: 3})
 		_, _ = Fold(view, me)
 		_ = view.Folder(me)
 		a := Assignment{Generation: st.Generation}

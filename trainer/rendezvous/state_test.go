@@ -114,7 +114,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := rendezvous.Decide(tc.view, tc.me, tc.world)
+			d, err := rendezvous.Decide(tc.view, tc.me, rendezvous.Fixed(tc.world))
 			if tc.err != nil {
 				must.ErrorIs(t, err, tc.err)
 				return
@@ -123,7 +123,7 @@ func TestDecide(t *testing.T) {
 			must.Eq(t, tc.want, d)
 		})
 	}
-	_, err := rendezvous.Decide(rendezvous.View{}, a1, 0)
+	_, err := rendezvous.Decide(rendezvous.View{}, a1, rendezvous.Fixed(0))
 	must.Error(t, err)
 }
 
@@ -161,7 +161,7 @@ func TestFold(t *testing.T) {
 func TestDecideLeavesInputAlone(t *testing.T) {
 	v := view(joining(4, 3, p("a", "1")), 4, recs(3, p("c", "1"), p("a", "1"), p("b", "1")))
 	before := view(joining(4, 3, p("a", "1")), 4, recs(3, p("c", "1"), p("a", "1"), p("b", "1")))
-	_, err := rendezvous.Decide(v, p("b", "1"), 3)
+	_, err := rendezvous.Decide(v, p("b", "1"), rendezvous.Fixed(3))
 	must.NoError(t, err)
 	must.Eq(t, before, v)
 }
@@ -336,7 +336,7 @@ func TestDecideRandomInterleavings(t *testing.T) {
 			if r.IntN(3) == 0 { // re-read
 				m.view.State, m.viewVer = reg, ver
 			}
-			d, err := rendezvous.Decide(m.view, m.me, world)
+			d, err := rendezvous.Decide(m.view, m.me, rendezvous.Fixed(world))
 			if err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}

@@ -71,3 +71,24 @@ func stopGeneration(run, key string) (uint64, bool) {
 	}
 	return g, true
 }
+
+// MissingPeers lists the members of a's generation whose alive key is
+// gone, by rank: a member that watches its generation move on learns so
+// whether it lost a peer or a newcomer opened the next one.
+func MissingPeers(ctx context.Context, st Store, run string, a Assignment) ([]string, error) {
+	kvs, _, err := st.List(ctx, alivePrefix(run, a.Generation))
+	if err != nil {
+		return nil, fmt.Errorf("list members of generation %d: %w", a.Generation, err)
+	}
+	present := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		present[strings.TrimPrefix(kv.Key, alivePrefix(run, a.Generation))] = true
+	}
+	var missing []string
+	for _, p := range a.Peers {
+		if !present[p.ID] {
+			missing = append(missing, p.ID)
+		}
+	}
+	return missing, nil
+}

@@ -27,6 +27,10 @@ func (e Env) Environ() []string {
 	add(Worker, "1")
 	add(RunName, e.RunName)
 	add(WorldSize, strconv.Itoa(e.WorldSize))
+	if e.MinWorldSize > 0 && e.MinWorldSize < e.WorldSize {
+		add(MinWorldSize, strconv.Itoa(e.MinWorldSize))
+	}
+	dur(Settle, e.Settle)
 	if e.RankHint >= 0 {
 		add(RankHint, strconv.Itoa(e.RankHint))
 	}

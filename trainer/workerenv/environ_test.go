@@ -87,6 +87,7 @@ func TestEnvironCoversEveryField(t *testing.T) {
 func FuzzEnvironInvertsLoad(f *testing.F) {
 	f.Add(strings.Join(full().Environ(), "\n"))
 	f.Add(RunName + "=r")
+	f.Add(RunName + "=r\n" + WorldSize + "=4\n" + MinWorldSize + "=2\n" + Settle + "=1500ms")
 	f.Add(RunName + "=r\n" + WorldSize + "=3\n" + CollectiveTransport + "=SHM\n" + StallFactor + "=1e1\n" + Config + "=[1, 2]")
 	f.Fuzz(func(t *testing.T, text string) {
 		e, err := Load(getenvOf(strings.Split(text, "\n")))

@@ -11,8 +11,12 @@ import (
 // the train driver's task config, from which the driver rebuilds the same
 // worker environment). Zero values keep the runtime's defaults.
 type Run struct {
-	Name        string
-	NumWorkers  int
+	Name       string
+	NumWorkers int
+	// MinWorkers, when below NumWorkers, makes the gang elastic: it trains
+	// with as few as MinWorkers while the others are lost or not yet
+	// there (0: exactly NumWorkers).
+	MinWorkers  int
 	StoragePath string
 	Entrypoint  Entrypoint
 	// Config is the training loop config, JSON.
@@ -21,6 +25,9 @@ type Run struct {
 	MaxFailures int // -1 unlimited
 
 	RendezvousTimeout time.Duration
+	// Settle is how long an elastic gang that has MinWorkers waits for
+	// more before it starts (0: the runtime's default).
+	Settle time.Duration
 	// ConsulOutageGrace is how long a healthy gang trains on through a
 	// Consul outage.
 	ConsulOutageGrace time.Duration
@@ -40,6 +47,8 @@ func (r Run) WorkerEnv() Env {
 	return Env{
 		RunName:           r.Name,
 		WorldSize:         r.NumWorkers,
+		MinWorldSize:      r.minWorkers(),
+		Settle:            r.Settle,
 		RankHint:          -1,
 		StoragePath:       r.StoragePath,
 		Config:            r.Config,
@@ -51,4 +60,12 @@ func (r Run) WorkerEnv() Env {
 		StallFloor:        r.StallFloor,
 		StallFactor:       r.StallFactor,
 	}
+}
+
+// minWorkers is MinWorkers where it makes the gang elastic, else 0.
+func (r Run) minWorkers() int {
+	if r.MinWorkers > 0 && r.MinWorkers < r.NumWorkers {
+		return r.MinWorkers
+	}
+	return 0
 }

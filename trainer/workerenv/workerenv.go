@@ -23,8 +23,15 @@ const (
 	Worker = "NOMAD_TRAIN_WORKER"
 	// RunName is the run's name; storage lives under StoragePath/RunName.
 	RunName = "NOMAD_TRAIN_RUN"
-	// WorldSize is the number of workers in the gang.
+	// WorldSize is the number of workers in the gang: the most, for an
+	// elastic gang.
 	WorldSize = "NOMAD_TRAIN_WORLD_SIZE"
+	// MinWorldSize, below WorldSize, makes the gang elastic: it trains
+	// with as few members while the others are lost or not yet there.
+	MinWorldSize = "NOMAD_TRAIN_MIN_WORLD_SIZE"
+	// Settle is how long an elastic gang that has its minimum waits for
+	// more members before it starts (a Go duration string).
+	Settle = "NOMAD_TRAIN_SETTLE"
 	// RankHint is the rank this worker would like (the local launcher's index,
 	// or Nomad's NOMAD_ALLOC_INDEX). The rendezvous honours it when it can.
 	RankHint = "NOMAD_TRAIN_RANK_HINT"
@@ -148,8 +155,12 @@ type Event struct {
 
 // Env is the decoded environment of one worker.
 type Env struct {
-	RunName           string
-	WorldSize         int
+	RunName   string
+	WorldSize int
+	// MinWorldSize is the least an elastic gang trains with (0: exactly
+	// WorldSize); Settle how long it waits for more (0: the default).
+	MinWorldSize      int
+	Settle            time.Duration
 	RankHint          int // -1 when unset
 	MemberID          string
 	Node              string
@@ -206,6 +217,18 @@ func Load(getenv func(string) string) (Env, error) {
 	}
 	if e.WorldSize < 1 {
 		return e, fmt.Errorf("%s must be at least 1, got %d", WorldSize, e.WorldSize)
+	}
+	if e.MinWorldSize, err = intVar(getenv, MinWorldSize, 0); err != nil {
+		return e, err
+	}
+	if e.MinWorldSize < 0 || e.MinWorldSize > e.WorldSize {
+		return e, fmt.Errorf("%s must be between 1 and %s (%d), got %d", MinWorldSize, WorldSize, e.WorldSize, e.MinWorldSize)
+	}
+	if e.MinWorldSize == e.WorldSize {
+		e.MinWorldSize = 0 // not elastic
+	}
+	if e.Settle, err = durVar(getenv, Settle, 0); err != nil {
+		return e, err
 	}
 	if e.RankHint, err = intVar(getenv, RankHint, -1); err != nil {
 		return e, err

@@ -165,7 +165,8 @@ func (n *Node) start(job *api.Job) {
 // LocalWorkers is a RunFunc that runs a job's workers as the train driver
 // would, as local processes (trainer/launch): command and args start one
 // worker, env adds to its environment; the task config gives the run
-// name, world size, storage path, config and builtin.
+// name, world size (and an elastic gang's least), storage path, config
+// and builtin.
 func LocalWorkers(command string, args, env []string) RunFunc {
 	return func(ctx context.Context, job *api.Job) error {
 		cfg := job.TaskGroups[0].Tasks[0].Config
@@ -174,9 +175,10 @@ func LocalWorkers(command string, args, env []string) RunFunc {
 		if b := str("builtin"); b != "" {
 			e = append(append([]string(nil), env...), workerenv.Builtin+"="+b)
 		}
+		minWorkers, _ := cfg["min_world_size"].(int) // an elastic gang's least
 		out, err := launch.Launch(ctx, launch.Options{Command: command, Args: args,
-			Run: workerenv.Run{Env: e, NumWorkers: WorkerCount(job), Name: str("run_name"), StoragePath: str("storage_path"),
-				Config: []byte(str("train_config"))},
+			Run: workerenv.Run{Env: e, NumWorkers: WorkerCount(job), MinWorkers: minWorkers, Name: str("run_name"),
+				StoragePath: str("storage_path"), Config: []byte(str("train_config"))},
 			StopGrace: 100 * time.Millisecond})
 		if err != nil {
 			return err

@@ -35,7 +35,7 @@
 //
 //	st, err := consulstore.New(consulstore.Config{})
 //	...
-//	s, err := rendezvous.Join(ctx, st, "my-run", me, 4, rendezvous.Options{})
+//	s, err := rendezvous.Join(ctx, st, "my-run", me, rendezvous.Fixed(4), rendezvous.Options{})
 //	...
 //	h := consulstore.NewHealth(st.Client(), consulstore.HealthOptions{Tags: []string{"my-run"}})
 //	err = h.Register(ctx, "nomad-train", "my-run-"+me.ID, host, port, time.Minute)

@@ -28,7 +28,7 @@ func Example() {
 			}
 			defer st.Close()
 			me := rendezvous.Member{ID: fmt.Sprintf("w%d", i), Node: "n", Addr: "127.0.0.1:0", RankHint: i}
-			s, err := rendezvous.Join(ctx, st, "example", me, 2, rendezvous.Options{})
+			s, err := rendezvous.Join(ctx, st, "example", me, rendezvous.Fixed(2), rendezvous.Options{})
 			if err != nil {
 				done <- err.Error()
 				return

@@ -27,7 +27,7 @@ func outageGang(t *testing.T, ctx context.Context, cfg consulstore.Config, n int
 		st := newStore(t, cfg)
 		wg.Go(func() {
 			me := rendezvous.Member{ID: fmt.Sprintf("w%d", i), Node: "n", RankHint: i}
-			ss[i], errs[i] = rendezvous.Join(ctx, st, "run", me, n, opts)
+			ss[i], errs[i] = rendezvous.Join(ctx, st, "run", me, rendezvous.Fixed(n), opts)
 		})
 	}
 	wg.Wait()

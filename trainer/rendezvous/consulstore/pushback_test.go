@@ -54,7 +54,7 @@ func TestPushbackRetried(t *testing.T) {
 		errs := make([]error, n)
 		for i := range n {
 			wg.Go(func() {
-				s, err := rendezvous.Join(ctx, st, "burst", rendezvous.Member{ID: fmt.Sprintf("m%d", i), RankHint: i}, n,
+				s, err := rendezvous.Join(ctx, st, "burst", rendezvous.Member{ID: fmt.Sprintf("m%d", i), RankHint: i}, rendezvous.Fixed(n),
 					rendezvous.Options{LeaseTTL: time.Second})
 				if err == nil {
 					defer s.Leave(context.Background())

@@ -129,7 +129,7 @@ func timeRendezvous(b *testing.B, ctx context.Context, t B4Target, run string, n
 				return
 			}
 			me := rendezvous.Member{ID: fmt.Sprintf("w%d", i), Node: "n", RankHint: i}
-			sessions[i], errs[i] = rendezvous.Join(ctx, stores[i], run, me, n, rendezvous.Options{})
+			sessions[i], errs[i] = rendezvous.Join(ctx, stores[i], run, me, rendezvous.Fixed(n), rendezvous.Options{})
 		}()
 	}
 	wg.Wait()

@@ -40,7 +40,7 @@ func (g *gang) start(ctx context.Context, m rendezvous.Member) <-chan joined {
 	st := connect(g.t, g.f)
 	ch := make(chan joined, 1)
 	go func() {
-		s, err := rendezvous.Join(ctx, st, g.run, m, g.world, g.opts())
+		s, err := rendezvous.Join(ctx, st, g.run, m, rendezvous.Fixed(g.world), g.opts())
 		if s != nil {
 			g.t.Cleanup(func() { s.Leave(context.Background()) })
 		}

@@ -147,7 +147,7 @@ func TestMultiProcessConsulChild(t *testing.T) {
 	must.NoError(t, err)
 	defer st.Close()
 	me := rendezvous.Member{ID: fmt.Sprintf("w%d", i), Node: "n", Addr: fmt.Sprintf("127.0.0.1:%d", 21000+i), RankHint: rendezvous.NoRankHint}
-	s, err := rendezvous.Join(ctx, st, "mp", me, childWorld, rendezvous.Options{Timeout: 30 * time.Second})
+	s, err := rendezvous.Join(ctx, st, "mp", me, rendezvous.Fixed(childWorld), rendezvous.Options{Timeout: 30 * time.Second})
 	must.NoError(t, err)
 	out := json.NewEncoder(os.Stdout)
 	must.NoError(t, out.Encode(map[string]any{"rank": s.Assignment().Rank}))
