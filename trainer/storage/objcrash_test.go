@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +27,7 @@ import (
 const (
 	envObjCrash      = "STORAGE_OBJ_CRASH" // endpoint|bucket|access|secret|region
 	envObjCrashPoint = "STORAGE_OBJ_CRASH_POINT"
+	envObjCrashDir   = "STORAGE_OBJ_CRASH_DIR" // the local directory, owned by the parent
 )
 
 // objCrashFiles are bigger than one part, so a kill can leave an
@@ -64,7 +67,7 @@ func TestObjectCrashHelper(t *testing.T) {
 		}
 	}
 	r, err := OpenObject(context.Background(), objCrashStore(t, srv, f[1]), "run", Policy{NumToKeep: 1},
-		WithLeaseTTL(objCrashTTL), WithLocalDir(t.TempDir()))
+		WithLeaseTTL(objCrashTTL), WithLocalDir(os.Getenv(envObjCrashDir)))
 	must.NoError(t, err)
 	for index := int64(0); index < 2; index++ {
 		must.NoError(t, r.Append(Record{Step: 2 * index}))
@@ -159,13 +162,21 @@ func checkObjCrashFiles(t *testing.T, dir string, index int64) {
 }
 
 // killObjChildAt starts the helper and SIGKILLs it once it printed
-// "AT point".
+// "AT point". A killed helper runs no cleanup of its own, so every
+// directory it writes is one this test owns and removes: its local
+// directory, and its TMPDIR (where its testing package makes its own).
 func killObjChildAt(t *testing.T, srv *s3test.Server, bucket, point string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestObjectCrashHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		envObjCrash+"="+strings.Join([]string{srv.Endpoint, bucket, srv.AccessKey, srv.SecretKey, srv.Region}, "|"),
-		envObjCrashPoint+"="+point)
+		envObjCrashPoint+"="+point, envObjCrashDir+"="+t.TempDir(), "TMPDIR="+t.TempDir())
+	leftBefore := helperLeftovers(t)
+	defer func() {
+		for _, d := range helperLeftovers(t) {
+			must.True(t, slices.Contains(leftBefore, d), must.Sprintf("the killed helper left %s in the system temporary directory", d))
+		}
+	}()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -194,4 +205,13 @@ func killObjChildAt(t *testing.T, srv *s3test.Server, bucket, point string) {
 	}
 	status, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	must.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, must.Sprintf("helper was not killed: %s", stderr.String()))
+}
+
+// helperLeftovers lists the directories crash helpers' testing packages
+// made in the system temporary directory.
+func helperLeftovers(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), "TestObjectCrashHelper*"))
+	must.NoError(t, err)
+	return dirs
 }
