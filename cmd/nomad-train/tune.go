@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/nomad-train/nomad-train/scheduler/tune"
-	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -59,8 +58,7 @@ func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer)
 			NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
 			Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
 			Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched, Search: search,
-			Checkpoint: workerenv.CheckpointPolicy{NumToKeep: spec.Run.Checkpoint.NumToKeep,
-				ScoreAttribute: spec.Run.Checkpoint.ScoreAttribute, ScoreOrder: spec.Run.Checkpoint.ScoreOrder}}}
+			Checkpoint: spec.Run.Checkpoint.Policy()}}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		x.env = append(x.env, k+"="+spec.Env[k])
 	}

@@ -149,9 +149,27 @@ func (r *RankStore) LocalDir() string { return r.cache }
 
 // Upload puts the files under dir (this rank's part of checkpoint name)
 // under the checkpoint's prefix, each big file in parallel parts, and
-// returns their sizes and SHA-256, for rank 0's manifest.
+// returns their sizes and SHA-256, for rank 0's manifest. The files then
+// move into the cache directory under the checkpoint's name, where the
+// ranks of the node gather theirs (a partial copy: Fetch replaces it), and
+// dir is removed.
 func (r *RankStore) Upload(name, dir string) ([]FileSum, error) {
-	return r.files.upload(dir, name, nil)
+	files, err := r.files.upload(dir, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	local := filepath.Join(r.cache, name)
+	err = os.MkdirAll(local, 0o755)
+	if err == nil {
+		err = moveInto(dir, local)
+	}
+	if err == nil {
+		err = os.Remove(dir)
+	}
+	if err != nil {
+		r.log.Warn("could not keep the local copy of an uploaded checkpoint", "checkpoint", name, "error", err)
+	}
+	return files, nil
 }
 
 // Fetch returns the local directory of committed checkpoint name: a copy

@@ -40,12 +40,15 @@ func (r *ObjectRun) download(rec Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, _, err := r.files.fetch(local, rec.Checkpoint, func(m Manifest) []string {
+	dir, downloaded, err := r.files.fetch(local, rec.Checkpoint, func(m Manifest) []string {
 		if m.Record.Step != rec.Step {
 			return []string{fmt.Sprintf("manifest step %d, record step %d", m.Record.Step, rec.Step)}
 		}
 		return nil
 	})
+	if downloaded {
+		r.log.Info("downloaded the checkpoint to resume from for this node", "checkpoint", rec.Checkpoint, "dir", dir)
+	}
 	return dir, err
 }
 
