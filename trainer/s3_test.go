@@ -1,6 +1,7 @@
 package trainer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,18 +10,20 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // s3Storage starts a real S3 server for the test (in the launching
 // process; its workers find it in the environment) and returns the
 // storage path of a bucket on it.
-func s3Storage(t *testing.T) string {
+func s3Storage(t testing.TB) string {
 	t.Helper()
 	if url := os.Getenv("TRAINER_TEST_S3_URL"); url != "" {
 		return url // a worker process
@@ -177,19 +180,33 @@ func TestAsyncUploadFailureFailsNextReport(t *testing.T) {
 }
 
 // TestAsyncUploadFinishesAtEnd: a training function that returns right
-// after reporting a checkpoint still has its upload going; the workers
-// finish it, manifest and record, before they exit.
+// after reporting a checkpoint still has its upload (or, on a directory,
+// its commit) going; the workers finish it, manifest and record, before
+// they exit.
 func TestAsyncUploadFinishesAtEnd(t *testing.T) {
-	run, url := asyncRun(t, "atend", 0)
-	twoNodes(t)
-	_, out, err := fit(t, func(ctx context.Context, s *trainer.Session) error {
-		return reportRankFiles(ctx, s, 1)
-	}, 4, run, nil)
-	must.NoError(t, err, must.Sprint(out))
-	res := latestOnS3(t, url, "atend")
-	must.True(t, res.OK, must.Sprint("the pending upload was committed"))
-	must.EqOp(t, 1, res.Record.Step)
-	must.NoError(t, checkRankFiles(res.Path, 4, 1))
+	for _, kind := range []string{"s3", "dir"} {
+		t.Run(kind, func(t *testing.T) {
+			run, url := asyncRun(t, "atend", 0)
+			if kind == "dir" {
+				url = sharedDir(t, "S3_ATEND_DIR")
+				run.StoragePath = url
+			}
+			twoNodes(t)
+			_, out, err := fit(t, func(ctx context.Context, s *trainer.Session) error {
+				for step := int64(1); step <= 3; step++ {
+					if err := reportRankFiles(ctx, s, step); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, 4, run, nil)
+			must.NoError(t, err, must.Sprint(out))
+			res := latestOnS3(t, url, "atend")
+			must.True(t, res.OK, must.Sprint("the pending upload was committed"))
+			must.EqOp(t, 3, res.Record.Step)
+			must.NoError(t, checkRankFiles(res.Path, 4, 3))
+		})
+	}
 }
 
 // TestAsyncCrashKeepsPreviousCheckpoint: rank 0 is SIGKILLed right after
@@ -226,4 +243,57 @@ func TestAsyncCrashKeepsPreviousCheckpoint(t *testing.T) {
 	must.SliceLen(t, 1, res.Recovered, must.Sprint(out))
 	latest := latestOnS3(t, url, "crash")
 	must.NoError(t, checkRankFiles(latest.Path, 2, 1))
+}
+
+// TestAsyncStopFinishesPendingUpload: every worker is asked to stop (the
+// launcher's SIGTERM); the gang reports its last checkpoint, whose upload
+// is still going when the training function returns, and the workers
+// commit it before they exit as stopped.
+func TestAsyncStopFinishesPendingUpload(t *testing.T) {
+	run, url := asyncRun(t, "stop", -1)
+	flags := sharedDir(t, "S3_STOP_FLAGS")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !workerenv.IsWorker() {
+		go func() {
+			for i := 0; i < 12000; i++ { // at most two minutes
+				if _, err := os.Stat(filepath.Join(flags, "training")); err == nil {
+					cancel() // SIGTERM to every worker
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	fn := func(ctx context.Context, s *trainer.Session) error {
+		for step := int64(1); ; step++ {
+			stop, err := s.ShouldCheckpoint(ctx)
+			if err != nil {
+				return err
+			}
+			if stop {
+				return reportRankFiles(ctx, s, step)
+			}
+			if s.WorldRank() == 0 && step == 3 {
+				if err := os.WriteFile(filepath.Join(flags, "training"), nil, 0o644); err != nil {
+					return err
+				}
+			}
+			if err := s.Report(ctx, nil, nil); err != nil {
+				return err
+			}
+		}
+	}
+	tr := trainer.New(fn, trainer.Scaling{NumWorkers: 2}, run, nil)
+	tr.Args = []string{"-test.run=^" + t.Name() + "$"}
+	var out bytes.Buffer
+	tr.Stdout, tr.Stderr = &out, &out
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	_, err := tr.Fit(ctx)
+	must.ErrorIs(t, err, trainer.ErrStopped, must.Sprint(out.String()))
+	latest := latestOnS3(t, url, "stop")
+	must.True(t, latest.OK, must.Sprint("the last checkpoint, uploading at the stop, was committed"))
+	at, ok := latest.Record.Metrics["at"].(float64)
+	must.True(t, ok, must.Sprintf("%+v", latest.Record))
+	must.NoError(t, checkRankFiles(latest.Path, 2, int64(at)))
 }
