@@ -29,9 +29,6 @@ type entry struct {
 	failed  []string // "rank N: why", by rank
 }
 
-// isCheckpoint says whether the entry commits a checkpoint.
-func (e *entry) isCheckpoint() bool { return e.ckpt != "" || e.staged != nil }
-
 // uploadResult is how one rank's upload of a checkpoint went.
 type uploadResult struct {
 	Name  string            `json:"name"`

@@ -271,7 +271,7 @@ func (s *Session) flush(ctx context.Context, msgs []reportMsg, results map[int]u
 	if wait {
 		err = s.writes.wait(ctx)
 	}
-	qerr, committed := s.writes.state()
+	committed, qerr := s.writes.state()
 	ack := reportAck{Committed: committed}
 	switch {
 	case lerr != nil:

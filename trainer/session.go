@@ -113,7 +113,9 @@ func (s *Session) Logger() hclog.Logger { return s.log }
 
 // GetCheckpoint returns the latest committed checkpoint of the run, or nil
 // when there is none: at the start of a resumed run it is the checkpoint to
-// restore from.
+// restore from, whole. On an object store, a checkpoint committed during
+// the run is this node's local copy, which holds the files of this node's
+// ranks only (the others' are on S3).
 func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
 
 // NewCheckpointDir returns a fresh empty directory to build a checkpoint

@@ -89,14 +89,14 @@ func (q *writeQueue) wait(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// state returns the first failure and takes the checkpoints written since
-// the last call.
-func (q *writeQueue) state() (error, []string) {
+// state takes the checkpoints written since the last call and returns
+// them with the first failure.
+func (q *writeQueue) state() ([]string, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.committed
 	q.committed = nil
-	return q.err, c
+	return c, q.err
 }
 
 // close lets the queued writes finish (each is bounded by the store's
