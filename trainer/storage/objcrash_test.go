@@ -27,7 +27,7 @@ import (
 const (
 	envObjCrash      = "STORAGE_OBJ_CRASH" // endpoint|bucket|access|secret|region
 	envObjCrashPoint = "STORAGE_OBJ_CRASH_POINT"
-	envObjCrashDir   = "STORAGE_OBJ_CRASH_DIR" // the local directory, owned by the parent
+	envObjCrashDir   = "STORAGE_OBJ_CRASH_DIR"   // the local directory, owned by the parent
 	envObjCrashRanks = "STORAGE_OBJ_CRASH_RANKS" // "1": commit as a gang does
 )
 
