@@ -130,7 +130,8 @@ func (c TaskConfig) RunSpec() workerenv.Run {
 		Entrypoint:  workerenv.Entrypoint{Builtin: c.Builtin, Command: c.Command, Args: c.Args, Launcher: c.Launcher},
 		Config:      json.RawMessage(c.TrainConfig),
 		Checkpoint: workerenv.CheckpointPolicy{NumToKeep: c.Checkpoint.NumToKeep,
-			ScoreAttribute: c.Checkpoint.ScoreAttribute, ScoreOrder: c.Checkpoint.ScoreOrder},
+			ScoreAttribute: c.Checkpoint.ScoreAttribute, ScoreOrder: c.Checkpoint.ScoreOrder,
+			AsyncUpload: c.Checkpoint.AsyncUpload},
 		MaxFailures:       c.Failure.MaxFailures,
 		RendezvousTimeout: c.Rendezvous.Timeout,
 		ConsulOutageGrace: c.Rendezvous.ConsulOutageGrace,
@@ -155,6 +156,7 @@ type CheckpointConfig struct {
 	NumToKeep      int
 	ScoreAttribute string
 	ScoreOrder     string // "max", "min" or empty
+	AsyncUpload    *bool  // nil: the runtime's default
 }
 
 // FailureConfig is the task's failure {} block.
@@ -200,6 +202,7 @@ func taskConfigSpec() *hclspec.Spec {
 			"num_to_keep":     specAttr("num_to_keep", "number", false),
 			"score_attribute": specAttr("score_attribute", "string", false),
 			"score_order":     specAttr("score_order", "string", false),
+			"async_upload":    specAttr("async_upload", "bool", false),
 		})),
 		"failure": specBlock("failure", specObject(map[string]*hclspec.Spec{
 			"max_failures": specAttr("max_failures", "number", false),
@@ -359,6 +362,10 @@ func decodeCheckpoint(c cty.Value, out *CheckpointConfig) error {
 	out.NumToKeep = int(n)
 	out.ScoreAttribute = getString(c, "score_attribute")
 	out.ScoreOrder = getString(c, "score_order")
+	if a := c.GetAttr("async_upload"); !a.IsNull() && a.IsKnown() {
+		on := a.True()
+		out.AsyncUpload = &on
+	}
 	if out.ScoreOrder != "" {
 		if err := oneOf("checkpoint.score_order", out.ScoreOrder, "max", "min"); err != nil {
 			return err

@@ -77,14 +77,14 @@ func TestDecodeTaskConfig(t *testing.T) {
 		tc, err = DecodeTaskConfig(mustEncodeTaskConfig(t, full(map[string]any{
 			"command": nil, "builtin": "quickstart", "world_size": "4", "train_config": `{"lr":0.001}`, "port": "coll",
 			"rendezvous": map[string]any{"backend": "embedded", "address": "127.0.0.1:7000", "timeout": "30s"},
-			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min"},
+			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min", "async_upload": false},
 			"failure":    map[string]any{"max_failures": -1},
 		})))
 		must.NoError(t, err)
 		must.Eq(t, TaskConfig{
 			Builtin: "quickstart", Launcher: LauncherAuto, RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: `{"lr":0.001}`, Port: "coll",
 			Rendezvous: RendezvousConfig{Backend: "embedded", Address: "embedded://127.0.0.1:7000", Timeout: 30 * time.Second},
-			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"},
+			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min", AsyncUpload: new(false)},
 			Failure:    FailureConfig{MaxFailures: -1},
 		}, tc)
 	})

@@ -29,14 +29,18 @@ func TestCheckNames(t *testing.T) {
 		{"same file", map[int][]string{0: {"model.pt"}, 2: {"model.pt"}}, `ranks 0 and 2 both put "model.pt"`},
 		{"same nested file", map[int][]string{0: {"a/b.pt"}, 1: {"a/b.pt"}}, `"a/b.pt"`},
 		{"file against directory", map[int][]string{0: {"x"}, 1: {"x/y"}}, `"x"`},
+		{"directory against file", map[int][]string{0: {"x/y/z"}, 1: {"x/y"}}, `ranks 0 and 1 both put "x/y"`},
+		{"one rank, nested", map[int][]string{0: {"a/b", "a/c/d"}}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dirs := map[int]string{}
+			lists := map[int][]string{}
 			for r, files := range tc.files {
-				dirs[r] = write(t, t.TempDir(), files...)
+				var err error
+				lists[r], err = treeFiles(write(t, t.TempDir(), files...))
+				must.NoError(t, err)
 			}
-			err := checkNames(dirs)
+			err := checkNames(lists)
 			if tc.errHas == "" {
 				must.NoError(t, err)
 				return

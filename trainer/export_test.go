@@ -11,3 +11,7 @@ func SetProbeView(rank int, root string) {
 		return prev(r, path)
 	}
 }
+
+// SetNodeCaches gives each rank the base of its node's cache directories
+// (object stores), so that one machine's ranks act as several nodes'.
+func SetNodeCaches(base func(rank int) string) { nodeCacheBase = base }

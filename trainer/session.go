@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -29,7 +27,11 @@ type Session struct {
 	config               json.RawMessage
 	runDir               string
 	group                *collective.Group
-	store                storage.RunStore // rank 0 only
+	store                storage.RunStore   // rank 0 only
+	sharded              storage.Sharded    // rank 0 on an object store: store, whose ranks upload their own files
+	objects              *storage.RankStore // every rank on an object store
+	writes               *writeQueue        // rank 0: storage writes, in order
+	async                bool               // checkpoint uploads go on after Report returns
 	events               *eventLog
 	log                  hclog.Logger
 	now                  func() time.Time
@@ -44,8 +46,11 @@ type Session struct {
 	step       int64
 	resumed    bool // step holds the resume point's (restore is done)
 	latest     *Checkpoint
-	stopAgreed bool   // ShouldCheckpoint said yes: the gang is stopping
-	leaving    []bool // by rank: asked to stop, as the gang agreed (nil: none)
+	stopAgreed bool    // ShouldCheckpoint said yes: the gang is stopping
+	leaving    []bool  // by rank: asked to stop, as the gang agreed (nil: none)
+	ledger     ledger  // rank 0: reports not yet handed to writes
+	up         *upload // this rank's latest upload (object store)
+	nextName   string  // rank 0: checkpoint name reserved for the next report with one
 }
 
 // ShouldCheckpoint reports whether any worker of the gang has been asked to
@@ -109,14 +114,18 @@ func (s *Session) Logger() hclog.Logger { return s.log }
 
 // GetCheckpoint returns the latest committed checkpoint of the run, or nil
 // when there is none: at the start of a resumed run it is the checkpoint to
-// restore from.
+// restore from, whole. On an object store, a checkpoint committed during
+// the run is this node's local copy, which holds the files of this node's
+// ranks only (the others' are on S3).
 func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
 
-// NewCheckpointDir returns a fresh empty directory on the run's storage to
-// build a checkpoint in; Report moves its files into the committed
-// checkpoint, which is then a rename rather than a copy. It is the only
-// kind of directory Report accepts: a rank's checkpoint must be built in a
-// directory this rank's NewCheckpointDir made.
+// NewCheckpointDir returns a fresh empty directory to build a checkpoint
+// in: on the run's storage directory, from which Report moves its files
+// into the committed checkpoint (a rename rather than a copy), or, on an
+// object store, in the node's local cache directory, from which this rank
+// uploads them. It is the only kind of directory Report accepts: a rank's
+// checkpoint must be built in a directory this rank's NewCheckpointDir
+// made.
 func (s *Session) NewCheckpointDir() (string, error) {
 	dir := filepath.Join(s.runDir, scratchDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -127,129 +136,6 @@ func (s *Session) NewCheckpointDir() (string, error) {
 		return "", fmt.Errorf("make checkpoint dir: %w", err)
 	}
 	return d, nil
-}
-
-// scratchDir holds checkpoints being built, under the run directory.
-const scratchDir = ".scratch"
-
-// reportMsg is what each rank tells rank 0 in a Report.
-type reportMsg struct {
-	Checkpoint string `json:"checkpoint,omitempty"`
-}
-
-// reportAck is rank 0's answer: the committed checkpoint or the error.
-type reportAck struct {
-	Committed string `json:"committed,omitempty"`
-	Path      string `json:"path,omitempty"`
-	Err       string `json:"err,omitempty"`
-	// Mistake marks an Err that is the training function's own (a
-	// checkpoint path it may not report): no restart can fix it.
-	Mistake bool `json:"mistake,omitempty"`
-	// Grow: the checkpoint committed, and a newcomer waits for the gang:
-	// every rank ends the generation here to grow (see elastic.go).
-	Grow bool `json:"grow,omitempty"`
-}
-
-// ErrReport is wrapped by Report errors that happened on rank 0 while
-// recording the report.
-var ErrReport = errors.New("report failed")
-
-// Report records metrics and, when any rank passes one, a checkpoint made of
-// the files of every rank's checkpoint directory (each from that rank's
-// NewCheckpointDir; any other path is refused). Every rank must call it,
-// in step. Rank 0's metrics are recorded. The checkpoint is committed
-// atomically before Report returns on any rank, and becomes GetCheckpoint.
-func (s *Session) Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint) error {
-	s.step++
-	var mine reportMsg
-	if ckpt != nil {
-		mine.Checkpoint = ckpt.Path()
-	}
-	all, err := s.gatherJSON(ctx, mine)
-	if err != nil {
-		return fmt.Errorf("report step %d: %w", s.step, err)
-	}
-	var ack reportAck
-	if s.rank == 0 {
-		ack = s.record(metrics, all)
-	}
-	acks, err := s.gatherJSON(ctx, ack)
-	if err != nil {
-		return fmt.Errorf("report step %d: %w", s.step, err)
-	}
-	if err := json.Unmarshal(acks[0], &ack); err != nil {
-		return fmt.Errorf("report step %d: decode rank 0 answer: %w", s.step, err)
-	}
-	if ack.Mistake {
-		// Not ErrReport: the training function's own error, not retried.
-		return fmt.Errorf("report step %d: %s", s.step, ack.Err)
-	}
-	if ack.Err != "" {
-		return fmt.Errorf("%w: step %d: %s", ErrReport, s.step, ack.Err)
-	}
-	s.metrics.reportedStep(s.step, metrics)
-	if ack.Committed != "" {
-		s.latest = CheckpointFromDirectory(ack.Path)
-		s.events.emit("checkpoint_committed", fmt.Sprintf("checkpoint %s committed at step %d", ack.Committed, s.step),
-			map[string]string{"checkpoint": ack.Committed, "step": fmt.Sprint(s.step)})
-	}
-	if ack.Grow && s.grow != nil {
-		return fmt.Errorf("report step %d: %w", s.step, s.grow.end())
-	}
-	return nil
-}
-
-// record writes one report on rank 0: a plain record, or a checkpoint made
-// of every rank's files.
-func (s *Session) record(metrics Metrics, all [][]byte) reportAck {
-	rec := storage.Record{Step: s.step, Time: s.now(), Metrics: metrics, Generation: s.generation}
-	var dirs []string
-	byRank := map[int]string{}
-	for r, raw := range all {
-		var m reportMsg
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return reportAck{Err: fmt.Sprintf("decode rank %d report: %v", r, err)}
-		}
-		if m.Checkpoint != "" {
-			d, err := ownCheckpointDir(s.runDir, r, m.Checkpoint)
-			if err != nil {
-				return reportAck{Err: err.Error(), Mistake: true}
-			}
-			dirs = append(dirs, d)
-			byRank[r] = d
-		}
-	}
-	if err := checkNames(byRank); err != nil {
-		return reportAck{Err: err.Error(), Mistake: true}
-	}
-	if len(dirs) == 0 {
-		if err := s.store.Append(rec); err != nil {
-			return reportAck{Err: err.Error()}
-		}
-		s.publish(rec)
-		return reportAck{}
-	}
-	started := time.Now()
-	staged, err := s.store.Stage()
-	if err != nil {
-		return reportAck{Err: err.Error()}
-	}
-	for _, d := range dirs {
-		if err := staged.AddDir(d); err != nil {
-			staged.Abort()
-			return reportAck{Err: err.Error()}
-		}
-		os.Remove(d) // emptied by the move; a copy leaves it for its owner
-	}
-	name, err := s.store.Commit(staged, rec)
-	if err != nil {
-		return reportAck{Err: err.Error()}
-	}
-	s.metrics.committed(time.Since(started))
-	rec.Checkpoint = name
-	s.publish(rec)
-	grow := s.grow != nil && s.grow.pending.Load()
-	return reportAck{Committed: name, Path: filepath.Join(s.runDir, name), Grow: grow}
 }
 
 // reportRestore tells the run's events about the checkpoints restore passed
@@ -263,34 +149,6 @@ func (s *Session) reportRestore(r storage.Restore) {
 		s.events.emit("checkpoint_unverified", fmt.Sprintf("checkpoint %s has no manifest (written by an earlier version): restored unverified", r.Name),
 			map[string]string{"checkpoint": r.Name})
 	}
-}
-
-// ownCheckpointDir confines the checkpoint directory rank reported to the
-// directories NewCheckpointDir makes for that rank: rank 0 moves its files
-// into the checkpoint and removes it, so a path anywhere else (another
-// rank's directory, a stranger's files outside the run) is refused before
-// anything is moved. Links are resolved first; the resolved path is
-// returned.
-func ownCheckpointDir(runDir string, rank int, reported string) (string, error) {
-	refuse := func(why string) (string, error) {
-		return "", fmt.Errorf("rank %d reported checkpoint directory %s, which %s: a checkpoint must be built in a directory from Session.NewCheckpointDir", rank, reported, why)
-	}
-	scratch, err := filepath.EvalSymlinks(filepath.Join(runDir, scratchDir))
-	if err != nil {
-		return refuse(fmt.Sprintf("cannot be checked (%v)", err))
-	}
-	dir, err := filepath.EvalSymlinks(reported)
-	if err != nil {
-		return refuse(fmt.Sprintf("cannot be resolved (%v)", err))
-	}
-	rel, err := filepath.Rel(scratch, dir)
-	if err != nil || rel != filepath.Base(rel) || !strings.HasPrefix(rel, fmt.Sprintf("rank%d-", rank)) {
-		return refuse(fmt.Sprintf("is not one of rank %d's checkpoint directories under %s", rank, scratch))
-	}
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-		return refuse("is not a directory")
-	}
-	return dir, nil
 }
 
 // gatherJSON all-gathers one JSON value per rank.

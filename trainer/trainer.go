@@ -60,7 +60,17 @@ type CheckpointConfig struct {
 	NumToKeep      int    // 0 keeps every checkpoint
 	ScoreAttribute string // metric used to rank checkpoints; empty ranks by recency
 	ScoreOrder     string // "max" or "min" (default "max")
+	// AsyncUpload makes Report return once a checkpoint is staged
+	// locally, with its upload and commit going on in the background, in
+	// order (see Session.Report). nil is the default: on for an s3://
+	// StoragePath, where an upload takes network time a training step
+	// should not wait for, off for a directory, where a commit is a
+	// rename. Use Async(true) or Async(false) to choose.
+	AsyncUpload *bool
 }
+
+// Async returns a pointer to on, for CheckpointConfig.AsyncUpload.
+func Async(on bool) *bool { return &on }
 
 // FailureConfig is the gang's failure budget (Ray's FailureConfig).
 type FailureConfig struct {

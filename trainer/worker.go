@@ -345,9 +345,7 @@ func (w *worker) generation(ctx context.Context) error {
 	// Rank 0 opened the storage (its writer lock) before the gang shared
 	// the resume point: a gang that breaks there must not leave it locked
 	// for this process's next generation.
-	if s.store != nil {
-		defer s.store.Close()
-	}
+	defer s.closeStorage()
 	if s.runDir != "" {
 		w.root = filepath.Dir(s.runDir)
 	}
@@ -368,6 +366,9 @@ func (w *worker) generation(ctx context.Context) error {
 			w.markFailed(err, ExitUserError)
 		}
 		return err
+	}
+	if err := s.settle(gctx); err != nil {
+		return lostOr(err)
 	}
 	// Every rank leaves together, so none closes its sockets or leaves the
 	// rendezvous while a peer still needs it. The barrier is kept in the
@@ -419,6 +420,7 @@ func budgetString(max int) string {
 type resumePoint struct {
 	Step       int64  `json:"step"`
 	Checkpoint string `json:"checkpoint,omitempty"`
+	Name       string `json:"name,omitempty"` // the checkpoint's
 	// RunDir is the run directory as an absolute path; every rank builds
 	// its checkpoints under it, so it must be the same directory for all.
 	RunDir string `json:"run_dir,omitempty"`
@@ -445,6 +447,7 @@ var ErrUnsharedStorage = errors.New("storage_path is not shared between workers"
 // every rank; each other rank checks it sees the same run directory.
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	var rp resumePoint
+	s.beforeResume(env)
 	if s.rank == 0 {
 		rp = s.openStorage(ctx, env)
 	}
@@ -462,6 +465,9 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 		if err := s.checkShared(ctx, env, rp); err != nil {
 			return err
 		}
+	}
+	if err := s.afterResume(ctx, env, &rp); err != nil {
+		return err
 	}
 	s.runDir = rp.RunDir
 	s.step, s.resumed = rp.Step, true
@@ -492,12 +498,6 @@ func (s *Session) checkShared(ctx context.Context, env workerenv.Env, rp resumeP
 		if err := json.Unmarshal(raw, &msg); err != nil {
 			return fmt.Errorf("check shared storage: %w", err)
 		}
-		if msg != "" && storage.IsObjectPath(env.StoragePath) {
-			// Rank 0 gathers every rank's files in its local directory
-			// before the upload: not yet across machines.
-			return fmt.Errorf("%w: %s (storage_path %q is on S3, but the ranks' checkpoint files are still gathered on rank 0's machine: run the gang on one machine)",
-				ErrUnsharedStorage, msg, env.StoragePath)
-		}
 		if msg != "" {
 			return fmt.Errorf("%w: %s (storage_path %q; every worker must see the same directory at the same path, such as an NFS, host or CSI volume mounted on every node)",
 				ErrUnsharedStorage, msg, env.StoragePath)
@@ -511,14 +511,15 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	if env.FsyncCheckpointsOnly {
 		policy.Fsync = storage.FsyncCheckpointRecords
 	}
-	// On an object store the run directory is a local one, where
-	// checkpoints are built and restored: the ranks of a gang must share
-	// it, which the probe checks.
-	st, err := storage.OpenStore(ctx, env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
+	// On an object store the run directory is the node's local cache,
+	// where checkpoints are built and restored; the ranks upload their
+	// own files, so they share no directory and there is no probe.
+	st, err := storage.OpenStore(ctx, env.StoragePath, env.RunName, policy, s.storageOptions(env)...)
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
-	s.store = st
+	s.store, s.writes = st, newWriteQueue()
+	s.sharded, _ = st.(storage.Sharded)
 	// Checkpoints half-built by an earlier attempt are garbage now.
 	scratch := filepath.Join(st.LocalDir(), scratchDir)
 	os.RemoveAll(scratch)
@@ -527,7 +528,7 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 		return resumePoint{Err: err.Error()}
 	}
 	probe := ""
-	if s.size > 1 {
+	if s.size > 1 && s.sharded == nil {
 		if probe, err = writeProbe(scratch); err != nil {
 			return resumePoint{Err: err.Error()}
 		}
@@ -545,7 +546,7 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	// Training restarts from the latest checkpoint (or from scratch), so
 	// reports made after it are rolled back: the history then reads as if
 	// the run had never failed.
-	rp := resumePoint{RunDir: runDir, Probe: probe}
+	rp := resumePoint{RunDir: runDir, Probe: probe, Name: name}
 	if ok {
 		if rp.Checkpoint, err = filepath.Abs(latest.Path); err != nil {
 			return resumePoint{Err: err.Error()}

@@ -329,6 +329,9 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	if s.Run.Checkpoint.ScoreAttribute != "" {
 		ckpt["score_attribute"] = s.Run.Checkpoint.ScoreAttribute
 	}
+	if a := s.Run.Checkpoint.AsyncUpload; a != nil {
+		ckpt["async_upload"] = *a
+	}
 	cfg := string(s.ConfigJSON)
 	if cfg == "" {
 		cfg = "{}"

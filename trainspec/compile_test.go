@@ -36,6 +36,7 @@ func TestTaskConfigContract(t *testing.T) {
       num_to_keep     = 4
       score_attribute = "loss"
       score_order     = "min"
+      async_upload    = false
     }
     failure { max_failures = 2 }
   }
@@ -62,7 +63,7 @@ func TestTaskConfigContract(t *testing.T) {
 		"storage_path": "/data/runs",
 		"port":         "train",
 		"rendezvous":   []map[string]any{{"backend": "consul", "address": "127.0.0.1:8500", "timeout": "1m30s"}},
-		"checkpoint":   []map[string]any{{"num_to_keep": 4, "score_attribute": "loss", "score_order": "min"}},
+		"checkpoint":   []map[string]any{{"num_to_keep": 4, "score_attribute": "loss", "score_order": "min", "async_upload": false}},
 		"failure":      []map[string]any{{"max_failures": 2}},
 	}, task.Config)
 	must.Eq(t, []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "train"}, {Label: "metrics"}}}}, g.Networks)

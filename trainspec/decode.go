@@ -316,7 +316,7 @@ var (
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "checkpoint"}, {Type: "failure"}},
 	}
 	checkpointSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}},
+		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}, {Name: "async_upload"}},
 	}
 	failureSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "max_failures"}},
@@ -341,6 +341,12 @@ func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 		d.integer(cc.Attributes["num_to_keep"], &r.Checkpoint.NumToKeep, 0, math.MaxInt32)
 		d.nonEmpty(cc.Attributes["score_attribute"], &r.Checkpoint.ScoreAttribute)
 		d.enum(cc.Attributes["score_order"], &r.Checkpoint.ScoreOrder, ScoreMax, ScoreMin)
+		if attr := cc.Attributes["async_upload"]; attr != nil {
+			var on bool
+			if d.boolean(attr, &on) {
+				r.Checkpoint.AsyncUpload = &on
+			}
+		}
 	}
 	if fb := d.single(c, "failure"); fb != nil {
 		fc := d.content(fb.Body, failureSchema)

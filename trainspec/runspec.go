@@ -19,9 +19,8 @@ func (s *Spec) RunSpec() workerenv.Run {
 		StoragePath: s.Run.StoragePath,
 		Entrypoint: workerenv.Entrypoint{Builtin: s.Entrypoint.Builtin, Command: s.Entrypoint.Command,
 			Args: s.Entrypoint.Args},
-		Config: s.ConfigJSON,
-		Checkpoint: workerenv.CheckpointPolicy{NumToKeep: s.Run.Checkpoint.NumToKeep,
-			ScoreAttribute: s.Run.Checkpoint.ScoreAttribute, ScoreOrder: s.Run.Checkpoint.ScoreOrder},
+		Config:            s.ConfigJSON,
+		Checkpoint:        s.Run.Checkpoint.Policy(),
 		MaxFailures:       s.Run.Failure.MaxFailures,
 		RendezvousTimeout: s.Rendezvous.Timeout,
 		ConsulOutageGrace: s.Rendezvous.ConsulOutageGrace,
@@ -30,4 +29,10 @@ func (s *Spec) RunSpec() workerenv.Run {
 		r.Env = append(r.Env, k+"="+s.Env[k])
 	}
 	return r
+}
+
+// Policy is the checkpoint policy as the workers' contract carries it.
+func (c Checkpoint) Policy() workerenv.CheckpointPolicy {
+	return workerenv.CheckpointPolicy{NumToKeep: c.NumToKeep, ScoreAttribute: c.ScoreAttribute,
+		ScoreOrder: c.ScoreOrder, AsyncUpload: c.AsyncUpload}
 }

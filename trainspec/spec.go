@@ -183,6 +183,9 @@ type Checkpoint struct {
 	NumToKeep      int    // 0 keeps all
 	ScoreAttribute string `json:",omitempty"`
 	ScoreOrder     string // ScoreMax or ScoreMin
+	// AsyncUpload: checkpoint uploads go on after Report returns (nil:
+	// the runtime's default, on for s3:// storage paths).
+	AsyncUpload *bool `json:",omitempty"`
 }
 
 // Failure is the gang's failure budget.

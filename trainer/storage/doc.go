@@ -71,12 +71,18 @@
 //	  MANIFEST.json.corrupt          a quarantined checkpoint's manifest, kept for a person
 //	.writer.lease                    the single writer's lease
 //
-// A checkpoint is committed in this order: its files are staged in a local
-// directory, then uploaded (a few files at a time, each big file in
-// parallel multipart parts) while their SHA-256 is computed in the same
-// pass; the manifest is written with If-None-Match: * (a plain write on a
-// server that does not implement it: the lease alone keeps writers apart);
-// then the record's segment. A kill before the manifest leaves objects no
+// A checkpoint is committed in this order: its files are uploaded (a few
+// files at a time, each big file in parallel multipart parts) while their
+// SHA-256 is computed in the same pass; the manifest is written with
+// If-None-Match: * (a plain write on a server that does not implement it:
+// the lease alone keeps writers apart); then the record's segment. The
+// files come from a local staging directory (Stage, Commit), or from
+// every rank of a gang, which share no directory: the writer reserves the
+// checkpoint's name (Reserve), each rank uploads its own files with a
+// RankStore, opened without the lease, and the writer writes the one
+// manifest from the ranks' sums (CommitFiles) or deletes what was
+// uploaded (Abandon): the Sharded interface, which a Run does not need,
+// since its ranks share its directory and the writer moves their files. A kill before the manifest leaves objects no
 // reader looks at, which the next writer deletes at open with any
 // unfinished multipart upload; a kill between the manifest and the record
 // leaves a checkpoint whose record the next writer rebuilds from the
@@ -94,7 +100,12 @@
 // exists into a local directory (WithLocalDir), hashing each file as it
 // arrives, and checks it against the manifest: a corrupt one is passed
 // over and quarantined (its manifest renamed to MANIFEST.json.corrupt),
-// and the previous one is tried, as on a directory.
+// and the previous one is tried, as on a directory. The local directory
+// is a node's cache (NodeCacheDir), shared by the ranks on one machine: a
+// download is made under a file lock, into a temporary name, and placed
+// with the manifest last, which marks a copy whole; a rank that finds a
+// whole copy uses it (RankStore.Fetch), so a node downloads a checkpoint
+// once for all its ranks.
 //
 // S3 has no flock. The writer holds a lease object, created with
 // If-None-Match: * and holding its holder's id, host, pid and expiry; the

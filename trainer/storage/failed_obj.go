@@ -54,8 +54,7 @@ func failedObject(root, run, attempt string) (Failure, bool, error) {
 		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
 	}
 	defer cancel()
-	r := &ObjectRun{st: st, ctx: ctx}
-	b, err := r.getSmall(run + "/" + FailedFile)
+	b, err := objFiles{ctx: ctx, st: st}.getSmall(run + "/" + FailedFile)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return Failure{}, false, nil
 	}

@@ -26,3 +26,17 @@ func lockRun(path string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// lockWait takes an exclusive lock on path, waiting for it, and returns
+// the function that releases it.
+func lockWait(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 )
 
 // BenchmarkCommitVsPlainPut (B6s) compares an ObjectRun commit of a
-// one-file checkpoint (upload with SHA-256 in the same pass, manifest
+// one-file checkpoint (and, in the -ranks cases, the commit a gang makes:
+// Reserve, one rank's RankStore.Upload, CommitFiles) (upload with SHA-256 in the same pass, manifest
 // with a conditional write, progress segment, retention) with one plain
 // PutObject of the same bytes to the same server, in turn and in
 // alternating order. Metric commit/plain is the plain PUT's time over
@@ -34,19 +36,35 @@ func BenchmarkCommitVsPlainPut(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, mib := range []int{1, 16, 256} {
-		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+	for _, c := range []struct {
+		mib   int
+		ranks bool
+	}{{1, false}, {1, true}, {16, false}, {16, true}, {256, false}, {256, true}} {
+		mib := c.mib
+		name := fmt.Sprintf("%dMiB", mib)
+		if c.ranks {
+			name += "-ranks"
+		}
+		b.Run(name, func(b *testing.B) {
 			if mib > 16 && testing.Short() {
 				b.Skip("256 MiB is skipped under -short")
 			}
 			payload := make([]byte, mib<<20)
 			_, _ = rand.NewChaCha8([32]byte{byte(mib)}).Read(payload)
-			r, err := OpenObject(ctx, st, fmt.Sprintf("run%d", mib), Policy{NumToKeep: benchKeep}, WithLocalDir(b.TempDir()))
+			run := strings.ReplaceAll(name, "-", "")
+			r, err := OpenObject(ctx, st, run, Policy{NumToKeep: benchKeep}, WithLocalDir(b.TempDir()))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer r.Close()
+			rank, err := NewRankStore(ctx, st, run, b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
 			commit := func(i int) (time.Duration, error) {
+				if c.ranks {
+					return rankCommit(r, rank, payload, int64(i), b.TempDir())
+				}
 				s, err := r.Stage()
 				if err != nil {
 					return 0, err
@@ -95,3 +113,24 @@ func BenchmarkCommitVsPlainPut(b *testing.B) {
 // benchKeep is the retention of the benchmark's run: 1, so that each
 // commit also deletes the previous checkpoint, as a long run's do.
 var benchKeep = 1
+
+// rankCommit commits a one-file checkpoint as a gang does, uploaded by a
+// rank, and times it from the reservation on.
+func rankCommit(r *ObjectRun, rank *RankStore, payload []byte, step int64, dir string) (time.Duration, error) {
+	if err := os.WriteFile(filepath.Join(dir, "model.bin"), payload, 0o644); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	name, err := r.Reserve()
+	if err != nil {
+		return 0, err
+	}
+	files, err := rank.Upload(name, dir)
+	if err != nil {
+		return 0, err
+	}
+	err = r.CommitFiles(name, Record{Step: step}, files)
+	took := time.Since(start)
+	os.RemoveAll(filepath.Join(rank.LocalDir(), name)) // the node's copy, not timed
+	return took, err
+}

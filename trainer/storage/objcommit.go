@@ -1,14 +1,9 @@
 package storage
 
 import (
-	"bytes"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
@@ -53,21 +48,21 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files, err := r.upload(s.dir, name)
+	files, err := r.files.upload(s.dir, name, func() { r.callHook(pointFileUploaded) })
 	if err != nil {
 		r.deleteObjects(name)
 		return "", err
 	}
 	r.callHook(pointUploaded)
-	if err := r.writeManifest(name, rec, files); err != nil {
+	manifest, err := r.writeManifest(name, rec, files)
+	if err != nil {
 		return "", err
 	}
 	s.done = true
 	// The committed files stay in the local directory under the
-	// checkpoint's name: GetCheckpoint's path, and the restore cache.
-	if err := os.Rename(s.dir, filepath.Join(r.local, name)); err != nil {
-		os.RemoveAll(s.dir)
-	}
+	// checkpoint's name, with the manifest that marks the copy whole:
+	// GetCheckpoint's path, and the restore cache.
+	r.keepLocal(s.dir, name, manifest)
 	r.callHook(pointManifested)
 	if err := r.record(name, rec); err != nil {
 		return "", err
@@ -99,71 +94,32 @@ func (r *ObjectRun) reserve(s *Staged, rec Record) (string, Record, error) {
 	return name, rec, nil
 }
 
-// upload puts every staged file under the checkpoint's prefix, a few at a
-// time, and returns their sizes and digests.
-func (r *ObjectRun) upload(dir, name string) ([]FileSum, error) {
-	files, problems, err := listTree(dir)
-	if err != nil {
-		return nil, err
+// keepLocal places a committed checkpoint's staged files at <local>/<name>
+// with its manifest; a copy that cannot be placed is dropped (a restore
+// downloads it again).
+func (r *ObjectRun) keepLocal(staged, name string, manifest []byte) {
+	dir := filepath.Join(r.local, name)
+	os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(staged, ManifestFile), manifest, 0o644); err != nil {
+		os.RemoveAll(staged)
+		return
 	}
-	if len(problems) > 0 {
-		return nil, fmt.Errorf("checkpoints hold regular files and directories only: %s", strings.Join(problems, "; "))
+	if err := os.Rename(staged, dir); err != nil {
+		os.RemoveAll(staged)
 	}
-	errs := make([]error, len(files))
-	sem := make(chan struct{}, uploadParallel)
-	var wg sync.WaitGroup
-	for i := range files {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			files[i], errs[i] = r.uploadFile(dir, name, files[i].Path)
-			if errs[i] == nil {
-				r.callHook(pointFileUploaded)
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("uploading checkpoint %s: %w", name, err)
-	}
-	return files, nil
 }
 
-func (r *ObjectRun) uploadFile(dir, name, rel string) (FileSum, error) {
-	if rel == ManifestFile || rel == ManifestFile+objCorruptSuffix {
-		return FileSum{}, fmt.Errorf("%s is a reserved name in a checkpoint", rel)
-	}
-	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(rel)))
-	if err != nil {
-		return FileSum{}, err
-	}
-	defer f.Close()
-	res, err := r.st.Put(r.ctx, r.ckptKey(name, rel), f)
-	if err != nil {
-		return FileSum{}, err
-	}
-	return FileSum{Path: rel, Size: res.Size, SHA256: hex.EncodeToString(res.SHA256[:])}, nil
-}
-
-// writeManifest writes the manifest once: with If-None-Match where the
-// server supports it, so that two writers can never both commit a name.
-func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum) error {
-	rec.Checkpoint = ""
-	b, err := EncodeManifest(Manifest{Record: rec, Files: files})
-	if err != nil {
-		return err
-	}
-	key := r.ckptKey(name, ManifestFile)
-	_, err = r.st.PutIfAbsent(r.ctx, key, bytes.NewReader(b))
-	if errors.Is(err, objstore.ErrConditionalUnsupported) {
+// writeManifest writes a checkpoint's manifest (see objFiles.putManifest);
+// on failure the checkpoint's objects are deleted.
+func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum) ([]byte, error) {
+	b, err := r.files.putManifest(name, rec, files, func(err error) {
 		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
-		_, err = r.st.Put(r.ctx, key, bytes.NewReader(b))
-	}
+	})
 	if err != nil {
 		r.deleteObjects(name)
-		return fmt.Errorf("writing manifest of %s: %w", name, err)
+		return nil, err
 	}
-	return nil
+	return b, nil
 }
 
 // record writes the record naming a checkpoint whose manifest is written,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,8 @@ import (
 const (
 	envObjCrash      = "STORAGE_OBJ_CRASH" // endpoint|bucket|access|secret|region
 	envObjCrashPoint = "STORAGE_OBJ_CRASH_POINT"
+	envObjCrashDir   = "STORAGE_OBJ_CRASH_DIR"   // the local directory, owned by the parent
+	envObjCrashRanks = "STORAGE_OBJ_CRASH_RANKS" // "1": commit as a gang does
 )
 
 // objCrashFiles are bigger than one part, so a kill can leave an
@@ -64,20 +67,24 @@ func TestObjectCrashHelper(t *testing.T) {
 		}
 	}
 	r, err := OpenObject(context.Background(), objCrashStore(t, srv, f[1]), "run", Policy{NumToKeep: 1},
-		WithLeaseTTL(objCrashTTL), WithLocalDir(t.TempDir()))
+		WithLeaseTTL(objCrashTTL), WithLocalDir(os.Getenv(envObjCrashDir)))
 	must.NoError(t, err)
 	for index := int64(0); index < 2; index++ {
 		must.NoError(t, r.Append(Record{Step: 2 * index}))
 		if index == 1 {
 			r.hook = stopAt
 		}
-		s, err := r.Stage()
-		must.NoError(t, err)
-		for _, f := range objCrashFiles {
-			must.NoError(t, writeChunked(s.Dir(), f.name, crashContent(index, f.name, f.size), func() {}))
+		if os.Getenv(envObjCrashRanks) == "1" {
+			commitAsRanks(t, r, index)
+		} else {
+			s, err := r.Stage()
+			must.NoError(t, err)
+			for _, f := range objCrashFiles {
+				must.NoError(t, writeChunked(s.Dir(), f.name, crashContent(index, f.name, f.size), func() {}))
+			}
+			_, err = r.Commit(s, Record{Step: crashRecordStep(index)})
+			must.NoError(t, err)
 		}
-		_, err = r.Commit(s, Record{Step: crashRecordStep(index)})
-		must.NoError(t, err)
 		if index == 1 {
 			stopAt(pointDone)
 		}
@@ -87,7 +94,32 @@ func TestObjectCrashHelper(t *testing.T) {
 	time.Sleep(time.Hour)
 }
 
+// commitAsRanks commits checkpoint index as a gang does: each of
+// objCrashFiles is one rank's, uploaded from its own node's directory.
+func commitAsRanks(t *testing.T, r *ObjectRun, index int64) {
+	name, err := r.Reserve()
+	must.NoError(t, err)
+	var all []FileSum
+	for i, f := range objCrashFiles {
+		node := filepath.Join(os.Getenv(envObjCrashDir), fmt.Sprintf("node%d", i))
+		rs, err := NewRankStore(context.Background(), r.st, "run", node)
+		must.NoError(t, err)
+		dir := filepath.Join(node, fmt.Sprintf("rank%d-%d", i, index))
+		must.NoError(t, writeChunked(dir, f.name, crashContent(index, f.name, f.size), func() {}))
+		sums, err := rs.Upload(name, dir)
+		must.NoError(t, err)
+		all = append(all, sums...)
+	}
+	must.NoError(t, r.CommitFiles(name, Record{Step: crashRecordStep(index)}, all))
+}
+
 func TestObjectCrash(t *testing.T) {
+	for _, ranks := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ranks=%v", ranks), func(t *testing.T) { testObjectCrash(t, ranks) })
+	}
+}
+
+func testObjectCrash(t *testing.T, ranks bool) {
 	srv := s3test.Start(t)
 	for _, tc := range []struct {
 		point  string
@@ -105,9 +137,12 @@ func TestObjectCrash(t *testing.T) {
 		{pointUnmanifestd, 1, 1},
 		{pointDone, 1, 1},
 	} {
+		if ranks && tc.point == pointFileUploaded {
+			continue // a rank's upload has no crash points of the writer's
+		}
 		t.Run(tc.point, func(t *testing.T) {
 			bucket := srv.NewBucket(t)
-			killObjChildAt(t, srv, bucket, tc.point)
+			killObjChildAt(t, srv, bucket, tc.point, ranks)
 			st := objCrashStore(t, srv, bucket)
 			ctx := context.Background()
 
@@ -159,13 +194,25 @@ func checkObjCrashFiles(t *testing.T, dir string, index int64) {
 }
 
 // killObjChildAt starts the helper and SIGKILLs it once it printed
-// "AT point".
-func killObjChildAt(t *testing.T, srv *s3test.Server, bucket, point string) {
+// "AT point". A killed helper runs no cleanup of its own, so every
+// directory it writes is one this test owns and removes: its local
+// directory, and its TMPDIR (where its testing package makes its own).
+func killObjChildAt(t *testing.T, srv *s3test.Server, bucket, point string, ranks bool) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestObjectCrashHelper$", "-test.count=1")
+	local, tmp := t.TempDir(), t.TempDir()
 	cmd.Env = append(os.Environ(),
 		envObjCrash+"="+strings.Join([]string{srv.Endpoint, bucket, srv.AccessKey, srv.SecretKey, srv.Region}, "|"),
-		envObjCrashPoint+"="+point)
+		envObjCrashPoint+"="+point, envObjCrashDir+"="+local, "TMPDIR="+tmp,
+		envObjCrashRanks+"="+map[bool]string{true: "1"}[ranks])
+	defer func() {
+		// Checked where the helper was told to write, not by what appears
+		// in the system temporary directory, which other tests on the
+		// machine write to as well.
+		mine, err := os.ReadDir(local)
+		must.NoError(t, err)
+		must.SliceNotEmpty(t, mine, must.Sprint("the killed helper kept its files outside the directory this test removes"))
+	}()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

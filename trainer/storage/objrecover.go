@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -176,21 +175,7 @@ func (r *ObjectRun) readManifest(name string) (Manifest, error) {
 }
 
 // getSmall reads a whole object of at most maxManifestSize bytes.
-func (r *ObjectRun) getSmall(key string) ([]byte, error) {
-	rc, _, err := r.st.Get(r.ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxManifestSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", key, err)
-	}
-	if len(b) > maxManifestSize {
-		return nil, fmt.Errorf("%s is over %d bytes", key, maxManifestSize)
-	}
-	return b, nil
-}
+func (r *ObjectRun) getSmall(key string) ([]byte, error) { return r.files.getSmall(key) }
 
 // listLive refreshes which recorded checkpoints exist, for a reader: one
 // Head per checkpoint not yet known gone (a name never comes back). mu

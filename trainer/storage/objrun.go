@@ -43,6 +43,7 @@ func WithLocalDir(dir string) Option { return func(o *options) { o.localDir = di
 type ObjectRun struct {
 	st       *objstore.Store
 	run      string
+	files    objFiles
 	ctx      context.Context // bounds every call; the interface has no ctx per call
 	policy   Policy
 	readOnly bool
@@ -66,6 +67,7 @@ type ObjectRun struct {
 	seq      int64 // sequence number of the next progress segment
 	closed   bool
 	recovery Recovery
+	reserved map[string]bool // names Reserve gave, not yet committed or abandoned
 }
 
 // OpenObject opens the run named run on st as its writer: it takes the
@@ -109,6 +111,7 @@ func newObjectRun(ctx context.Context, st *objstore.Store, run string, p Policy,
 		now: o.now, local: o.localDir,
 		live: map[string]bool{}, intact: map[string]bool{},
 	}
+	r.files = objFiles{ctx: ctx, st: st, run: run}
 	r.check.path = r.key(objProgressDir)
 	if !readOnly {
 		// A reader makes its directory at its first restore.
@@ -125,7 +128,7 @@ func (r *ObjectRun) key(name string) string { return r.run + "/" + name }
 
 // ckptKey returns the store key of a file of a checkpoint.
 func (r *ObjectRun) ckptKey(name, file string) string {
-	return r.key(objCheckpointDir + name + "/" + file)
+	return r.files.prefix(name) + file
 }
 
 func (r *ObjectRun) where() string { return r.st.Location().String() + "/" + r.run }

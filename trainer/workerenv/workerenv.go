@@ -143,6 +143,9 @@ type CheckpointPolicy struct {
 	NumToKeep      int    `json:"num_to_keep,omitempty"` // 0 keeps all
 	ScoreAttribute string `json:"score_attribute,omitempty"`
 	ScoreOrder     string `json:"score_order,omitempty"` // "max" or "min"
+	// AsyncUpload: checkpoint uploads go on after Report returns (nil:
+	// the storage's default, on for s3:// paths).
+	AsyncUpload *bool `json:"async_upload,omitempty"`
 }
 
 // Event is one line of the Events file.

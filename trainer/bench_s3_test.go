@@ -1,0 +1,144 @@
+package trainer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/nomad-train/nomad-train/trainer"
+)
+
+// B6a: the cost of an asynchronous checkpoint every step on S3. One
+// worker trains a 64 MiB model (16 Mi float32 parameters); a step is
+// b6aPasses passes of a momentum update over every parameter (a stand-in
+// for a forward and backward pass; the step time is reported too). Steps
+// alternate in blocks between no checkpoint and a checkpoint of every
+// parameter every step (written to the checkpoint directory, then
+// Report, whose upload to the real S3 server goes on in the background).
+// Reported: the median step time with checkpoints over the median without
+// (goal <= 1.10), both measured inside the worker in the same run.
+const (
+	b6aParams = 16 << 20 // 64 MiB of float32
+	b6aBlocks = 3        // blocks of each kind, alternated
+	b6aSteps  = 5        // steps per block
+)
+
+// b6aPasses is the work of a step; B6A_PASSES changes it.
+func b6aPasses() int {
+	if n, err := strconv.Atoi(os.Getenv("B6A_PASSES")); err == nil && n > 0 {
+		return n
+	}
+	return 24
+}
+
+// b6aTimes are the step times rank 0 measured, by kind.
+type b6aTimes struct {
+	Plain, Checkpoint []time.Duration
+	Write, Report     []time.Duration // of the steps with a checkpoint
+}
+
+func b6aTrain(out string) trainer.TrainFunc {
+	return func(ctx context.Context, s *trainer.Session) error {
+		buf := make([]byte, 4*b6aParams)
+		params := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), b6aParams)
+		vel := make([]float32, b6aParams)
+		passes := b6aPasses()
+		step := func() {
+			for p := range passes {
+				g := float32(p+1) * 1e-6
+				for i := range params {
+					vel[i] = 0.9*vel[i] + g*params[i] + g
+					params[i] -= 0.01 * vel[i]
+				}
+			}
+		}
+		var times b6aTimes
+		for block := range 2 * b6aBlocks {
+			ckpt := block%2 == 1
+			for range b6aSteps {
+				start := time.Now()
+				step()
+				var ck *trainer.Checkpoint
+				written := time.Now()
+				if ckpt {
+					dir, err := s.NewCheckpointDir()
+					if err != nil {
+						return err
+					}
+					if err := os.WriteFile(filepath.Join(dir, "model.bin"), buf, 0o644); err != nil {
+						return err
+					}
+					ck = trainer.CheckpointFromDirectory(dir)
+					times.Write = append(times.Write, time.Since(written))
+				}
+				reported := time.Now()
+				if err := s.Report(ctx, trainer.Metrics{"p": params[0]}, ck); err != nil {
+					return err
+				}
+				if ckpt {
+					times.Report = append(times.Report, time.Since(reported))
+					times.Checkpoint = append(times.Checkpoint, time.Since(start))
+				} else {
+					times.Plain = append(times.Plain, time.Since(start))
+				}
+			}
+		}
+		b, err := json.Marshal(times)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	}
+}
+
+func BenchmarkB6aAsyncCheckpointStep(b *testing.B) {
+	url := s3Storage(b)
+	dir := os.Getenv("B6A_DIR") // set in the worker process
+	if dir == "" {
+		dir = b.TempDir()
+		b.Setenv("B6A_DIR", dir)
+	}
+	out := filepath.Join(dir, "times.json")
+	for i := 0; i < b.N; i++ {
+		tr := trainer.New(b6aTrain(out), trainer.Scaling{NumWorkers: 1},
+			trainer.Run{Name: fmt.Sprintf("b6a-%d", i), StoragePath: url,
+				Checkpoint: trainer.CheckpointConfig{NumToKeep: 1, AsyncUpload: trainer.Async(true)}}, nil)
+		tr.Args = []string{"-test.run=^$", "-test.bench=^" + b.Name() + "$", "-test.benchtime=1x"}
+		tr.Stdout, tr.Stderr = io.Discard, os.Stderr
+		if _, err := tr.Fit(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var times b6aTimes
+		if err := json.Unmarshal(raw, &times); err != nil {
+			b.Fatal(err)
+		}
+		plain, ckpt := median(times.Plain), median(times.Checkpoint)
+		b.ReportMetric(float64(plain.Milliseconds()), "plain-step-ms")
+		b.ReportMetric(float64(ckpt.Milliseconds()), "ckpt-step-ms")
+		b.ReportMetric(float64(ckpt)/float64(plain), "ckpt/plain")
+		b.ReportMetric(float64(median(times.Write).Milliseconds()), "write-ms")
+		b.ReportMetric(float64(median(times.Report).Milliseconds()), "report-ms")
+		if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+			b.Logf("load average: %s", strings.Fields(string(load))[0])
+		}
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,85 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+)
+
+// On an object store no directory is shared between the ranks of a gang:
+// each rank builds its checkpoints in its node's local cache directory
+// and uploads its own files; rank 0 writes the manifest. At restore rank
+// 0 finds the checkpoint (downloading and checking it on its node), and
+// every other node downloads it once, for all its ranks.
+
+// nodeCache is the local directory the ranks on this machine share for
+// the run (object store only).
+func (s *Session) nodeCache(env workerenv.Env) string {
+	return storage.NodeCacheDir(nodeCacheBase(s.rank), env.StoragePath, env.RunName)
+}
+
+// nodeCacheBase is where a rank's node keeps its caches ("": the system's
+// temporary directory); tests replace it to put ranks on different nodes.
+var nodeCacheBase = func(rank int) string { return "" }
+
+// storageOptions are the options rank 0 opens the run's storage with.
+func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
+	opts := []storage.Option{storage.WithLogger(s.log)}
+	if storage.IsObjectPath(env.StoragePath) {
+		opts = append(opts, storage.WithLocalDir(s.nodeCache(env)))
+	}
+	return opts
+}
+
+// beforeResume runs on every rank before rank 0 shares the resume point:
+// on an object store, the first rank of each node other than rank 0's
+// clears the checkpoints an earlier attempt half-built there (rank 0 does
+// on its node as it opens the storage). No rank of the node builds one
+// before the resume point is shared.
+func (s *Session) beforeResume(env workerenv.Env) {
+	if s.rank != 0 && s.localRank == 0 && storage.IsObjectPath(env.StoragePath) {
+		os.RemoveAll(filepath.Join(s.nodeCache(env), scratchDir))
+	}
+}
+
+// afterResume opens every rank's access to an object store and has each
+// node fetch the checkpoint to resume from, once for its ranks. It also
+// sets how checkpoints are uploaded.
+func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resumePoint) error {
+	s.async = asyncUploads(env)
+	if !storage.IsObjectPath(env.StoragePath) {
+		return nil
+	}
+	rs, err := storage.OpenRank(ctx, env.StoragePath, env.RunName, s.nodeCache(env), storage.WithLogger(s.log))
+	if err != nil {
+		return fmt.Errorf("open run storage: %w", err)
+	}
+	s.objects = rs
+	rp.RunDir = rs.LocalDir()
+	if s.rank == 0 || rp.Name == "" {
+		return nil
+	}
+	dir, downloaded, err := rs.Fetch(rp.Name)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if downloaded {
+		s.log.Info("downloaded the checkpoint to resume from for this node", "checkpoint", rp.Name, "dir", dir)
+	}
+	rp.Checkpoint = dir
+	return nil
+}
+
+// asyncUploads says whether checkpoint uploads go on after Report
+// returns: as the checkpoint policy says, and by default on an object
+// store only (see CheckpointConfig.AsyncUpload).
+func asyncUploads(env workerenv.Env) bool {
+	if a := env.Checkpoint.AsyncUpload; a != nil {
+		return *a
+	}
+	return storage.IsObjectPath(env.StoragePath)
+}

@@ -1,0 +1,224 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// objFiles moves a checkpoint's files between a local directory and the
+// objects under its prefix. The writer (ObjectRun) and every rank
+// (RankStore) use it: each rank uploads its own files, and each node
+// downloads a checkpoint once for all its ranks.
+type objFiles struct {
+	ctx context.Context
+	st  *objstore.Store
+	run string
+}
+
+// prefix returns the key prefix of a checkpoint's objects.
+func (o objFiles) prefix(name string) string { return o.run + "/" + objCheckpointDir + name + "/" }
+
+// upload puts every file under dir under the checkpoint's prefix, a few
+// at a time (each big file in parallel multipart parts), and returns
+// their sizes and digests, computed in the same pass. fileDone, when not
+// nil, is called after each file.
+func (o objFiles) upload(dir, name string, fileDone func()) ([]FileSum, error) {
+	files, problems, err := listTree(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("checkpoints hold regular files and directories only: %s", strings.Join(problems, "; "))
+	}
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, uploadParallel)
+	var wg sync.WaitGroup
+	for i := range files {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			files[i], errs[i] = o.uploadFile(dir, name, files[i].Path)
+			if errs[i] == nil && fileDone != nil {
+				fileDone()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("uploading checkpoint %s: %w", name, err)
+	}
+	return files, nil
+}
+
+func (o objFiles) uploadFile(dir, name, rel string) (FileSum, error) {
+	if rel == ManifestFile || rel == ManifestFile+objCorruptSuffix {
+		return FileSum{}, fmt.Errorf("%s is a reserved name in a checkpoint", rel)
+	}
+	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return FileSum{}, err
+	}
+	defer f.Close()
+	res, err := o.st.Put(o.ctx, o.prefix(name)+rel, f)
+	if err != nil {
+		return FileSum{}, err
+	}
+	return FileSum{Path: rel, Size: res.Size, SHA256: hex.EncodeToString(res.SHA256[:])}, nil
+}
+
+// fetch makes local/name a verified copy of a committed checkpoint,
+// downloading it unless a copy is there already, and says whether it
+// downloaded. The processes sharing local (the ranks of one node) take
+// turns under a file lock, so a node downloads a checkpoint once. A copy
+// is whole once its manifest is in it; a directory without one (this
+// node's own files of a checkpoint it uploaded) is replaced. check, when
+// not nil, vets the manifest before anything is downloaded.
+func (o objFiles) fetch(local, name string, check func(Manifest) []string) (string, bool, error) {
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		return "", false, fmt.Errorf("creating local directory: %w", err)
+	}
+	unlock, err := lockWait(filepath.Join(local, fetchLock))
+	if err != nil {
+		return "", false, err
+	}
+	defer unlock()
+	dir := filepath.Join(local, name)
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
+		return dir, false, nil
+	}
+	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
+	raw, err := o.getSmall(o.prefix(name) + ManifestFile)
+	if err != nil {
+		return "", false, err
+	}
+	m, err := DecodeManifest(raw)
+	if err != nil {
+		return "", false, bad(fmt.Sprintf("unreadable manifest: %v", err))
+	}
+	if check != nil {
+		if problems := check(m); len(problems) > 0 {
+			return "", false, bad(problems...)
+		}
+	}
+	listed, err := o.st.List(o.ctx, objstore.ListOptions{Prefix: o.prefix(name)})
+	if err != nil {
+		return "", false, fmt.Errorf("listing checkpoint %s: %w", name, err)
+	}
+	var found []FileSum
+	for _, obj := range listed {
+		if rel := obj.Key[len(o.prefix(name)):]; rel != ManifestFile {
+			found = append(found, FileSum{Path: rel, Size: obj.Size})
+		}
+	}
+	if problems := m.Check(found); len(problems) > 0 {
+		return "", false, bad(problems...)
+	}
+	tmp, err := os.MkdirTemp(local, tempPrefix+name+"-")
+	if err != nil {
+		return "", false, fmt.Errorf("creating restore directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	sums := make([]FileSum, len(m.Files))
+	for i, f := range m.Files {
+		if sums[i], err = o.fetchFile(name, tmp, f.Path); err != nil {
+			return "", false, err
+		}
+	}
+	if problems := m.Check(sums); len(problems) > 0 {
+		return "", false, bad(problems...)
+	}
+	// The manifest goes in last: it marks the copy whole.
+	if err := os.WriteFile(filepath.Join(tmp, ManifestFile), raw, 0o644); err != nil {
+		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
+	}
+	return dir, true, nil
+}
+
+// fetchLock is the file the processes sharing a local directory lock
+// while one of them downloads a checkpoint into it.
+const fetchLock = ".fetch.lock"
+
+// fetchFile downloads one file of a checkpoint under dir, hashing it.
+func (o objFiles) fetchFile(name, dir, rel string) (FileSum, error) {
+	if err := checkManifestPath(rel); err != nil {
+		return FileSum{}, err
+	}
+	rc, _, err := o.st.Get(o.ctx, o.prefix(name)+rel)
+	if err != nil {
+		return FileSum{}, err
+	}
+	defer rc.Close()
+	p := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return FileSum{}, fmt.Errorf("restoring %s: %w", rel, err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return FileSum{}, fmt.Errorf("restoring %s: %w", rel, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), rc)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return FileSum{}, fmt.Errorf("restoring %s: %w", path.Join(name, rel), err)
+	}
+	return FileSum{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// getSmall reads a whole object of at most maxManifestSize bytes.
+func (o objFiles) getSmall(key string) ([]byte, error) {
+	rc, _, err := o.st.Get(o.ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxManifestSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", key, err)
+	}
+	if len(b) > maxManifestSize {
+		return nil, fmt.Errorf("%s is over %d bytes", key, maxManifestSize)
+	}
+	return b, nil
+}
+
+// putManifest writes a checkpoint's manifest once: with If-None-Match
+// where the server supports it, so that two writers can never both commit
+// a name. It returns the manifest's bytes.
+func (o objFiles) putManifest(name string, rec Record, files []FileSum, warn func(error)) ([]byte, error) {
+	rec.Checkpoint = ""
+	b, err := EncodeManifest(Manifest{Record: rec, Files: files})
+	if err != nil {
+		return nil, err
+	}
+	key := o.prefix(name) + ManifestFile
+	_, err = o.st.PutIfAbsent(o.ctx, key, bytes.NewReader(b))
+	if errors.Is(err, objstore.ErrConditionalUnsupported) {
+		warn(err)
+		_, err = o.st.Put(o.ctx, key, bytes.NewReader(b))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing manifest of %s: %w", name, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,232 @@
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// A checkpoint on an object store is written by every rank: rank 0's
+// writer takes the name (Reserve); each rank uploads its own files under
+// the checkpoint's prefix with its RankStore (Upload) and tells rank 0
+// their sums; rank 0 writes the one manifest, last (CommitFiles), or
+// deletes what was uploaded (Abandon). No directory is shared between the
+// ranks, so they may run on different machines.
+
+// Sharded is what a run's writer offers when its ranks upload their own
+// checkpoint files: an ObjectRun. A Run has no need of it: the ranks share
+// its directory, and the writer moves their files into the checkpoint.
+type Sharded interface {
+	// Reserve takes the next checkpoint name; it is never reused.
+	Reserve() (string, error)
+	// CommitFiles writes the manifest of a reserved checkpoint whose
+	// files (every rank's) are uploaded, then its record, then applies
+	// retention.
+	CommitFiles(name string, rec Record, files []FileSum) error
+	// Abandon deletes what was uploaded under a reserved name that will
+	// not be committed.
+	Abandon(name string) error
+}
+
+var _ Sharded = (*ObjectRun)(nil)
+
+// Reserve takes the next checkpoint name for a commit whose files the
+// ranks upload (see Sharded).
+func (r *ObjectRun) Reserve() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.writable(); err != nil {
+		return "", err
+	}
+	name := checkpointName(r.next)
+	r.next++
+	if r.reserved == nil {
+		r.reserved = map[string]bool{}
+	}
+	r.reserved[name] = true
+	return name, nil
+}
+
+// CommitFiles commits a reserved checkpoint whose files are uploaded: it
+// writes the manifest (files are every rank's sums) with a conditional
+// write, then the record, then applies retention. The checkpoint exists
+// from the instant its manifest does. On failure before the manifest the
+// uploaded objects are deleted.
+func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum) error {
+	r.mu.Lock()
+	err := r.writable()
+	switch {
+	case err != nil:
+	case !r.reserved[name]:
+		err = fmt.Errorf("committing %s, which was not reserved or is committed already", name)
+	case rec.Checkpoint != "":
+		err = fmt.Errorf("%w: checkpoint name %q is chosen by Reserve", ErrInvalidRecord, rec.Checkpoint)
+	default:
+		rec, err = r.prepare(rec)
+	}
+	if err == nil {
+		files = slices.SortedFunc(slices.Values(files), func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
+		err = checkFileSums(files) // two ranks' files under one name among others
+	}
+	delete(r.reserved, name)
+	r.mu.Unlock()
+	if err != nil {
+		r.deleteObjects(name)
+		return fmt.Errorf("committing %s: %w", name, err)
+	}
+	r.callHook(pointUploaded)
+	if _, err := r.writeManifest(name, rec, files); err != nil {
+		return err
+	}
+	r.callHook(pointManifested)
+	return r.record(name, rec)
+}
+
+// Abandon deletes the uploaded objects of a reserved checkpoint that will
+// not be committed (a rank's upload failed).
+func (r *ObjectRun) Abandon(name string) error {
+	r.mu.Lock()
+	delete(r.reserved, name)
+	r.mu.Unlock()
+	return r.deleteObjects(name)
+}
+
+// RankStore is one rank's access to the checkpoints of a run on an object
+// store, opened by every rank without the writer lease: it uploads the
+// rank's own files of a checkpoint (Upload) and fetches a committed
+// checkpoint into a node-local cache directory, once per node (Fetch).
+// It writes nothing but checkpoint files under a reserved name, which are
+// orphans, deleted by the writer, until the manifest names them.
+type RankStore struct {
+	files objFiles
+	cache string // node-local: shared by the ranks of one machine
+	log   hclog.Logger
+}
+
+// OpenRank opens the run named run under the s3:// storage path root for
+// one rank, with cache as its node-local directory (see RankStore).
+// WithObjectConfig gives the store's non-secret options.
+func OpenRank(ctx context.Context, root, run, cache string, opts ...Option) (*RankStore, error) {
+	if !IsObjectPath(root) {
+		return nil, fmt.Errorf("%s is not an object store path", root)
+	}
+	st, err := objstore.Open(ctx, root, objectConfig(opts))
+	if err != nil {
+		return nil, err
+	}
+	return NewRankStore(ctx, st, run, cache, opts...)
+}
+
+// NewRankStore is OpenRank on an open store.
+func NewRankStore(ctx context.Context, st *objstore.Store, run, cache string, opts ...Option) (*RankStore, error) {
+	if err := checkRunName(run); err != nil {
+		return nil, err
+	}
+	o := options{log: hclog.NewNullLogger()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, fmt.Errorf("creating local directory: %w", err)
+	}
+	return &RankStore{
+		files: objFiles{ctx: ctx, st: st, run: run},
+		cache: cache,
+		log:   o.log.Named("storage").With("run", run, "store", st.Location().String()),
+	}, nil
+}
+
+// LocalDir is the node-local cache directory.
+func (r *RankStore) LocalDir() string { return r.cache }
+
+// Upload puts the files under dir (this rank's part of checkpoint name)
+// under the checkpoint's prefix, each big file in parallel parts, and
+// returns their sizes and SHA-256, for rank 0's manifest. The files then
+// move into the cache directory under the checkpoint's name, where the
+// ranks of the node gather theirs (a partial copy: Fetch replaces it), and
+// dir is removed.
+func (r *RankStore) Upload(name, dir string) ([]FileSum, error) {
+	files, err := r.files.upload(dir, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	local := filepath.Join(r.cache, name)
+	err = os.MkdirAll(local, 0o755)
+	if err == nil {
+		err = moveInto(dir, local)
+	}
+	if err == nil {
+		err = os.Remove(dir)
+	}
+	if err != nil {
+		r.log.Warn("could not keep the local copy of an uploaded checkpoint", "checkpoint", name, "error", err)
+	}
+	return files, nil
+}
+
+// Fetch returns the local directory of committed checkpoint name: a copy
+// in the cache directory, downloaded and checked against the manifest by
+// the first rank of the node that asks, while the others wait for it.
+// downloaded says whether this call downloaded it.
+func (r *RankStore) Fetch(name string) (dir string, downloaded bool, err error) {
+	dir, downloaded, err = r.files.fetch(r.cache, name, nil)
+	if err != nil {
+		return "", false, fmt.Errorf("fetching checkpoint %s: %w", name, err)
+	}
+	return dir, downloaded, nil
+}
+
+// KeepOnly removes from the cache every checkpoint copy but name's and
+// the newer ones: a node keeps the copy it would restore from.
+func (r *RankStore) KeepOnly(name string) error {
+	keep, ok := checkpointIndex(name)
+	if !ok {
+		return fmt.Errorf("%q is not a checkpoint name", name)
+	}
+	unlock, err := lockWait(filepath.Join(r.cache, fetchLock))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	entries, err := os.ReadDir(r.cache)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", r.cache, err)
+	}
+	for _, e := range entries {
+		if i, ok := checkpointIndex(e.Name()); ok && i < keep && e.IsDir() {
+			os.RemoveAll(filepath.Join(r.cache, e.Name()))
+		}
+	}
+	return nil
+}
+
+// NodeCacheDir is the node-local directory the ranks on one machine share
+// for a run kept at root (an s3:// path): under base (the system's
+// temporary directory when empty), named by the run and its location.
+func NodeCacheDir(base, root, run string) string {
+	if base == "" {
+		base = os.TempDir()
+	}
+	loc := RunLocation(root, run)
+	safe := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' {
+			return c
+		}
+		return '_'
+	}, run)
+	return filepath.Join(base, "nomad-train-cache", fmt.Sprintf("%s-%x", safe, sumOf(loc)))
+}
+
+// sumOf is a short digest of s, to name a directory after it.
+func sumOf(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return h[:6]
+}

@@ -1,0 +1,223 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// rankFixture is a writer of run "r" on a real S3 server and the store
+// ranks open their RankStores on.
+type rankFixture struct {
+	st *objstore.Store
+	w  *ObjectRun
+}
+
+func newRankFixture(t *testing.T) rankFixture {
+	t.Helper()
+	srv := s3test.Start(t)
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket, Prefix: "runs"}, objstore.Config{})
+	must.NoError(t, err)
+	w, err := OpenObject(context.Background(), st, "r", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	t.Cleanup(func() { w.Close() })
+	return rankFixture{st: st, w: w}
+}
+
+func (f rankFixture) rank(t *testing.T, cache string) *RankStore {
+	t.Helper()
+	r, err := NewRankStore(context.Background(), f.st, "r", cache)
+	must.NoError(t, err)
+	return r
+}
+
+// commitByRanks commits one checkpoint of which rank i uploads files[i]
+// from its own directory, as a gang on separate machines does.
+func (f rankFixture) commitByRanks(t *testing.T, step int64, files []map[string]string) (string, error) {
+	t.Helper()
+	name, err := f.w.Reserve()
+	must.NoError(t, err)
+	var all []FileSum
+	for _, tree := range files {
+		dir := t.TempDir()
+		writeTree(t, dir, tree)
+		sums, err := f.rank(t, t.TempDir()).Upload(name, dir)
+		if err != nil {
+			must.NoError(t, f.w.Abandon(name))
+			return "", err
+		}
+		all = append(all, sums...)
+	}
+	return name, f.w.CommitFiles(name, Record{Step: step}, all)
+}
+
+func TestRankUploadCommit(t *testing.T) {
+	f := newRankFixture(t)
+	name, err := f.commitByRanks(t, 3, []map[string]string{
+		{"model.bin": "weights", "opt/rank-0": "a"},
+		{"opt/rank-1": "b"},
+		{},
+	})
+	must.NoError(t, err)
+
+	ro, err := OpenObjectReadOnly(context.Background(), f.st, "r", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	defer ro.Close()
+	res, err := ro.LatestIntact()
+	must.NoError(t, err)
+	must.EqOp(t, name, res.Name)
+	must.EqOp(t, 3, res.Record.Step)
+	must.Eq(t, map[string]string{"model.bin": "weights", "opt/rank-0": "a", "opt/rank-1": "b"}, readTree(t, res.Path))
+}
+
+func TestRankCommitRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files []map[string]string
+	}{
+		{"two ranks, one name", []map[string]string{{"model.bin": "a"}, {"model.bin": "b"}}},
+		{"a reserved name", []map[string]string{{ManifestFile + objCorruptSuffix: "x"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newRankFixture(t)
+			prev, err := f.commitByRanks(t, 1, []map[string]string{{"m": "zero"}})
+			must.NoError(t, err)
+			_, err = f.commitByRanks(t, 2, tc.files)
+			must.Error(t, err)
+
+			res, err := f.w.LatestIntact()
+			must.NoError(t, err)
+			must.EqOp(t, prev, res.Name, must.Sprint("the previous checkpoint stays latest"))
+			ckpts, err := f.w.listCheckpoints()
+			must.NoError(t, err)
+			must.MapLen(t, 1, ckpts, must.Sprint("the refused checkpoint's objects are deleted"))
+		})
+	}
+}
+
+func TestCommitFilesNeedsReserve(t *testing.T) {
+	f := newRankFixture(t)
+	name, err := f.commitByRanks(t, 1, []map[string]string{{"m": "x"}})
+	must.NoError(t, err)
+	must.ErrorContains(t, f.w.CommitFiles(name, Record{Step: 2}, nil), "not reserved or is committed already")
+	must.ErrorContains(t, f.w.CommitFiles("checkpoint_000009", Record{Step: 2}, nil), "not reserved")
+}
+
+// TestFetchOncePerNode restores one checkpoint on two nodes of two ranks
+// each, all at once: each node downloads it once, for both its ranks.
+func TestFetchOncePerNode(t *testing.T) {
+	f := newRankFixture(t)
+	files := map[string]string{"model.bin": "weights", "shard/1": "one"}
+	name, err := f.commitByRanks(t, 5, []map[string]string{files})
+	must.NoError(t, err)
+
+	nodes := []string{t.TempDir(), t.TempDir()}
+	const localRanks = 2
+	type got struct {
+		dir        string
+		downloaded bool
+		err        error
+	}
+	results := make([]got, len(nodes)*localRanks)
+	var wg sync.WaitGroup
+	for i := range results {
+		rs := f.rank(t, nodes[i/localRanks])
+		wg.Go(func() {
+			results[i].dir, results[i].downloaded, results[i].err = rs.Fetch(name)
+		})
+	}
+	wg.Wait()
+	downloads := 0
+	for i, g := range results {
+		must.NoError(t, g.err)
+		must.EqOp(t, filepath.Join(nodes[i/localRanks], name), g.dir)
+		must.Eq(t, files, readTree(t, g.dir))
+		if g.downloaded {
+			downloads++
+		}
+	}
+	must.EqOp(t, len(nodes), downloads, must.Sprint("one download per node"))
+}
+
+func TestFetchVerifies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// local prepares the node's cache, break_ the store.
+		local  func(t *testing.T, dir string)
+		break_ func(t *testing.T, st *objstore.Store, name string)
+		want   string
+	}{
+		{
+			name: "object changed",
+			break_: func(t *testing.T, st *objstore.Store, name string) {
+				_, err := st.Put(context.Background(), "r/checkpoints/"+name+"/model.bin", bytes.NewReader([]byte("WEIGHTS")))
+				must.NoError(t, err)
+			},
+			want: "sha256",
+		},
+		{
+			// This node's own files of the checkpoint, from its upload,
+			// are not a whole copy: they are replaced.
+			name: "partial local copy",
+			local: func(t *testing.T, dir string) {
+				writeTree(t, dir, map[string]string{"shard/1": "one"})
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newRankFixture(t)
+			name, err := f.commitByRanks(t, 5, []map[string]string{{"model.bin": "weights", "shard/1": "one"}})
+			must.NoError(t, err)
+			cache := t.TempDir()
+			if tc.local != nil {
+				tc.local(t, filepath.Join(cache, name))
+			}
+			if tc.break_ != nil {
+				tc.break_(t, f.st, name)
+			}
+			dir, _, err := f.rank(t, cache).Fetch(name)
+			if tc.want != "" {
+				var bad *CheckpointError
+				must.ErrorAs[*CheckpointError](t, err, &bad)
+				must.ErrorContains(t, err, tc.want)
+				_, err := os.Stat(filepath.Join(cache, name))
+				must.True(t, os.IsNotExist(err), must.Sprint("no copy is left of a checkpoint that failed its check"))
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, map[string]string{"model.bin": "weights", "shard/1": "one"}, readTree(t, dir))
+		})
+	}
+}
+
+func TestKeepOnly(t *testing.T) {
+	cache := t.TempDir()
+	for _, d := range []string{"checkpoint_000001", "checkpoint_000002", "checkpoint_000003", "other"} {
+		must.NoError(t, os.MkdirAll(filepath.Join(cache, d), 0o755))
+	}
+	r := &RankStore{cache: cache}
+	must.NoError(t, r.KeepOnly("checkpoint_000002"))
+	left, err := os.ReadDir(cache)
+	must.NoError(t, err)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	must.Eq(t, []string{fetchLock, "checkpoint_000002", "checkpoint_000003", "other"}, names)
+}
+
+func TestNodeCacheDir(t *testing.T) {
+	a := NodeCacheDir("/base", "s3://b/p", "run one")
+	must.EqOp(t, "/base/nomad-train-cache", filepath.Dir(a))
+	must.StrHasPrefix(t, "run_one-", filepath.Base(a))
+	must.NotEq(t, a, NodeCacheDir("/base", "s3://b/q", "run one"), must.Sprint("another location, another directory"))
+	must.EqOp(t, a, NodeCacheDir("/base", "s3://b/p", "run one"))
+}
