@@ -142,8 +142,21 @@ func (n *Node) start(job *api.Job) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel[id] = cancel
 	n.mu.Unlock()
-	n.srv.Script(id, []Step{Allocations(id, count, gen, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)})
+	running := Allocations(id, count, gen, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)
+	placed := n.srv.place(job, running, gen)
 	n.wg.Go(func() {
+		if !placed && !n.srv.placeWhenFree(ctx.Done(), job, running, gen) {
+			// Stopped before it was placed: its blocked evaluation ends
+			// and no allocation ever ran.
+			n.mu.Lock()
+			if n.gen == gen {
+				delete(n.cancel, id)
+			}
+			n.mu.Unlock()
+			cancel()
+			n.srv.Script(id, []Step{{Allocations: []*api.AllocationListStub{}, Evaluations: []*api.Evaluation{}}})
+			return
+		}
 		err := n.run(ctx, job)
 		client, desired := api.AllocClientStatusComplete, api.AllocDesiredStatusRun
 		switch {
