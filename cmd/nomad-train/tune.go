@@ -84,7 +84,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs the trials on Nomad
 	cf.register(fs)
-	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, a trial waits until its whole gang fits instead of failing")
+	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", true, "on Nomad, a trial whose gang does not fit waits, PENDING, until it does (false: it fails at once); a gang no node could ever hold fails either way")
 	cf.registerLocal(fs)
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
@@ -109,7 +109,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
 			return 1
 		}
-		nj := &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
+		nj := &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, NoWait: !cf.waitForCapacity}
 		_, nj.KV = consulKV()
 		backend = nj
 		fmt.Fprintf(stdout, "==> tune %q: trials as Nomad jobs (%s), storage %s\n", cfg.Name, cf.address, filepath.Join(cfg.StoragePath, cfg.Name))
