@@ -309,6 +309,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitUsage
 	}
+	if code, ok := detachedStatus(ctx, c, run, stdout, stderr); ok {
+		return code
+	}
 	r, err := nomad.ReadRun(ctx, c, run)
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)

@@ -86,6 +86,8 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", true, "on Nomad, a trial whose gang does not fit waits, PENDING, until it does (false: it fails at once); a gang no node could ever hold fails either way")
 	cf.registerLocal(fs)
+	var df detachFlags
+	df.register(fs)
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -96,6 +98,9 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	x, ok := loadExperiment(path, &sf, cf.address != "", stderr)
 	if !ok {
 		return exitSpec
+	}
+	if df.detach {
+		return detachTune(ctx, x, path, &sf, &cf, &df, stdout, stderr)
 	}
 	cfg := x.cfg
 	cfg.Progress, cfg.ProgressInterval = stdout, *interval

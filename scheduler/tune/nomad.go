@@ -183,9 +183,12 @@ func (b *NomadJobs) ended(ctx context.Context, trial, jobID, ns string, err erro
 }
 
 // previous looks for a job of the trial left by an earlier attempt or an
-// earlier tuner: one still live with the same spec is adopted (a tuner
-// restarted after a crash goes on following it); any other is stopped and
-// purged first, since Nomad would not run a finished batch job again.
+// earlier tuner: one with the same spec that is still live, or that
+// completed (every allocation complete, none failed: it finished while the
+// tuner was down), is adopted (a tuner restarted after a crash goes on
+// following it, and does not run a finished trial again); any other is
+// stopped and purged first, since Nomad would not run a finished batch job
+// again.
 func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger) (adopt bool, err error) {
 	old, err := b.API.JobInfo(ctx, *job.ID)
 	if errors.Is(err, nomad.ErrNoSuchRun) {
@@ -198,11 +201,12 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	if err != nil {
 		return false, fmt.Errorf("list allocations of job %q: %w", *job.ID, err)
 	}
-	live := false
+	live, complete := false, len(allocs) > 0
 	for _, a := range allocs {
 		live = live || a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
+		complete = complete && a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun
 	}
-	if live && (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
+	if (live || complete) && (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
 		log.Info("adopting the trial's running job")
 		return true, nil
 	}
