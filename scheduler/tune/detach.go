@@ -41,6 +41,8 @@ const (
 	TunerTask  = "tuner"
 	// MetaTuner marks the tuner's job: its value is the experiment's name.
 	MetaTuner = trainspec.ReservedMetaPrefix + "tuner"
+	// MetaTunerStarted is when Detach registered the job.
+	MetaTunerStarted = trainspec.ReservedMetaPrefix + "tuner_started"
 	// MetaTunerMetric is the experiment's metric, for status's table.
 	MetaTunerMetric = trainspec.ReservedMetaPrefix + "tune_metric"
 	// TunerSpecFile is where the task finds the spec.
@@ -139,9 +141,24 @@ func TunerJob(o DetachOptions) (*api.Job, error) {
 	return job, nil
 }
 
-// Detach registers the experiment's tuner job (a new version when one is
-// registered already: a tuner of the same experiment resumes it).
+// ErrTunerRunning: the experiment's tuner job is still live.
+var ErrTunerRunning = errors.New("the experiment's tuner is running")
+
+// Detach registers the experiment's tuner job. A tuner job that ended (the
+// experiment finished, or was stopped) is run again, as a new version, and
+// resumes the experiment; a live one is left alone (ErrTunerRunning):
+// replacing it would stop its trials.
 func Detach(ctx context.Context, c nomad.API, job *api.Job) (*api.JobRegisterResponse, error) {
+	old, err := c.JobInfo(ctx, *job.ID)
+	switch {
+	case errors.Is(err, nomad.ErrNoSuchRun):
+	case err != nil:
+		return nil, fmt.Errorf("look up tuner job %q: %w", *job.ID, err)
+	case (old.Stop == nil || !*old.Stop) && (old.Status == nil || *old.Status != "dead"):
+		return nil, fmt.Errorf("%w: job %q; follow it with `nomad-train status`, or stop it first", ErrTunerRunning, *job.ID)
+	}
+	// Nomad runs a finished batch job again only as a new version.
+	job.Meta[MetaTunerStarted] = time.Now().UTC().Format(time.RFC3339Nano)
 	r, err := c.Register(ctx, job)
 	if err != nil {
 		return nil, fmt.Errorf("register tuner job %q: %w", *job.ID, err)

@@ -102,6 +102,8 @@ func TestReadDetached(t *testing.T) {
 	must.NoError(t, err)
 	_, err = Detach(ctx, c, job)
 	must.NoError(t, err)
+	_, err = Detach(ctx, c, job)
+	must.ErrorIs(t, err, ErrTunerRunning)
 	srv.Script("exp-tuner", []nomadtest.Step{{Allocations: []*api.AllocationListStub{{ID: "a1", JobID: "exp-tuner",
 		Name: "exp-tuner.tuner[0]", TaskGroup: TunerGroup, ClientStatus: api.AllocClientStatusRunning,
 		DesiredStatus: api.AllocDesiredStatusRun, CreateIndex: 100, ModifyIndex: 100}}, Evaluations: []*api.Evaluation{}}})
@@ -128,4 +130,28 @@ func newNomadClient(t *testing.T, addr string) *nomad.Client {
 	c, err := nomad.NewClient(nomad.Config{Address: addr})
 	must.NoError(t, err)
 	return c
+}
+
+// Detaching an experiment whose tuner job ended registers it again, as a
+// new version (Nomad runs a finished batch job again only then).
+func TestDetachAgainAfterTheTunerEnded(t *testing.T) {
+	srv := nomadtest.New(t)
+	c := newNomadClient(t, srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	job, err := TunerJob(DetachOptions{Spec: parseDetachSpec(t, detachSpec), Source: []byte(detachSpec)})
+	must.NoError(t, err)
+	_, err = Detach(ctx, c, job)
+	must.NoError(t, err)
+	must.MapContainsKey(t, srv.Job("exp-tuner").Meta, MetaTunerStarted)
+	must.NoError(t, c.Deregister(ctx, "exp-tuner", false))
+	_, err = Detach(ctx, c, job)
+	must.NoError(t, err)
+	n := 0
+	for _, r := range srv.Requests() {
+		if r == "PUT /v1/jobs" {
+			n++
+		}
+	}
+	must.EqOp(t, 2, n)
 }
