@@ -13,7 +13,6 @@ import (
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
-	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 func init() {
@@ -134,17 +133,6 @@ func detachedStatus(ctx context.Context, c nomad.API, run string, stdout, stderr
 		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
 		return 1, true
 	}
-	fmt.Fprintf(stdout, "experiment %s: tuner job %s %s, %d restarts\n", run, *d.Job.ID, d.Tuner.Phase, d.Tuner.Restarts())
-	for _, f := range d.Tuner.Failures {
-		fmt.Fprintf(stdout, "tuner failure: %s\n", f)
-	}
-	switch {
-	case d.StateErr != nil:
-		fmt.Fprintf(stdout, "no trial table: %v\n", d.StateErr)
-	case d.State == nil:
-		fmt.Fprintf(stdout, "no trial table yet in %s\n", filepath.Join(d.Job.Meta[trainspec.MetaStoragePath], run))
-	default:
-		tune.WriteTable(stdout, d.State, d.Job.Meta[tune.MetaTunerMetric])
-	}
+	d.Write(stdout)
 	return 0, true
 }

@@ -116,15 +116,15 @@ func TestNomadJobsWaitForCapacity(t *testing.T) {
 	defer cancel()
 	tb := &watchWaits{Backend: b, mu: &mu, waited: waited}
 	g, err := New(tb, space, Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
-		NumSamples: 4, MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin, Seed: 5,
+		NumSamples: 8, MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin, Seed: 5,
 		PollInterval: 10 * time.Millisecond}).Fit(ctx)
 	must.NoError(t, err)
-	must.Len(t, 4, g.Trials)
+	must.Len(t, 8, g.Trials)
 	for _, tr := range g.Trials {
 		must.EqOp(t, StatusTerminated, tr.Status, must.Sprintf("%s: %s", tr.ID, tr.Reason))
 		must.EqOp(t, 8, tr.Iterations)
 	}
-	must.EqOp(t, 4, fc.count("PUT /v1/jobs"), must.Sprint("each trial registered once"))
+	must.EqOp(t, 8, fc.count("PUT /v1/jobs"), must.Sprint("each trial registered once"))
 	for _, tr := range g.Trials {
 		must.NotNil(t, fc.srv.Job(trainspec.TrialJobID("nt", tr.ID)))
 	}

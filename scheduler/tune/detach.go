@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"time"
@@ -176,6 +177,24 @@ type Detached struct {
 	State *ExperimentState
 	// StateErr says why State could not be read.
 	StateErr error
+}
+
+// Write prints the detached experiment as status shows it: the tuner
+// job's status, then the trial table.
+func (d *Detached) Write(w io.Writer) {
+	name := d.Job.Meta[MetaTuner]
+	fmt.Fprintf(w, "experiment %s: tuner job %s %s, %d restarts\n", name, *d.Job.ID, d.Tuner.Phase, d.Tuner.Restarts())
+	for _, f := range d.Tuner.Failures {
+		fmt.Fprintf(w, "tuner failure: %s\n", f)
+	}
+	switch {
+	case d.StateErr != nil:
+		fmt.Fprintf(w, "no trial table: %v\n", d.StateErr)
+	case d.State == nil:
+		fmt.Fprintf(w, "no trial table yet in %s\n", filepath.Join(d.Job.Meta[trainspec.MetaStoragePath], name))
+	default:
+		WriteTable(w, d.State, d.Job.Meta[MetaTunerMetric])
+	}
 }
 
 // ErrNotDetached: no tuner job runs this experiment.

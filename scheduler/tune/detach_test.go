@@ -111,6 +111,9 @@ func TestReadDetached(t *testing.T) {
 	must.NoError(t, err)
 	must.Nil(t, d.State)
 	must.EqOp(t, "running", string(d.Tuner.Phase))
+	var text bytes.Buffer
+	d.Write(&text)
+	must.EqOp(t, "experiment exp: tuner job exp-tuner running, 0 restarts\nno trial table yet in "+filepath.Join(storage, "exp")+"\n", text.String())
 
 	st := &ExperimentState{Version: stateVersion, Name: "exp", Trials: []*TrialState{{ID: "trial_0000", Status: StatusRunning}}}
 	b, err := st.encode()
@@ -120,9 +123,10 @@ func TestReadDetached(t *testing.T) {
 	d, err = ReadDetached(ctx, c, "exp")
 	must.NoError(t, err)
 	must.NotNil(t, d.State)
-	var table bytes.Buffer
-	WriteTable(&table, d.State, d.Job.Meta[MetaTunerMetric])
-	must.StrContains(t, table.String(), "1 RUNNING")
+	text.Reset()
+	d.Write(&text)
+	must.StrContains(t, text.String(), "== exp: 1 trials (1 RUNNING)")
+	must.StrContains(t, text.String(), "loss") // the metric's column
 }
 
 func newNomadClient(t *testing.T, addr string) *nomad.Client {
