@@ -204,3 +204,37 @@ train "dt" {
 	must.StrContains(t, out.String(), "experiment dt: tuner job dt-tuner running")
 	must.StrContains(t, out.String(), "== dt: 3 trials (3 TERMINATED)")
 }
+
+// -detach needs a cluster to detach to, and variables it can carry there.
+func TestTuneDetachRefuses(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
+train "dt" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = grid_search([0.1]) }
+  run { storage_path = %q }
+  tune {
+    metric = "loss"
+    mode   = "min"
+  }
+}
+`, filepath.Join(dir, "shared"))), 0o644))
+	vars := filepath.Join(dir, "vars.hcl")
+	must.NoError(t, os.WriteFile(vars, nil, 0o644))
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no address", []string{"tune", "-detach", "-local", spec}, "give -address or set NOMAD_ADDR"},
+		{"a var file", []string{"tune", "-detach", "-address", "http://127.0.0.1:1", "-var-file", vars, spec}, "not -var-file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := dispatch(context.Background(), c.args, &out, &errb)
+			must.EqOp(t, exitUsage, code, must.Sprint(errb.String()))
+			must.StrContains(t, errb.String(), c.want)
+		})
+	}
+}
