@@ -104,6 +104,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitUsage
 	}
+	if code, ok := detachedStatus(ctx, c, run, stdout, stderr); ok {
+		return code
+	}
 	if err := console.PrintNomadStatus(ctx, stdout, c, run); err != nil {
 		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
 		return 1

@@ -30,8 +30,10 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs the trials on Nomad
 	cf.Register(fs)
-	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, a trial waits until its whole gang fits instead of failing")
+	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", true, "on Nomad, a trial whose gang does not fit waits, PENDING, until it does (false: it fails at once); a gang no node could ever hold fails either way")
 	cf.registerLocal(fs)
+	var df detachFlags
+	df.register(fs)
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -42,6 +44,9 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	x, ok := console.LoadExperiment(path, sf.load("", cf.Address != ""), stderr)
 	if !ok {
 		return exitSpec
+	}
+	if df.detach {
+		return detachTune(ctx, x, path, &sf, &cf, &df, stdout, stderr)
 	}
 	o := console.TuneRun{Stdout: stdout, Stderr: stderr, Interval: *interval, Verbose: *verbose,
 		Address: cf.Address, Namespace: cf.Namespace, WaitForCapacity: cf.waitForCapacity}

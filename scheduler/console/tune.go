@@ -45,7 +45,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 	where := filepath.Join(cfg.StoragePath, cfg.Name)
 	var backend tune.Backend
 	if o.Nomad != nil {
-		nj := &tune.NomadJobs{API: o.Nomad, Spec: x.Spec, Namespace: o.Namespace, WaitForCapacity: o.WaitForCapacity}
+		nj := &tune.NomadJobs{API: o.Nomad, Spec: x.Spec, Namespace: o.Namespace, NoWait: !o.WaitForCapacity}
 		if c := nomad.EnvConsulKV(); c != nil {
 			nj.KV = c
 		}

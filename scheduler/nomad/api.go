@@ -36,6 +36,8 @@ type API interface {
 	PutVariable(ctx context.Context, v *api.Variable) error
 	// DeleteVariable removes a Nomad Variable; a missing one is not an error.
 	DeleteVariable(ctx context.Context, path, namespace string) error
+	// Nodes lists the client nodes with their resources.
+	Nodes(ctx context.Context) ([]*api.NodeListStub, error)
 }
 
 // Config says how to reach Nomad, as the Nomad CLI's flags do. Empty fields
@@ -207,4 +209,12 @@ func (c *Client) DeleteVariable(ctx context.Context, path, namespace string) err
 		return nil
 	}
 	return err
+}
+
+// Nodes implements API.
+func (c *Client) Nodes(ctx context.Context) ([]*api.NodeListStub, error) {
+	q := qo(ctx, 0)
+	q.Params = map[string]string{"resources": "true"}
+	ns, _, err := c.c.Nodes().List(q)
+	return ns, err
 }

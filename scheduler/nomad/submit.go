@@ -54,7 +54,9 @@ func AddSecretTemplate(job *api.Job) {
 
 // ErrUnplaceable: no node of the cluster as it is can run a group of the
 // gang, whatever frees up (every node was filtered out by a constraint,
-// none merely lacked free resources), so waiting for capacity cannot help.
+// none merely lacked free resources; or the gang asks more cores, CPU or
+// memory than the ready nodes have when idle: IdleShortfall), so waiting
+// for capacity cannot help.
 // Errors that wrap it also wrap ErrInsufficientCapacity.
 var ErrUnplaceable = errors.New("no node of the cluster can run the gang")
 
@@ -220,6 +222,7 @@ func Submit(ctx context.Context, c API, job *api.Job, o SubmitOptions) (*Submiss
 		if err == nil {
 			break
 		}
+		err = checkIdle(ctx, c, job, err)
 		if !o.WaitForCapacity || errors.Is(err, ErrUnplaceable) {
 			return nil, err
 		}

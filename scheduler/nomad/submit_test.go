@@ -129,7 +129,8 @@ func TestSubmit(t *testing.T) {
 		var ce *CapacityError
 		must.True(t, errors.As(err, &ce))
 		must.StrContains(t, ce.Groups["worker"], `exhausted "devices: nvidia/gpu" on 3`)
-		must.Eq(t, []string{"PUT /v1/job/mnist/plan"}, srv.Requests())
+		// The nodes are asked whether they could run it when idle.
+		must.Eq(t, []string{"PUT /v1/job/mnist/plan", "GET /v1/nodes"}, srv.Requests())
 		must.Nil(t, srv.Variable("nomad/jobs/mnist"))
 	})
 	t.Run("waits for capacity by planning again", func(t *testing.T) {

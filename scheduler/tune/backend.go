@@ -33,6 +33,12 @@ type TrialSpec struct {
 	// stopped the trial). Backends that run processes do not call it: the
 	// tuner follows their progress files.
 	Reported func(ctx context.Context) error
+	// Waiting, when set, is called by a backend whose trial waits for
+	// capacity before its workers can start (a Nomad gang that does not fit
+	// while other jobs hold the nodes): with why while it waits, and with ""
+	// once it is placed. The tuner shows the trial PENDING, with why as its
+	// reason, until then (Ray Tune's trials pending on resources).
+	Waiting func(ctx context.Context, why string)
 }
 
 // Backend places trials: local processes (Processes), goroutines
@@ -297,6 +303,11 @@ func (l *linePrefixer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// ErrUnrunnable is wrapped by a backend's error when the trial can never
+// run as asked (a Nomad gang that no node of the cluster could hold): the
+// trial ends ERROR at once, without max_failures' retries.
+var ErrUnrunnable = errors.New("trial cannot run on this cluster")
 
 // errStopped is returned by an in-process trial stopped by the tuner.
 var errStopped = errors.New("trial stopped")

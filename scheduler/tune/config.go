@@ -46,6 +46,10 @@ type Config struct {
 	// MaxFailures is each trial's failure budget: how many failed attempts
 	// are restarted (from the trial's latest checkpoint); -1 is unlimited.
 	MaxFailures int
+	// KeepErrored makes a resumed experiment leave its ERROR trials as
+	// they are (Ray's resume_errored=False): a detached tuner that Nomad
+	// restarts must not run them again each time.
+	KeepErrored bool
 	// Checkpoint is each trial's checkpoint retention.
 	Checkpoint workerenv.CheckpointPolicy
 	// PollInterval is how often the progress files of process trials are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,7 +22,16 @@ import (
 // (early stopping, a PBT exploit, the time budget) is stopped through
 // Nomad: its job is deregistered, its workers get SIGTERM and their kill
 // timeout to checkpoint, and once every allocation has ended the job and
-// its secret are purged. The job's restart and reschedule policies are the
+// its secret are purged.
+//
+// A trial whose gang does not fit while other jobs (the experiment's other
+// trials, say) hold the capacity waits, shown PENDING, and is registered
+// once a plan says the whole gang fits, as Ray Tune queues trials for
+// resources; the experiment's trials are admitted one at a time, so two of
+// them do not both take the same free nodes. Only a gang that no node
+// could ever hold (nomad.ErrUnplaceable: every node filtered out, or more
+// cores or memory than the idle cluster has) fails, with the reason, and
+// is not retried (ErrUnrunnable). The job's restart and reschedule policies are the
 // spec's failure block, so every trial has the spec's failure budget; the
 // tuner's max_failures restarts a trial whose job failed, as a new job.
 //
@@ -37,10 +47,10 @@ type NomadJobs struct {
 	Spec *trainspec.Spec
 	// Namespace is the jobs' namespace when the spec names none.
 	Namespace string
-	// WaitForCapacity makes a trial wait until its whole gang fits (as
-	// `nomad-train run -wait-for-capacity`); otherwise a trial that does
-	// not fit fails, and counts against the tuner's failure budget.
-	WaitForCapacity bool
+	// NoWait makes a trial whose gang does not fit now fail at once (and
+	// count against the tuner's failure budget) instead of waiting for
+	// capacity.
+	NoWait bool
 	// StopTimeout bounds how long a stopped trial's allocations get to end
 	// before the job is purged anyway (default: the workers' kill timeout
 	// plus 15s).
@@ -59,6 +69,33 @@ type NomadJobs struct {
 	// does. Without it an earlier attempt's last generation counts
 	// against the retry's budget.
 	KV nomad.KVTree
+
+	admitOnce sync.Once
+	admitting chan struct{} // a token: held by the trial being admitted
+}
+
+// admission waits for the experiment's admission token and returns its
+// release (called once the trial's job is placed or blocked, or it ended).
+func (b *NomadJobs) admission(ctx context.Context, t TrialSpec) (func(), error) {
+	b.admitOnce.Do(func() { b.admitting = make(chan struct{}, 1) })
+	select {
+	case b.admitting <- struct{}{}:
+	default:
+		b.wait(ctx, t, "waiting for capacity: the trials before it are being placed")
+		select {
+		case b.admitting <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return sync.OnceFunc(func() { <-b.admitting }), nil
+}
+
+// wait tells the tuner the trial waits for capacity (why) or is placed.
+func (b *NomadJobs) wait(ctx context.Context, t TrialSpec, why string) {
+	if t.Waiting != nil {
+		t.Waiting(ctx, why)
+	}
 }
 
 // Run submits the trial's job (or, after the tuner restarted, adopts the
@@ -86,26 +123,47 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 		return b.ended(ctx, t.ID, jobID, ns, err)
 	}
 	var since uint64 // an adopted job's allocations are all the trial's
+	release := func() {}
 	if !adopt {
+		if release, err = b.admission(ctx, t); err != nil {
+			return b.ended(ctx, t.ID, jobID, ns, err)
+		}
+		defer release()
 		// A restart is a deliberate new attempt: a trial marked failed for
 		// good may try again, with its whole failure budget.
 		ao := nomad.AttemptOptions{StoragePath: t.StoragePath, Run: t.ID,
-			Submit: nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity, Logger: log, PlanInterval: b.PlanInterval}}
+			Submit: nomad.SubmitOptions{WaitForCapacity: !b.NoWait, Logger: log, PlanInterval: b.PlanInterval,
+				OnBlocked: func(err error) { b.wait(ctx, t, "waiting for capacity: "+err.Error()) }}}
 		if b.Spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
 			ao.KV = b.KV
 		}
 		sub, err := nomad.SubmitAttempt(ctx, b.API, job, ao)
+		if errors.Is(err, nomad.ErrUnplaceable) {
+			err = fmt.Errorf("%w: %w", ErrUnrunnable, err)
+		}
 		if err != nil {
 			return b.ended(ctx, t.ID, jobID, ns, fmt.Errorf("submit trial %s: %w", t.ID, err))
 		}
 		since = sub.Index
 	}
-	var onStatus func(nomad.Status)
-	if b.OnStatus != nil {
-		onStatus = func(st nomad.Status) { b.OnStatus(t.ID, st) }
+	b.wait(ctx, t, "")
+	onStatus := func(st nomad.Status) {
+		switch st.Phase {
+		case nomad.PhasePending:
+		case nomad.PhaseBlocked: // another job took the nodes first
+			release()
+			b.wait(ctx, t, "waiting for capacity: "+st.Reason)
+		default:
+			release() // placed (or ended): the next trial may plan
+			b.wait(ctx, t, "")
+		}
+		if b.OnStatus != nil {
+			b.OnStatus(t.ID, st)
+		}
 	}
 	_, err = nomad.Follow(ctx, b.API, nomad.FollowOptions{JobID: jobID, Namespace: ns, Since: since,
-		Count: b.Spec.Scaling.NumWorkers, WaitForCapacity: b.WaitForCapacity, OnStatus: onStatus, Logger: log})
+		Count: b.Spec.Scaling.NumWorkers, WaitForCapacity: !b.NoWait, OnStatus: onStatus, Logger: log})
+	release()
 	if err != nil {
 		err = fmt.Errorf("trial %s: %w", t.ID, err)
 	}
@@ -125,9 +183,12 @@ func (b *NomadJobs) ended(ctx context.Context, trial, jobID, ns string, err erro
 }
 
 // previous looks for a job of the trial left by an earlier attempt or an
-// earlier tuner: one still live with the same spec is adopted (a tuner
-// restarted after a crash goes on following it); any other is stopped and
-// purged first, since Nomad would not run a finished batch job again.
+// earlier tuner: one with the same spec that is still live, or that
+// completed (every allocation complete, none failed: it finished while the
+// tuner was down), is adopted (a tuner restarted after a crash goes on
+// following it, and does not run a finished trial again); any other is
+// stopped and purged first, since Nomad would not run a finished batch job
+// again.
 func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger) (adopt bool, err error) {
 	old, err := b.API.JobInfo(ctx, *job.ID)
 	if errors.Is(err, nomad.ErrNoSuchRun) {
@@ -140,11 +201,12 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	if err != nil {
 		return false, fmt.Errorf("list allocations of job %q: %w", *job.ID, err)
 	}
-	live := false
+	live, complete := false, len(allocs) > 0
 	for _, a := range allocs {
 		live = live || a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
+		complete = complete && a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun
 	}
-	if live && (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
+	if (live || complete) && (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
 		log.Info("adopting the trial's running job")
 		return true, nil
 	}

@@ -217,3 +217,22 @@ func TestNomadJobsAdoptsRunningJob(t *testing.T) {
 	must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id))
 	must.EqOp(t, 1, fc.count("PUT /v1/jobs"))
 }
+
+// A restarted tuner whose trial's job completed while it was down adopts
+// the finished job (its run is over) rather than running the trial again.
+func TestNomadJobsAdoptsCompletedJob(t *testing.T) {
+	fc, c, spec, _ := onFakeNomad(t, failTrain)
+	expDir := spec.Run.StoragePath + "/nt"
+	job, diags := trainspec.CompileTrial(spec, "trial_0000", expDir, []byte(`{"epochs":3,"lr":0.1}`))
+	must.False(t, diags.HasErrors())
+	id := *job.ID
+	fc.srv.AddJob(job)
+	fc.srv.Script(id, []nomadtest.Step{nomadtest.Allocations(id, 1, 1, api.AllocClientStatusComplete, api.AllocDesiredStatusRun)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := (&NomadJobs{API: c, Spec: spec}).Run(ctx, TrialSpec{ID: "trial_0000", StoragePath: expDir,
+		Config: []byte(`{"epochs":3,"lr":0.1}`)})
+	must.NoError(t, err)
+	must.EqOp(t, 0, fc.count("PUT /v1/jobs"), must.Sprint("a finished trial is not run again"))
+	must.EqOp(t, 0, fc.count("DELETE /v1/job/"+id))
+}

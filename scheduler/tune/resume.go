@@ -94,7 +94,7 @@ func (e *experiment) resume() {
 		case StatusRunning:
 			ts.Status = StatusPending
 		case StatusError:
-			if spent {
+			if spent || e.cfg.KeepErrored {
 				continue
 			}
 			ts.Status, ts.FailuresForgiven = StatusPending, ts.Failures

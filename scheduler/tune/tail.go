@@ -207,7 +207,7 @@ func (e *experiment) failFast(id string, metrics map[string]any) bool {
 		return false
 	}
 	for _, rt := range e.rt {
-		if rt.cancel != nil && !rt.stopping && !rt.reported {
+		if rt.cancel != nil && !rt.stopping && !rt.reported && !rt.waiting {
 			return false
 		}
 	}

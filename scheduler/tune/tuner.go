@@ -166,6 +166,8 @@ type trialRuntime struct {
 	finished   bool         // the scheduler stopped it at its end (max_t): TERMINATED
 	last       Result       // the latest result the scheduler saw (for the searcher)
 	reported   bool         // it has reported since the tuner started
+	waiting    bool         // its backend waits for capacity: shown PENDING
+	reason     string       // its reason before it waited
 }
 
 // event is a trial's message to the loop: it exited, or (in-process
@@ -175,6 +177,7 @@ type event struct {
 	exit  bool
 	err   error
 	ack   chan struct{}
+	wait  *string // Waiting's why: "" once placed
 }
 
 // note tells the user something about the experiment, on the Progress
@@ -338,7 +341,7 @@ func (e *experiment) fill(ctx context.Context) error {
 	for e.stopAll == "" && ctx.Err() == nil {
 		var pending []*TrialState
 		for _, ts := range e.state.Trials {
-			if ts.Status == StatusPending {
+			if ts.Status == StatusPending && e.rt[ts.ID].cancel == nil { // not one waiting for capacity
 				pending = append(pending, ts)
 				if len(pending) == e.cfg.MaxConcurrentTrials {
 					break
@@ -423,11 +426,21 @@ func (e *experiment) spec(ts *TrialState) (TrialSpec, error) {
 			case <-c.Done():
 			}
 			return c.Err()
+		},
+		Waiting: func(c context.Context, why string) {
+			select {
+			case e.events <- event{trial: id, wait: &why}:
+			case <-c.Done():
+			}
 		}}, nil
 }
 
 // handle processes one event.
 func (e *experiment) handle(ev event) error {
+	if ev.wait != nil {
+		e.waiting(ev.trial, *ev.wait)
+		return nil
+	}
 	e.poll(ev.trial)
 	if ev.ack != nil {
 		close(ev.ack)
@@ -440,6 +453,9 @@ func (e *experiment) handle(ev event) error {
 	rt.cancel = nil
 	e.running--
 	e.watch.remove(filepath.Join(e.dir, ts.ID))
+	if rt.waiting {
+		rt.waiting, ts.Reason = false, rt.reason
+	}
 	switch {
 	case ev.err == nil, rt.finished:
 		// The training function finished, even if a stop was on its way,
@@ -466,7 +482,8 @@ func (e *experiment) handle(ev event) error {
 	default:
 		ts.Failures++
 		ts.Reason = ev.err.Error()
-		if e.cfg.MaxFailures < 0 || ts.Failures-ts.FailuresForgiven <= e.cfg.MaxFailures {
+		retry := e.cfg.MaxFailures < 0 || ts.Failures-ts.FailuresForgiven <= e.cfg.MaxFailures
+		if retry && !errors.Is(ev.err, ErrUnrunnable) {
 			e.log.Warn("trial failed, restarting from its checkpoint", "trial", ts.ID, "failures", ts.Failures, "error", ev.err)
 			ts.Status = StatusPending
 		} else {
@@ -477,6 +494,30 @@ func (e *experiment) handle(ev event) error {
 	}
 	e.changed()
 	return nil
+}
+
+// waiting shows a trial whose backend waits for capacity as PENDING, with
+// why, and as RUNNING again once it is placed (why empty). A trial that
+// has ended or is being stopped stays as it is.
+func (e *experiment) waiting(id, why string) {
+	ts, rt := e.trial(id), e.rt[id]
+	if rt.cancel == nil || rt.stopping {
+		return
+	}
+	switch {
+	case why != "":
+		if !rt.waiting {
+			rt.waiting, rt.reason = true, ts.Reason
+		}
+		ts.Status, ts.Reason = StatusPending, why
+	case rt.waiting:
+		rt.waiting = false
+		ts.Status, ts.Reason = StatusRunning, rt.reason
+	default:
+		return
+	}
+	e.log.Debug("trial placement", "trial", id, "status", ts.Status, "waiting_for", why)
+	e.changed()
 }
 
 func (e *experiment) trial(id string) *TrialState {

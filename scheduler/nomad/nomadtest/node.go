@@ -142,8 +142,21 @@ func (n *Node) start(job *api.Job) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel[id] = cancel
 	n.mu.Unlock()
-	n.srv.Script(id, []Step{Allocations(id, count, gen, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)})
+	running := inGroup(job, Allocations(id, count, gen, api.AllocClientStatusRunning, api.AllocDesiredStatusRun))
+	placed := n.srv.place(job, running, gen)
 	n.wg.Go(func() {
+		if !placed && !n.srv.placeWhenFree(ctx.Done(), job, running, gen) {
+			// Stopped before it was placed: its blocked evaluation ends
+			// and no allocation ever ran.
+			n.mu.Lock()
+			if n.gen == gen {
+				delete(n.cancel, id)
+			}
+			n.mu.Unlock()
+			cancel()
+			n.srv.Script(id, []Step{{Allocations: []*api.AllocationListStub{}, Evaluations: []*api.Evaluation{}}})
+			return
+		}
 		err := n.run(ctx, job)
 		client, desired := api.AllocClientStatusComplete, api.AllocDesiredStatusRun
 		switch {
@@ -158,8 +171,26 @@ func (n *Node) start(job *api.Job) {
 		}
 		n.mu.Unlock()
 		cancel()
-		n.srv.Script(id, []Step{Allocations(id, count, gen, client, desired)})
+		n.srv.Script(id, []Step{inGroup(job, Allocations(id, count, gen, client, desired))})
 	})
+}
+
+// inGroup puts a step's allocations in the job's task group when it has
+// no "worker" group (a job of one other group, such as a detached tuner).
+func inGroup(job *api.Job, s Step) Step {
+	for _, g := range job.TaskGroups {
+		if g.Name != nil && *g.Name == "worker" {
+			return s
+		}
+	}
+	if len(job.TaskGroups) == 0 || job.TaskGroups[0].Name == nil {
+		return s
+	}
+	g := *job.TaskGroups[0].Name
+	for i, a := range s.Allocations {
+		a.TaskGroup, a.Name = g, fmt.Sprintf("%s.%s[%d]", *job.ID, g, i)
+	}
+	return s
 }
 
 // LocalWorkers is a RunFunc that runs a job's workers as the train driver

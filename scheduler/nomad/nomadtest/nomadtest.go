@@ -78,6 +78,8 @@ type Server struct {
 	// the create indexes of the recordings, and what a Node places after
 	// a registration is created past it, as on a real agent.
 	index uint64
+	// nodes are the client nodes of the capacity model (capacity.go).
+	nodes []*api.NodeListStub
 }
 
 // firstIndex is the index before the first registration.
@@ -111,6 +113,7 @@ func New(t testing.TB) *Server {
 	mux.HandleFunc("GET /v1/job/{id}/allocations", s.list(false))
 	mux.HandleFunc("GET /v1/job/{id}/evaluations", s.list(true))
 	mux.HandleFunc("GET /v1/allocation/{id}", s.allocInfo)
+	mux.HandleFunc("GET /v1/nodes", s.listNodes)
 	mux.HandleFunc("GET /v1/client/fs/logs/{id}", s.streamLogs)
 	mux.HandleFunc("DELETE /v1/var/{path...}", s.deleteVar)
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -316,6 +319,8 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 	var failed map[string]*api.AllocationMetric
 	if len(s.planFailures) > 0 {
 		failed, s.planFailures = s.planFailures[0], s.planFailures[1:]
+	} else {
+		failed = s.shortLocked(req.Job)
 	}
 	s.mu.Unlock()
 	reply(w, 9, api.JobPlanResponse{JobModifyIndex: 9, FailedTGAllocs: failed})

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
+)
+
+// tunerTask plays the Nomad client for the detached tuner's task: it
+// renders the task's template into a task directory, serves the task API
+// socket in its secrets directory (a proxy to the fake agent), and starts
+// the task's command with the task's environment and a workload identity
+// token, as Nomad would (with nomad-train where the clients have it).
+type tunerTask struct {
+	t       *testing.T
+	bin     string
+	args    []string
+	env     []string
+	taskDir string
+}
+
+func newTunerTask(t *testing.T, bin, agent string, job *api.Job) *tunerTask {
+	t.Helper()
+	task := job.TaskGroups[0].Tasks[0]
+	must.EqOp(t, tune.DefaultTunerCommand, task.Config["command"].(string))
+	// A short directory: a unix socket's path is at most 108 bytes.
+	dir, err := os.MkdirTemp("", "nt-task")
+	must.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	local, secrets := filepath.Join(dir, "local"), filepath.Join(dir, "secrets")
+	must.NoError(t, os.MkdirAll(local, 0o755))
+	must.NoError(t, os.MkdirAll(secrets, 0o700))
+	interp := strings.NewReplacer("${NOMAD_TASK_DIR}", local, "${NOMAD_SECRETS_DIR}", secrets)
+	for _, tp := range task.Templates {
+		// The delimiters are in no spec: the template renders verbatim.
+		must.StrNotContains(t, *tp.EmbeddedTmpl, *tp.LeftDelim)
+		must.NoError(t, os.WriteFile(filepath.Join(dir, *tp.DestPath), []byte(*tp.EmbeddedTmpl), 0o644))
+	}
+	target, err := url.Parse(agent)
+	must.NoError(t, err)
+	l, err := net.Listen("unix", filepath.Join(secrets, "api.sock"))
+	must.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ErrorLog = log.New(io.Discard, "", 0) // blocking queries the tuner gave up on when killed
+	hs := &http.Server{Handler: proxy}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+
+	tt := &tunerTask{t: t, bin: bin, taskDir: dir}
+	for _, a := range task.Config["args"].([]any) {
+		tt.args = append(tt.args, interp.Replace(a.(string)))
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NOMAD_") && !strings.HasPrefix(kv, "CONSUL_") {
+			tt.env = append(tt.env, kv)
+		}
+	}
+	for k, v := range task.Env {
+		tt.env = append(tt.env, k+"="+interp.Replace(v))
+	}
+	if task.Identity != nil && task.Identity.Env {
+		tt.env = append(tt.env, "NOMAD_TOKEN=workload-identity-jwt")
+	}
+	return tt
+}
+
+// start starts the task's command; its output goes to the test log file.
+func (tt *tunerTask) start(out *bytes.Buffer) *exec.Cmd {
+	cmd := exec.Command(tt.bin, tt.args...)
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = tt.env, tt.taskDir, out, out
+	must.NoError(tt.t, cmd.Start())
+	return cmd
+}
+
+// waitFor polls cond until it holds (the test's own deadline ends it).
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// `tune -detach` registers the tuner's job; the test plays the client:
+// it runs the job's task (nomad-train tuner, reaching the fake agent
+// through the task API socket), kills it while one trial's job is still
+// running on the cluster, and starts it again, as Nomad's restart policy
+// would. The restarted tuner resumes the experiment from its state on the
+// storage and adopts the trial's job: every trial's job is registered
+// once and runs once to its end, and status shows the experiment.
+func TestTuneDetachSurvivesTunerCrash(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	storage := filepath.Join(dir, "shared")
+	spec := filepath.Join(dir, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
+train "dt" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    lr      = grid_search([0.1, 0.05, 0.02])
+    epochs  = 3
+    samples = 200
+  }
+  run { storage_path = %q }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+  }
+}
+`, storage)), 0o644))
+	srv := nomadtest.New(t)
+	held := make(chan struct{}) // trial_0001 runs once closed
+	workers := nomadtest.LocalWorkers(bin, []string{"worker"}, nil)
+	node := nomadtest.NewNode(t, srv, func(ctx context.Context, job *api.Job) error {
+		switch {
+		case job.Meta[tune.MetaTuner] != "":
+			<-ctx.Done() // the test runs the tuner's task itself
+			return nil
+		case *job.ID == "dt-trial_0001":
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return workers(ctx, job)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var out, errb bytes.Buffer
+	code := dispatch(ctx, []string{"tune", "-detach", "-address", node.URL, spec}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
+	must.StrContains(t, out.String(), `==> tune "dt" detached: job dt-tuner`)
+	job := srv.Job("dt-tuner")
+	must.NotNil(t, job)
+	must.Eq(t, []any{"tuner", "${NOMAD_TASK_DIR}/train.hcl"}, job.TaskGroups[0].Tasks[0].Config["args"].([]any))
+	task := newTunerTask(t, bin, node.URL, job)
+
+	var log1 bytes.Buffer
+	first := task.start(&log1)
+	expDir := filepath.Join(storage, "dt")
+	waitFor(t, ctx, "trial_0000 to end and trial_0001 to run", func() bool {
+		st, ok, err := tune.LoadState(expDir)
+		return err == nil && ok && len(st.Trials) == 3 && st.Trials[0].Status == tune.StatusTerminated &&
+			st.Trials[1].Status == tune.StatusRunning && srv.Job("dt-trial_0001") != nil
+	})
+	must.NoError(t, first.Process.Kill()) // the tuner crashes, or its node is lost
+	_ = first.Wait()
+	t.Logf("first tuner:\n%s", log1.String())
+
+	var log2 bytes.Buffer
+	second := task.start(&log2)
+	close(held)
+	err := second.Wait()
+	must.NoError(t, err, must.Sprintf("the restarted tuner:\n%s", log2.String()))
+	must.StrContains(t, log2.String(), "3 TERMINATED")
+
+	st, ok, err := tune.LoadState(expDir)
+	must.NoError(t, err)
+	must.True(t, ok)
+	for _, tr := range st.Trials {
+		must.EqOp(t, tune.StatusTerminated, tr.Status, must.Sprintf("%s: %s", tr.ID, tr.Reason))
+		must.EqOp(t, 3, tr.Iterations, must.Sprint(tr.ID))
+		progress, err := os.ReadFile(filepath.Join(expDir, tr.ID, "progress.jsonl"))
+		must.NoError(t, err)
+		must.EqOp(t, 3, strings.Count(string(progress), "\n"), must.Sprintf("%s ran more than once:\n%s", tr.ID, progress))
+	}
+	n := 0
+	for _, r := range srv.Requests() {
+		if r == "PUT /v1/jobs" {
+			n++
+		}
+	}
+	must.EqOp(t, 1+3, n, must.Sprint("the tuner's job and each trial's once"))
+	must.True(t, srv.SawToken("workload-identity-jwt"), must.Sprint("the tuner authenticates with its workload identity"))
+	must.FileExists(t, filepath.Join(expDir, "results.csv"))
+
+	out.Reset()
+	code = dispatch(ctx, []string{"status", "-address", node.URL, "dt"}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
+	must.StrContains(t, out.String(), "experiment dt: tuner job dt-tuner running")
+	must.StrContains(t, out.String(), "== dt: 3 trials (3 TERMINATED)")
+}
+
+// -detach needs a cluster to detach to, and variables it can carry there.
+func TestTuneDetachRefuses(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
+train "dt" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = grid_search([0.1]) }
+  run { storage_path = %q }
+  tune {
+    metric = "loss"
+    mode   = "min"
+  }
+}
+`, filepath.Join(dir, "shared"))), 0o644))
+	vars := filepath.Join(dir, "vars.hcl")
+	must.NoError(t, os.WriteFile(vars, nil, 0o644))
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no address", []string{"tune", "-detach", "-local", spec}, "give -address or set NOMAD_ADDR"},
+		{"a var file", []string{"tune", "-detach", "-address", "http://127.0.0.1:1", "-var-file", vars, spec}, "not -var-file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := dispatch(context.Background(), c.args, &out, &errb)
+			must.EqOp(t, exitUsage, code, must.Sprint(errb.String()))
+			must.StrContains(t, errb.String(), c.want)
+		})
+	}
+}
