@@ -104,7 +104,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitUsage
 	}
-	if code, ok := detachedStatus(ctx, c, run, stdout, stderr); ok {
+	if code, ok := console.PrintDetachedStatus(ctx, c, run, stdout, stderr); ok {
 		return code
 	}
 	if err := console.PrintNomadStatus(ctx, stdout, c, run); err != nil {

@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
-	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 )
 
@@ -47,38 +44,20 @@ func detachTune(ctx context.Context, x *tune.Experiment, path string, sf *specFl
 		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
 		return 1
 	}
-	var args []string
+	o := tune.DetachOptions{Source: src, Namespace: cf.Namespace, Driver: d.driver, Command: d.command}
 	for _, k := range slices.Sorted(maps.Keys(sf.vars)) {
-		args = append(args, "-var", k+"="+sf.vars[k])
-	}
-	job, err := tune.TunerJob(tune.DetachOptions{Spec: x.Spec, Source: src, Args: args, Namespace: cf.Namespace,
-		Driver: d.driver, Command: d.command})
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-		return exitSpec
+		o.Args = append(o.Args, "-var", k+"="+sf.vars[k])
 	}
 	c, err := cf.Client()
 	if err != nil {
 		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
 		return 1
 	}
-	r, err := tune.Detach(ctx, c, job)
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "==> tune %q detached: job %s (evaluation %s), storage %s\n", x.Spec.Name, *job.ID, r.EvalID,
-		filepath.Join(x.Spec.Run.StoragePath, x.Spec.Name))
-	fmt.Fprintf(stdout, "    follow it with: nomad-train status %s\n", x.Spec.Name)
-	return exitOK
+	return console.DetachTune(ctx, c, x, o, stdout, stderr)
 }
 
-// tunerCmd is the detached tuner: the experiment's tune on Nomad (NOMAD_ADDR
-// and NOMAD_TOKEN from the task), resumed from its state when Nomad
-// restarted the task. It exits 0 once the experiment has ended, with
-// failed trials or not (they are in the state and results), so that Nomad
-// does not run it again; an error of the tuner itself is exit 1 (Nomad
-// restarts it).
+// tunerCmd is the detached tuner (console.RunTuner), with NOMAD_ADDR and
+// NOMAD_TOKEN from its task.
 func tunerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("tuner", "tuner [flags] train.hcl", stderr)
 	var sf specFlags
@@ -98,44 +77,5 @@ func tunerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "nomad-train tuner: %v\n", err)
 		return 1
 	}
-	cfg := x.Config
-	cfg.Progress, cfg.KeepErrored = stdout, true
-	nj := &tune.NomadJobs{API: c, Spec: x.Spec, Namespace: cf.Namespace}
-	if kv := nomad.EnvConsulKV(); kv != nil {
-		nj.KV = kv
-	}
-	grid, err := tune.New(nj, x.Space, cfg).Fit(ctx)
-	if grid != nil {
-		if werr := grid.WriteFiles(); werr != nil && err == nil {
-			err = werr
-		}
-	}
-	var me *tune.MetricError
-	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintln(stderr, "nomad-train tuner: stopped")
-		return 130
-	case err != nil && !errors.As(err, &me):
-		fmt.Fprintf(stderr, "nomad-train tuner: %v\n", err)
-		return 1
-	case err != nil:
-		fmt.Fprintf(stderr, "nomad-train tuner: %v\n", err) // the experiment ended
-	}
-	return exitOK
-}
-
-// detachedStatus prints a detached experiment: its tuner job's status and
-// the trial table from its state on the storage; ok is false when run
-// names no detached experiment.
-func detachedStatus(ctx context.Context, c nomad.API, run string, stdout, stderr io.Writer) (code int, ok bool) {
-	d, err := tune.ReadDetached(ctx, c, run)
-	if errors.Is(err, tune.ErrNotDetached) {
-		return 0, false
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
-		return 1, true
-	}
-	d.Write(stdout)
-	return 0, true
+	return console.RunTuner(ctx, c, x, cf.Namespace, stdout, stderr)
 }
