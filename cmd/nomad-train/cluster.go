@@ -21,34 +21,20 @@ func init() {
 // progressEvery is how often a followed run's progress is re-read.
 const progressEvery = 2 * time.Second
 
-// clusterFlags are the Nomad CLI's connection flags (nomad.Flags), with
-// the commands' own.
+// clusterFlags are the Nomad CLI's connection flags and -local
+// (nomad.LocalFlags), with the commands' own.
 type clusterFlags struct {
-	nomad.Flags
+	nomad.LocalFlags
 	waitForCapacity bool
-	local           bool // -local
 }
 
-// registerLocal adds -local, for the commands that run on Nomad when an
-// address is given (NOMAD_ADDR too) and on this machine otherwise.
-func (f *clusterFlags) registerLocal(fs *flag.FlagSet) {
-	fs.BoolVar(&f.local, "local", false, "run on this machine (the embedded default) even when NOMAD_ADDR is set")
-}
-
-// resolveLocal applies -local after parsing: no address, so the command
-// runs on this machine. -local with an explicit -address is a usage error
-// (code 2); code is -1 otherwise.
+// resolveLocal applies -local after parsing (nomad.LocalFlags.ResolveLocal);
+// code is exitUsage when the flags contradict each other, else -1.
 func (f *clusterFlags) resolveLocal(fs *flag.FlagSet, stderr io.Writer) (code int) {
-	if !f.local {
-		return -1
-	}
-	explicit := false
-	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "address" })
-	if explicit {
-		fmt.Fprintf(stderr, "nomad-train %s: -local and -address contradict each other\n", fs.Name())
+	if err := f.ResolveLocal(fs); err != nil {
+		fmt.Fprintf(stderr, "nomad-train %s: %v\n", fs.Name(), err)
 		return exitUsage
 	}
-	f.Address = ""
 	return -1
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -48,7 +49,7 @@ func TestLocalWorkersLimit(t *testing.T) {
 			path := quickstartSpec(t, dir, "lim", 1, tc.workers)
 			spec, _, ok := loadSpecFor("", path, &specFlags{}, false, new(discard))
 			must.True(t, ok)
-			must.Eq(t, tc.ok, localWorkersOK(path, spec, tc.force, new(discard)))
+			must.Eq(t, tc.ok, console.LocalWorkersOK(path, spec, tc.force, new(discard)))
 		})
 	}
 }

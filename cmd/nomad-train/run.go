@@ -22,9 +22,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var sf specFlags
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs on Nomad, none locally
-	cf.Register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", false, "on Nomad, wait until the whole gang fits instead of refusing (not when no node could ever run a worker)")
-	cf.registerLocal(fs)
+	cf.RegisterLocal(fs)
 	force := fs.Bool("force", false, "run locally even with far more workers than this machine has cores")
 	fresh := fs.Bool("fresh", false, "start the run over: move its local directory aside to <run>.old-<time> (nothing is deleted)")
 	path, code := parseArgs(fs, args, stderr)
@@ -58,7 +57,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return console.FollowNomad(ctx, c, spec, job, console.NomadRun{Address: cf.Address, Namespace: cf.Namespace,
 			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery, Live: terminal(stdout)}, stdout, stderr)
 	}
-	if !localWorkersOK(path, spec, *force, stderr) {
+	if !console.LocalWorkersOK(path, spec, *force, stderr) {
 		return 1
 	}
 	return console.RunLocal(ctx, spec, console.LocalRun{Options: console.LocalOptions(spec),

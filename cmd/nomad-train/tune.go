@@ -29,9 +29,8 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var sf specFlags
 	sf.register(fs)
 	var cf clusterFlags // -address etc.: an address runs the trials on Nomad
-	cf.Register(fs)
 	fs.BoolVar(&cf.waitForCapacity, "wait-for-capacity", true, "on Nomad, a trial whose gang does not fit waits, PENDING, until it does (false: it fails at once); a gang no node could ever hold fails either way")
-	cf.registerLocal(fs)
+	cf.RegisterLocal(fs)
 	var df detachFlags
 	df.register(fs)
 	path, code := parseArgs(fs, args, stderr)

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"strings"
@@ -30,4 +31,33 @@ func (f *Flags) Client() (*Client, error) {
 		addr = "http://" + addr
 	}
 	return NewClient(Config{Address: addr, Token: f.Token, Namespace: f.Namespace, Region: f.Region})
+}
+
+// LocalFlags add -local to Flags, for the commands that run on Nomad when
+// an address is given (NOMAD_ADDR too) and on this machine otherwise.
+type LocalFlags struct {
+	Flags
+	Local bool
+}
+
+// RegisterLocal adds the connection flags and -local to fs.
+func (f *LocalFlags) RegisterLocal(fs *flag.FlagSet) {
+	f.Register(fs)
+	fs.BoolVar(&f.Local, "local", false, "run on this machine (the embedded default) even when NOMAD_ADDR is set")
+}
+
+// ResolveLocal applies -local after fs is parsed: no address, so the
+// command runs on this machine. -local with an explicit -address is an
+// error.
+func (f *LocalFlags) ResolveLocal(fs *flag.FlagSet) error {
+	if !f.Local {
+		return nil
+	}
+	explicit := false
+	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "address" })
+	if explicit {
+		return errors.New("-local and -address contradict each other")
+	}
+	f.Address = ""
+	return nil
 }
