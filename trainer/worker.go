@@ -494,7 +494,8 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	// On an object store the run directory is a local one, where
 	// checkpoints are built and restored: the ranks of a gang must share
 	// it, which the probe checks.
-	st, err := storage.OpenStore(ctx, env.StoragePath, env.RunName, policy, storage.WithLogger(s.log))
+	st, err := storage.OpenStore(ctx, env.StoragePath, env.RunName, policy, storage.WithLogger(s.log),
+		storage.WithStorageOptions(env.Storage()))
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}

@@ -234,6 +234,10 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		task.Artifacts = []*api.TaskArtifact{art}
 	}
 	task.Templates = []*api.Template{SecretTemplate(s.Name)}
+	if p := s.credentialsPath(); p != "" {
+		task.Templates = append(task.Templates, S3CredentialsTemplate(p))
+	}
+	compileVolumes(s.Volumes, workers, task)
 	task.Resources = resources(s.Scaling.ResourcesPerWorker)
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}
@@ -326,20 +330,34 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	if s.Run.Checkpoint.ScoreAttribute != "" {
 		ckpt["score_attribute"] = s.Run.Checkpoint.ScoreAttribute
 	}
-	cfg := string(s.ConfigJSON)
-	if cfg == "" {
-		cfg = "{}"
+	train := string(s.ConfigJSON)
+	if train == "" {
+		train = "{}"
 	}
-	return map[string]any{
+	cfg := map[string]any{
 		"run_name":     s.Name,
 		"world_size":   s.Scaling.NumWorkers,
-		"train_config": cfg,
+		"train_config": train,
 		"storage_path": s.Run.StoragePath,
 		"port":         PortLabel,
 		"rendezvous":   []map[string]any{rdzv},
 		"checkpoint":   []map[string]any{ckpt},
 		"failure":      []map[string]any{{"max_failures": s.Run.Failure.MaxFailures}},
 	}
+	if o := s.Run.Storage.Options(); o != (workerenv.StorageOptions{}) {
+		st := map[string]any{}
+		if o.Endpoint != "" {
+			st["endpoint"] = o.Endpoint
+		}
+		if o.Region != "" {
+			st["region"] = o.Region
+		}
+		if o.PathStyle {
+			st["path_style"] = true
+		}
+		cfg["storage"] = []map[string]any{st}
+	}
+	return cfg
 }
 
 func resources(r Resources) *api.Resources {

@@ -15,6 +15,7 @@ func (s *Spec) RunSpec() workerenv.Run {
 		Name:        s.Name,
 		NumWorkers:  s.Scaling.NumWorkers,
 		StoragePath: s.Run.StoragePath,
+		Storage:     s.Run.Storage.Options(),
 		Entrypoint: workerenv.Entrypoint{Builtin: s.Entrypoint.Builtin, Command: s.Entrypoint.Command,
 			Args: s.Entrypoint.Args},
 		Config: s.ConfigJSON,

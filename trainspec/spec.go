@@ -86,6 +86,9 @@ type Spec struct {
 	Rendezvous Rendezvous
 	// Tune is the tune block (nomad-train tune), or nil.
 	Tune *Tune `json:",omitempty"`
+	// Volumes are the volume blocks: Nomad volumes mounted into every
+	// worker.
+	Volumes []Volume `json:",omitempty"`
 
 	// ranges remembers where some settings were written, for diagnostics
 	// raised after decoding (by Compile).
@@ -171,6 +174,9 @@ type Run struct {
 	StoragePath string
 	Checkpoint  Checkpoint
 	Failure     Failure
+	// Storage is the storage block's object store options (the block's
+	// path is StoragePath); nil when the spec has none.
+	Storage *Storage `json:",omitempty"`
 }
 
 // Checkpoint is the checkpoint retention policy.
