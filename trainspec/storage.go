@@ -131,6 +131,20 @@ func S3CredentialsCommand(job *api.Job) string {
 		flags, shellQuote(path), S3AccessKeyItem, S3SecretKeyItem)
 }
 
+// StorageNote says, for a run kept on S3, where its workers get their
+// keys: locally the AWS chain, on Nomad the Variable (or the client's
+// role). "" for a run kept in a directory.
+func StorageNote(s *Spec) string {
+	if !s.Run.IsS3() {
+		return ""
+	}
+	if p := s.credentialsPath(); p != "" {
+		return fmt.Sprintf("storage on S3: local workers use the AWS chain (AWS_* variables, ~/.aws); on Nomad they read %s and %s from the Variable %s (nomad var put %s %s=... %s=...)",
+			S3AccessKeyItem, S3SecretKeyItem, p, p, S3AccessKeyItem, S3SecretKeyItem)
+	}
+	return "storage on S3: workers use the AWS chain, locally and on Nomad (credentials = \"node\": the client's instance or task role)"
+}
+
 var nomadVarRE = regexp.MustCompile(`nomadVar "([^"]+)"`)
 
 func credentialsPathOf(tmpl string) string {

@@ -94,7 +94,8 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
 		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers})
 	}
-	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
+	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out,
+		storage.WithStorageOptions(opts.Storage))
 	// A failed run has no result to show (its error says why); a finished
 	// one, or one every worker stopped at a checkpoint, shows where it is.
 	if res != nil && (err == nil || errors.Is(err, trainer.ErrStopped)) {
