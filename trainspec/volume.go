@@ -1,6 +1,7 @@
 package trainspec
 
 import (
+	"fmt"
 	"path"
 	"regexp"
 	"slices"
@@ -39,6 +40,8 @@ type Volume struct {
 	AttachmentMode string `json:",omitempty"`
 	// PerAlloc claims "<source>[<alloc index>]": one volume per worker.
 	PerAlloc bool `json:",omitempty"`
+
+	rng hcl.Range // the block's header, for Compile's warnings
 }
 
 var volumeSchema = &hcl.BodySchema{
@@ -59,7 +62,7 @@ func (d *decoder) volumes(blocks hcl.Blocks, numWorkers int) []Volume {
 	seen := map[string]hcl.Range{}
 	dests := map[string]hcl.Range{}
 	for _, b := range blocks {
-		v := Volume{Name: b.Labels[0]}
+		v := Volume{Name: b.Labels[0], rng: b.DefRange}
 		if !volumeName.MatchString(v.Name) {
 			d.rangeErrorf(b.LabelRanges[0], "Invalid volume name",
 				"A volume name is 1 to 63 letters, digits, dots, dashes or underscores, starting with a letter or digit; got %q.", v.Name)
@@ -125,6 +128,28 @@ func (d *decoder) csiModes(b *hcl.Block, v *Volume, access, attach *hcl.Attribut
 	case shared && v.AccessMode == "multi-node-single-writer" && !v.ReadOnly:
 		d.errorf(access, "Volume for one writer", "Access mode %q allows one writer, and %d workers would write; use multi-node-multi-writer, read_only = true, or per_alloc = true.", v.AccessMode, numWorkers)
 	}
+}
+
+// volumeWarnings says what the train driver makes of the spec's volumes
+// today: it runs workers without filesystem isolation and takes no mounts
+// (MountConfigs none), so a worker sees a host volume at the client's own
+// path, not at destination, and Nomad refuses a CSI volume for its tasks
+// ("no task supports CSI").
+func volumeWarnings(vols []Volume) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	for _, v := range vols {
+		d := &hcl.Diagnostic{Severity: hcl.DiagWarning, Subject: v.rng.Ptr(), Extra: NeedsAddress}
+		switch v.Type {
+		case VolumeCSI:
+			d.Summary = "CSI volume the train driver cannot mount"
+			d.Detail = fmt.Sprintf("The train driver takes no mounts yet, so a Nomad client refuses to claim CSI volume %q for its tasks (\"no task supports CSI\"). Mount the filesystem on every client and offer it as a host volume instead.", v.Name)
+		default:
+			d.Summary = "Host volume seen at the client's path"
+			d.Detail = fmt.Sprintf("The train driver runs workers without filesystem isolation: they see host volume %q at the path the client's host_volume block gives, not at %s. Give the host volume that path on every client (host_volume %q { path = %q }) so that storage_path means the same everywhere.", v.Name, v.Destination, v.Source, v.Destination)
+		}
+		diags = append(diags, d)
+	}
+	return diags
 }
 
 // compileVolumes adds the spec's volumes to the worker group and their

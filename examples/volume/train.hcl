@@ -1,8 +1,9 @@
-# The quickstart on a cluster that shares a filesystem: an NFS export that
-# every client offers as the host volume "train-results" (client config:
-# host_volume "train-results" { path = "/srv/nfs/train" }), mounted into
-# every worker at /mnt/shared. A CSI volume works the same way with
-# type = "csi" and a multi-node access mode.
+# The quickstart on a cluster that shares a filesystem: an NFS export mounted
+# at /mnt/shared on every client, which offers it as the host volume
+# "train-results" (client config: host_volume "train-results" { path =
+# "/mnt/shared" }). The workers are placed only on clients that have it. The
+# train driver runs workers without filesystem isolation, so they see the
+# volume at the client's path: keep it equal to destination.
 train "quickstart-volume" {
   entrypoint {
     builtin = "quickstart"
