@@ -64,6 +64,7 @@ func loadExperiment(path string, sf *specFlags, forNomad bool, stderr io.Writer)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		x.env = append(x.env, k+"="+spec.Env[k])
 	}
+	trialsOnS3(spec, &x.cfg)
 	return x, true
 }
 
@@ -112,13 +113,13 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		nj := &tune.NomadJobs{API: c, Spec: x.spec, Namespace: cf.namespace, WaitForCapacity: cf.waitForCapacity}
 		_, nj.KV = consulKV()
 		backend = nj
-		fmt.Fprintf(stdout, "==> tune %q: trials as Nomad jobs (%s), storage %s\n", cfg.Name, cf.address, filepath.Join(cfg.StoragePath, cfg.Name))
+		fmt.Fprintf(stdout, "==> tune %q: trials as Nomad jobs (%s), storage %s\n", cfg.Name, cf.address, tuneStorage(cfg))
 	} else {
 		var code int
 		if backend, code = localBackend(x, *verbose, stdout, stderr); code >= 0 {
 			return code
 		}
-		fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, filepath.Join(cfg.StoragePath, cfg.Name))
+		fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, tuneStorage(cfg))
 	}
 	grid, err := tune.New(backend, x.space, cfg).Fit(ctx)
 	failed := 0
