@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,25 +25,21 @@ type lastRun struct {
 	Complete   bool `json:"complete"`
 }
 
-// readLastRun reads the record in dir; ok is false when there is none.
-func readLastRun(dir string) (rec lastRun, ok bool) {
-	if dir == "" {
-		return lastRun{}, false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, lastRunFile))
-	if err != nil || json.Unmarshal(b, &rec) != nil {
+// readLastRun reads the spec's run's record; ok is false when there is
+// none.
+func readLastRun(ctx context.Context, spec *trainspec.Spec) (rec lastRun, ok bool) {
+	b := readNote(ctx, spec, lastRunFile)
+	if b == nil || json.Unmarshal(b, &rec) != nil {
 		return lastRun{}, false
 	}
 	return rec, true
 }
 
-// writeLastRun records rec in dir; best effort, as it only feeds notes.
-func writeLastRun(dir string, rec lastRun) {
-	if dir == "" {
-		return
-	}
+// writeLastRun records rec for the spec's run; best effort, as it only
+// feeds notes.
+func writeLastRun(ctx context.Context, spec *trainspec.Spec, rec lastRun) {
 	b, _ := json.Marshal(rec)
-	_ = os.WriteFile(filepath.Join(dir, lastRunFile), b, 0o644)
+	writeNote(ctx, spec, lastRunFile, b)
 }
 
 // workersChange says how the worker count differs from the last launch's,

@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -72,9 +71,8 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 	opts.OnMetrics = func(urls []string) { printMetricsURLs(stdout, urls) }
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), storage.RunLocation(spec.Run.StoragePath, spec.Name))
-	last := lastConfigPath(spec)
-	rec, hadRec := readLastRun(runDir(spec))
-	note := configChange(last, spec.ConfigJSON)
+	rec, hadRec := readLastRun(ctx, spec)
+	note := configChange(readNote(ctx, spec, lastConfigFile), spec.ConfigJSON)
 	wnote := workersChange(rec, hadRec, spec.Scaling.NumWorkers)
 	if hadRec && rec.Complete && note == "" && wnote == "" {
 		fmt.Fprintf(stdout, "==> run %q is complete: nothing to train (run with -fresh to start it over)\n", spec.Name)
@@ -90,10 +88,9 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
 	}
-	if last != "" { // best effort: it only feeds the note above
-		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
-		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers})
-	}
+	// Best effort: they only feed the notes above.
+	writeNote(ctx, spec, lastConfigFile, spec.ConfigJSON)
+	writeLastRun(ctx, spec, lastRun{NumWorkers: spec.Scaling.NumWorkers})
 	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out,
 		storage.WithStorageOptions(opts.Storage))
 	// A failed run has no result to show (its error says why); a finished
@@ -109,9 +106,7 @@ func runLocal(ctx context.Context, spec *trainspec.Spec, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
 	}
-	if last != "" {
-		writeLastRun(runDir(spec), lastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true})
-	}
+	writeLastRun(ctx, spec, lastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true})
 	return 0
 }
 
@@ -126,26 +121,12 @@ func localOptions(spec *trainspec.Spec, stdout, stderr io.Writer) launch.Options
 // last local launch, for configChange.
 const lastConfigFile = "last-config.json"
 
-// lastConfigPath is where the spec's run keeps lastConfigFile, or "" when
-// its storage is not a local directory.
-func lastConfigPath(spec *trainspec.Spec) string {
-	dir, err := storage.LocalDir(spec.Run.StoragePath)
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(dir, spec.Name, lastConfigFile)
-}
-
-// configChange says how config differs from the one the run last ran
-// with, or "" when it does not (or there was none): a run resumes from its
-// latest checkpoint whatever its config, so changing the config of a run
-// that is far along, or done, should not go unnoticed.
-func configChange(lastPath string, config []byte) string {
-	if lastPath == "" {
-		return ""
-	}
-	before, err := os.ReadFile(lastPath)
-	if err != nil {
+// configChange says how config differs from before, the one the run last
+// ran with, or "" when it does not (or there was none): a run resumes from
+// its latest checkpoint whatever its config, so changing the config of a
+// run that is far along, or done, should not go unnoticed.
+func configChange(before, config []byte) string {
+	if before == nil {
 		return ""
 	}
 	var was, is map[string]any

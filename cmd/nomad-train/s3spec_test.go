@@ -19,6 +19,8 @@ import (
 // the workers must reach the server through the block's options (before
 // it, only AWS_ENDPOINT_URL_S3 could name a server): the run commits its
 // checkpoints there and, run again with more epochs, resumes from them.
+// The last launch's config and worker count are kept beside the run on
+// S3 (they were kept only in a local run directory).
 func TestRunQuickstartWithStorageBlock(t *testing.T) {
 	srv := s3test.Start(t)
 	bin := buildCLI(t)
@@ -61,4 +63,9 @@ train "qs" {
 	must.RegexMatch(t, regexp.MustCompile(`checkpoint\s+`+regexp.QuoteMeta(url)+`/qs/checkpoints/checkpoint_`), out)
 	out = run(3)
 	must.StrContains(t, out, "[rank 0] resuming after epoch 1")
+	// The notes of the last launch are on S3 too: the changed config was
+	// noticed above, and the same spec again has nothing to train.
+	must.StrContains(t, out, "the config changed since the last run (epochs 2 → 3)")
+	out = run(3)
+	must.StrContains(t, out, `run "qs" is complete: nothing to train`)
 }
