@@ -169,8 +169,9 @@ type DeviceConstraint struct {
 // Run holds where results go and the checkpoint and failure policies, as in
 // Ray's RunConfig.
 type Run struct {
-	// StoragePath is a local (or shared, mounted) directory; a file:// URL in
-	// the spec is turned into its path.
+	// StoragePath is a local (or shared, mounted) directory, or an
+	// s3://bucket/prefix URL; a file:// URL in the spec is turned into its
+	// path. storage_path or the storage block's path sets it.
 	StoragePath string
 	Checkpoint  Checkpoint
 	Failure     Failure
