@@ -145,6 +145,41 @@ func StorageNote(s *Spec) string {
 	return "storage on S3: workers use the AWS chain, locally and on Nomad (credentials = \"node\": the client's instance or task role)"
 }
 
+// StorageOptionsOf reads the object store options a compiled job gives
+// its workers (the train task config's storage block), as Compile wrote
+// them or as Nomad's API returns them.
+func StorageOptionsOf(job *api.Job) workerenv.StorageOptions {
+	var o workerenv.StorageOptions
+	if job == nil {
+		return o
+	}
+	for _, g := range job.TaskGroups {
+		for _, t := range g.Tasks {
+			if t.Driver != Driver {
+				continue
+			}
+			var block map[string]any
+			switch v := t.Config["storage"].(type) {
+			case []map[string]any:
+				if len(v) > 0 {
+					block = v[0]
+				}
+			case []any:
+				if len(v) > 0 {
+					block, _ = v[0].(map[string]any)
+				}
+			case map[string]any:
+				block = v
+			}
+			o.Endpoint, _ = block["endpoint"].(string)
+			o.Region, _ = block["region"].(string)
+			o.PathStyle, _ = block["path_style"].(bool)
+			return o
+		}
+	}
+	return o
+}
+
 var nomadVarRE = regexp.MustCompile(`nomadVar "([^"]+)"`)
 
 func credentialsPathOf(tmpl string) string {

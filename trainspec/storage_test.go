@@ -1,11 +1,14 @@
 package trainspec
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // An S3 run's workers get their keys from a Variable through a template
@@ -96,4 +99,18 @@ func TestVolumeWarnings(t *testing.T) {
 	must.EqOp(t, "multi-node-multi-writer", g.Volumes["c"].AccessMode)
 	must.SliceLen(t, 2, g.Tasks[0].VolumeMounts)
 	must.EqOp(t, "/mnt/shared", *g.Tasks[0].VolumeMounts[0].Destination)
+}
+
+// status reads a job's storage options back from the job, as compiled and
+// as Nomad's API returns it (JSON): they reach the CLI's S3 reader.
+func TestStorageOptionsOfJob(t *testing.T) {
+	job := compileExample(t, "examples/s3/train.hcl")
+	want := workerenv.StorageOptions{Endpoint: "http://127.0.0.1:7070", Region: "us-east-1", PathStyle: true}
+	must.Eq(t, want, StorageOptionsOf(job))
+	js, err := RenderJSON(job)
+	must.NoError(t, err)
+	var wrapped struct{ Job *api.Job }
+	must.NoError(t, json.Unmarshal(js, &wrapped))
+	must.Eq(t, want, StorageOptionsOf(wrapped.Job))
+	must.Eq(t, workerenv.StorageOptions{}, StorageOptionsOf(compileExample(t, "examples/quickstart/train.hcl")))
 }

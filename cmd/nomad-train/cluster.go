@@ -93,6 +93,7 @@ func runCluster(ctx context.Context, spec *trainspec.Spec, job *api.Job, cf *clu
 	out := &syncWriter{w: stdout}
 	opts := nomad.RunOptions{
 		AttemptOptions: nomad.AttemptOptions{StoragePath: spec.Run.StoragePath, Run: spec.Name,
+			Storage:      []storage.Option{storage.WithStorageOptions(spec.Run.Storage.Options())},
 			OnClearError: func(err error) { fmt.Fprintf(stderr, "nomad-train run: %v\n", err) },
 			Submit: nomad.SubmitOptions{WaitForCapacity: cf.waitForCapacity,
 				OnBlocked: func(err error) { fmt.Fprintf(out, "    waiting for capacity: %v\n", err) }}},
@@ -114,7 +115,8 @@ func runCluster(ctx context.Context, spec *trainspec.Spec, job *api.Job, cf *clu
 		// gang's generation, left in Consul, would otherwise count.
 		opts.KV = tree
 	}
-	opts.Progress = nomad.ProgressFor(cf.namespace, *job.ID, spec.Name, spec.Run.StoragePath, kv)
+	opts.Progress = nomad.ProgressFor(cf.namespace, *job.ID, spec.Name, spec.Run.StoragePath, kv,
+		storage.WithStorageOptions(spec.Run.Storage.Options()))
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
 		spec.Name, cf.address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
 	res, err := nomad.RunJob(ctx, c, job, opts)
@@ -238,9 +240,9 @@ func consulKV() (nomad.KV, nomad.KVTree) {
 
 // progressSource is where status reads a run's progress from
 // (nomad.ProgressFor, with Consul when CONSUL_HTTP_ADDR is set).
-func progressSource(namespace, jobID, run, storagePath string) nomad.ProgressSource {
+func progressSource(namespace, jobID, run, storagePath string, opts ...storage.Option) nomad.ProgressSource {
 	kv, _ := consulKV()
-	return nomad.ProgressFor(namespace, jobID, run, storagePath, kv)
+	return nomad.ProgressFor(namespace, jobID, run, storagePath, kv, opts...)
 }
 
 // formatRecord is one line: step, epoch, metrics, generation, attempt.
@@ -329,7 +331,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, f := range st.Failures {
 		fmt.Fprintf(stdout, "failure: %s\n", f)
 	}
-	if src := progressSource(deref(r.Job.Namespace), *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath]); src != nil {
+	if src := progressSource(deref(r.Job.Namespace), *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath],
+		storage.WithStorageOptions(trainspec.StorageOptionsOf(r.Job))); src != nil {
 		if rec, err := src.Latest(ctx); err == nil {
 			fmt.Fprintf(stdout, "last report: %s\n", formatRecord(rec))
 		}

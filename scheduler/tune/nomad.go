@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -90,7 +91,8 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 		// A restart is a deliberate new attempt: a trial marked failed for
 		// good may try again, with its whole failure budget.
 		ao := nomad.AttemptOptions{StoragePath: t.StoragePath, Run: t.ID,
-			Submit: nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity, Logger: log, PlanInterval: b.PlanInterval}}
+			Storage: []storage.Option{storage.WithStorageOptions(t.Storage)},
+			Submit:  nomad.SubmitOptions{WaitForCapacity: b.WaitForCapacity, Logger: log, PlanInterval: b.PlanInterval}}
 		if b.Spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
 			ao.KV = b.KV
 		}
