@@ -240,8 +240,8 @@ func (d *decoder) storage(b *hcl.Block, r *Run, ranges *specRanges) {
 		}
 	}
 	if attr := a["endpoint"]; d.nonEmpty(attr, &st.Endpoint) {
-		if err := checkEndpoint(st.Endpoint); err != nil {
-			d.errorf(attr, "Invalid endpoint", "%s", err)
+		if p := endpointProblem(st.Endpoint); p != "" {
+			d.errorf(attr, "Invalid endpoint", "%s", p)
 		}
 	}
 	d.nonEmpty(a["region"], &st.Region)
@@ -280,21 +280,22 @@ func unsupportedName(diag *hcl.Diagnostic) (string, bool) {
 	return name, ok
 }
 
-// checkEndpoint accepts an http or https base URL without credentials,
-// query or fragment.
-func checkEndpoint(raw string) error {
+// endpointProblem says what is wrong with an endpoint, in sentences, or
+// "": it must be an http or https base URL without credentials, query or
+// fragment.
+func endpointProblem(raw string) string {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return fmt.Errorf("endpoint %q is not a URL: %w.", raw, err)
+		return fmt.Sprintf("endpoint %q is not a URL: %s.", raw, err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("endpoint %q must be an http:// or https:// URL, such as \"https://minio.example:9000\".", raw)
+		return fmt.Sprintf("endpoint %q must be an http:// or https:// URL, such as \"https://minio.example:9000\".", raw)
 	case u.User != nil:
-		return fmt.Errorf("endpoint %q holds credentials. %s", u.Redacted(), credentialsHelp)
+		return fmt.Sprintf("endpoint %q holds credentials. %s", u.Redacted(), credentialsHelp)
 	case u.Host == "":
-		return fmt.Errorf("endpoint %q names no host.", raw)
+		return fmt.Sprintf("endpoint %q names no host.", raw)
 	case u.RawQuery != "" || u.Fragment != "":
-		return fmt.Errorf("endpoint %q must have no query or fragment.", raw)
+		return fmt.Sprintf("endpoint %q must have no query or fragment.", raw)
 	}
-	return nil
+	return ""
 }
