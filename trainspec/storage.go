@@ -139,8 +139,12 @@ func StorageNote(s *Spec) string {
 		return ""
 	}
 	if p := s.credentialsPath(); p != "" {
-		return fmt.Sprintf("storage on S3: local workers use the AWS chain (AWS_* variables, ~/.aws); on Nomad they read %s and %s from the Variable %s (nomad var put %s %s=... %s=...)",
+		note := fmt.Sprintf("storage on S3: local workers use the AWS chain (AWS_* variables, ~/.aws); on Nomad they read %s and %s from the Variable %s (nomad var put %s %s=... %s=...)",
 			S3AccessKeyItem, S3SecretKeyItem, p, p, S3AccessKeyItem, S3SecretKeyItem)
+		if s.Tune != nil {
+			note += "; every trial job reads it, which takes an ACL policy granting the trials' workload identities read on it"
+		}
+		return note
 	}
 	return "storage on S3: workers use the AWS chain, locally and on Nomad (credentials = \"node\": the client's instance or task role)"
 }

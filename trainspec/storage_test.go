@@ -114,3 +114,23 @@ func TestStorageOptionsOfJob(t *testing.T) {
 	must.Eq(t, want, StorageOptionsOf(wrapped.Job))
 	must.Eq(t, workerenv.StorageOptions{}, StorageOptionsOf(compileExample(t, "examples/quickstart/train.hcl")))
 }
+
+// Every trial of an experiment on S3 reads the experiment's keys (one
+// Variable), not a Variable of its own job; the spec is not changed.
+func TestTrialsReadTheExperimentsCredentials(t *testing.T) {
+	src := `train "exp" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = choice([0.1, 0.2]) }
+  run {
+    storage { path = "s3://b/p" }
+  }
+  tune { num_samples = 2 }
+}
+`
+	spec, diags := Parse([]byte(src), "t.hcl", ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
+	job, diags := CompileTrial(spec, "trial_0001", "s3://b/p/exp", []byte(`{"lr":0.1}`))
+	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
+	must.StrContains(t, S3CredentialsCommand(job), "nomad var put nomad/jobs/exp/worker ")
+	must.EqOp(t, "", spec.Run.Storage.CredentialsVariable)
+}
