@@ -116,6 +116,10 @@ type TaskConfig struct {
 	Rendezvous   RendezvousConfig
 	Checkpoint   CheckpointConfig
 	Failure      FailureConfig
+	// Storage holds the non-secret options of an s3:// StoragePath (the
+	// storage {} block); the workers' credentials come from their
+	// environment, never from the task config.
+	Storage workerenv.StorageOptions
 }
 
 // RunSpec is the run the task config describes (train.hcl's RunSpec,
@@ -127,6 +131,7 @@ func (c TaskConfig) RunSpec() workerenv.Run {
 		MinWorkers:  c.MinWorldSize,
 		Settle:      c.Rendezvous.Settle,
 		StoragePath: c.StoragePath,
+		Storage:     c.Storage,
 		Entrypoint:  workerenv.Entrypoint{Builtin: c.Builtin, Command: c.Command, Args: c.Args, Launcher: c.Launcher},
 		Config:      json.RawMessage(c.TrainConfig),
 		Checkpoint: workerenv.CheckpointPolicy{NumToKeep: c.Checkpoint.NumToKeep,
@@ -191,6 +196,11 @@ func taskConfigSpec() *hclspec.Spec {
 		"train_config":   specDefault(specAttr("train_config", "string", false), `"{}"`),
 		"storage_path":   specAttr("storage_path", "string", true),
 		"port":           specDefault(specAttr("port", "string", false), `"train"`),
+		"storage": specBlock("storage", specObject(map[string]*hclspec.Spec{
+			"endpoint":   specAttr("endpoint", "string", false),
+			"region":     specAttr("region", "string", false),
+			"path_style": specAttr("path_style", "bool", false),
+		})),
 		"rendezvous": specBlock("rendezvous", specObject(map[string]*hclspec.Spec{
 			"backend":             specDefault(specAttr("backend", "string", false), `"consul"`),
 			"address":             specAttr("address", "string", false),
@@ -285,6 +295,10 @@ func decodeTaskConfig(b []byte) (TaskConfig, error) {
 	}
 	if tc.Port == "" {
 		tc.Port = "train"
+	}
+	if st := v.GetAttr("storage"); !st.IsNull() {
+		tc.Storage = workerenv.StorageOptions{Endpoint: getString(st, "endpoint"),
+			Region: getString(st, "region"), PathStyle: getBool(st, "path_style")}
 	}
 	if err := decodeRendezvous(v.GetAttr("rendezvous"), &tc.Rendezvous); err != nil {
 		return tc, err

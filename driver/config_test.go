@@ -156,6 +156,8 @@ func FuzzDecodeTaskConfig(f *testing.F) {
 		{"command": "x", "args": []any{"a", 1, true}, "checkpoint": map[string]any{"num_to_keep": 1e20}},
 		{"command": "python3", "args": []any{"train.py"}, "launcher": "external", "run_name": "r", "world_size": 2, "storage_path": "/d"},
 		{"builtin": "quickstart", "launcher": "direct", "run_name": "r", "world_size": 1, "storage_path": "/d"},
+		{"builtin": "quickstart", "run_name": "r", "world_size": 2, "storage_path": "s3://b/p",
+			"storage": map[string]any{"endpoint": "http://127.0.0.1:9000", "region": "eu-west-1", "path_style": true}},
 	}
 	for _, s := range seeds {
 		v := toCty(s)

@@ -52,7 +52,7 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	paths := pathsOf(tc)
 	root := storage.Rebase(cfg.StoragePath, paths.TaskDir)
 	attempt := storage.AttemptID(readSecret(filepath.Join(paths.SecretsDir, secretFileName)))
-	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt); err == nil && failed {
+	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt, storage.WithStorageOptions(cfg.Storage)); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
 			"run %q failed for good: %s; remove %s to run it again",
 			cfg.RunName, f.Reason, filepath.Join(root, cfg.RunName, storage.FailedFile)))

@@ -28,7 +28,7 @@ var nodeCacheBase = func(rank int) string { return "" }
 
 // storageOptions are the options rank 0 opens the run's storage with.
 func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
-	opts := []storage.Option{storage.WithLogger(s.log)}
+	opts := []storage.Option{storage.WithLogger(s.log), storage.WithStorageOptions(env.Storage())}
 	if storage.IsObjectPath(env.StoragePath) {
 		opts = append(opts, storage.WithLocalDir(s.nodeCache(env)))
 	}
@@ -54,7 +54,8 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
 	}
-	rs, err := storage.OpenRank(ctx, env.StoragePath, env.RunName, s.nodeCache(env), storage.WithLogger(s.log))
+	rs, err := storage.OpenRank(ctx, env.StoragePath, env.RunName, s.nodeCache(env), storage.WithLogger(s.log),
+		storage.WithStorageOptions(env.Storage()))
 	if err != nil {
 		return fmt.Errorf("open run storage: %w", err)
 	}

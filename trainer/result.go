@@ -60,9 +60,10 @@ var ErrRunFailed = errors.New("run failed")
 // LoadResult reads a run's storage and combines it with how its workers
 // ended (out may be nil) into a Result. When a worker failed it returns the
 // Result together with an error wrapping ErrRunFailed that names the cause.
-func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome) (*Result, error) {
+// opts reach the storage (WithStorageOptions for an s3:// storage path).
+func LoadResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome, opts ...storage.Option) (*Result, error) {
 	if storage.IsObjectPath(storagePath) {
-		return loadObjectResult(storagePath, run, policy, out)
+		return loadObjectResult(storagePath, run, policy, out, opts)
 	}
 	st, err := storage.OpenReadOnly(storagePath, run, storagePolicy(policy))
 	if err != nil {

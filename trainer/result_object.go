@@ -12,9 +12,9 @@ import (
 // loadObjectResult is LoadResult for a run on an object store. It reads
 // the records and which checkpoints exist, and downloads nothing: the
 // Result's checkpoints are named by their s3:// location.
-func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome) (*Result, error) {
+func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome, opts []storage.Option) (*Result, error) {
 	ctx := context.Background()
-	st, err := storage.OpenStoreReadOnly(ctx, storagePath, run, storagePolicy(policy))
+	st, err := storage.OpenStoreReadOnly(ctx, storagePath, run, storagePolicy(policy), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open run storage: %w", err)
 	}

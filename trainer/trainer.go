@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-train/nomad-train/trainer/launch"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -97,6 +98,10 @@ type Run struct {
 	StoragePath string // root directory of run storage (default "./results")
 	Checkpoint  CheckpointConfig
 	Failure     FailureConfig
+	// Storage holds the non-secret options of an s3://bucket/prefix
+	// StoragePath (endpoint, region, path style); credentials come from
+	// the AWS chain.
+	Storage workerenv.StorageOptions
 }
 
 // Trainer runs one training function on a gang of workers.
@@ -140,9 +145,9 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 	if t.run.Name == "" {
 		return nil, errors.New("run: Name must be set")
 	}
-	storage := t.run.StoragePath
-	if storage == "" {
-		storage = "./results"
+	root := t.run.StoragePath
+	if root == "" {
+		root = "./results"
 	}
 	cfg, err := json.Marshal(t.config)
 	if err != nil {
@@ -166,7 +171,8 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 			NumWorkers:  numWorkers,
 			MinWorkers:  minWorkers,
 			Settle:      t.scaling.Settle,
-			StoragePath: storage,
+			StoragePath: root,
+			Storage:     t.run.Storage,
 			Config:      cfg,
 			Checkpoint:  policy,
 			MaxFailures: t.run.Failure.MaxFailures,
@@ -180,5 +186,5 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return LoadResult(storage, t.run.Name, policy, out)
+	return LoadResult(root, t.run.Name, policy, out, storage.WithStorageOptions(t.run.Storage))
 }

@@ -91,6 +91,24 @@ func TestBadSpecs(t *testing.T) {
 		{"gs_storage.hcl", []string{
 			"gs_storage.hcl:4:20-4:41: error: Unsupported storage path; storage scheme \"gs\" is not supported; use a local or mounted shared directory, an s3://bucket/prefix URL, or a file:// URL.",
 		}},
+		{"storage_secret.hcl", []string{
+			"storage_secret.hcl:3:18-3:39: error: Credentials in the spec; AWS_SECRET_ACCESS_KEY is a credential. A spec holds no credentials (it is compiled into the Nomad job, which anyone who can read the job sees). Locally the workers use the AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a profile in ~/.aws. On Nomad they read them from the Nomad Variable nomad/jobs/<run>/worker (`nomad var put nomad/jobs/<run>/worker aws_access_key_id=... aws_secret_access_key=...`), or from an instance role with credentials = \"node\".",
+			"storage_secret.hcl:7:7-7:17: error: Credentials in the spec; \"access_key\" looks like a credential, and the storage block takes none. A spec holds no credentials (it is compiled into the Nomad job, which anyone who can read the job sees). Locally the workers use the AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a profile in ~/.aws. On Nomad they read them from the Nomad Variable nomad/jobs/<run>/worker (`nomad var put nomad/jobs/<run>/worker aws_access_key_id=... aws_secret_access_key=...`), or from an instance role with credentials = \"node\".",
+			"storage_secret.hcl:8:7-8:17: error: Credentials in the spec; \"secret_key\" looks like a credential, and the storage block takes none. A spec holds no credentials (it is compiled into the Nomad job, which anyone who can read the job sees). Locally the workers use the AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a profile in ~/.aws. On Nomad they read them from the Nomad Variable nomad/jobs/<run>/worker (`nomad var put nomad/jobs/<run>/worker aws_access_key_id=... aws_secret_access_key=...`), or from an instance role with credentials = \"node\".",
+			"storage_secret.hcl:9:7-9:12: error: Credentials in the spec; \"token\" looks like a credential, and the storage block takes none. A spec holds no credentials (it is compiled into the Nomad job, which anyone who can read the job sees). Locally the workers use the AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a profile in ~/.aws. On Nomad they read them from the Nomad Variable nomad/jobs/<run>/worker (`nomad var put nomad/jobs/<run>/worker aws_access_key_id=... aws_secret_access_key=...`), or from an instance role with credentials = \"node\".",
+			"storage_secret.hcl:11:7-11:12: error: Unsupported argument; An argument named \"color\" is not expected here.",
+			"storage_secret.hcl:10:20-10:60: error: Invalid endpoint; endpoint \"https://AKIA:xxxxx@minio.example:9000\" holds credentials. A spec holds no credentials (it is compiled into the Nomad job, which anyone who can read the job sees). Locally the workers use the AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or a profile in ~/.aws. On Nomad they read them from the Nomad Variable nomad/jobs/<run>/worker (`nomad var put nomad/jobs/<run>/worker aws_access_key_id=... aws_secret_access_key=...`), or from an instance role with credentials = \"node\".",
+		}},
+		{"storage_conflict.hcl", []string{
+			"storage_conflict.hcl:4:5-4:17: error: Conflicting storage settings; storage_path and the storage block (at storage_conflict.hcl:5,5-12) both say where the run is kept; move the path into the storage block as path = ... and remove storage_path.",
+		}},
+		{"storage_directory.hcl", []string{
+			"storage_directory.hcl:6:21-6:33: error: Invalid endpoint; endpoint \"minio:9000\" must be an http:// or https:// URL, such as \"https://minio.example:9000\".",
+			"storage_directory.hcl:8:21-8:28: error: Invalid value; credentials must be one of \"variable\" or \"node\"; got \"vault\".",
+			"storage_directory.hcl:6:7-6:15: error: Object store option on a directory; endpoint applies to an s3://bucket/prefix path; \"/mnt/results\" is a directory.",
+			"storage_directory.hcl:7:7-7:13: error: Object store option on a directory; region applies to an s3://bucket/prefix path; \"/mnt/results\" is a directory.",
+			"storage_directory.hcl:8:7-8:18: error: Object store option on a directory; credentials applies to an s3://bucket/prefix path; \"/mnt/results\" is a directory.",
+		}},
 		{"syntax_error.hcl", []string{
 			"syntax_error.hcl:2:38-3:1: error: Invalid single-argument block definition; An argument definition on the same line as its containing block creates a single-line block definition, which must also be closed on the same line. Place the block's closing brace immediately after the argument definition.",
 		}},
@@ -111,6 +129,16 @@ func TestBadSpecs(t *testing.T) {
 		}},
 		{"variable_without_value.hcl", []string{
 			"variable_without_value.hcl:1:1-1:19: error: No value for variable; Variable \"workers\" has no default. Set it with -var workers=..., in a -var-file, or with the environment variable NOMAD_VAR_workers.",
+		}},
+		{"volume_bad.hcl", []string{
+			"volume_bad.hcl:5:19-5:24: error: Invalid value; type must be one of \"host\" or \"csi\"; got \"nfs\".",
+			"volume_bad.hcl:7:19-7:31: error: Mount destination not absolute; destination is where the volume appears in every worker, an absolute path such as \"/mnt/shared\"; got \"mnt/shared\".",
+			"volume_bad.hcl:13:5-13:16: error: Setting of a CSI volume; access_mode applies to a volume of type \"csi\", not to a host volume.",
+			"volume_bad.hcl:18:19-18:27: error: Two volumes at one destination; Another volume is mounted at /mnt/a (volume_bad.hcl:12,5-27).",
+			"volume_bad.hcl:15:3-15:15: error: Missing CSI modes; A CSI volume needs access_mode (one of \"single-node-reader-only\", \"single-node-writer\", \"multi-node-reader-only\", \"multi-node-single-writer\" or \"multi-node-multi-writer\") and attachment_mode (\"file-system\" or \"block-device\").",
+			"volume_bad.hcl:24:23-24:47: error: Read-only access mode; A volume with access mode \"multi-node-reader-only\" must be mounted with read_only = true.",
+			"volume_bad.hcl:31:23-31:43: error: Volume for one worker; Access mode \"single-node-writer\" lets one allocation claim the volume, and 4 workers would; use a multi-node mode, or per_alloc = true for one volume per worker.",
+			"volume_bad.hcl:34:10-34:15: error: Duplicate volume; Volume \"one\" is defined twice; the first is at volume_bad.hcl:27,3-15.",
 		}},
 		{"wrong_type.hcl", []string{
 			"wrong_type.hcl:4:19-4:25: error: Incorrect attribute value type; Inappropriate value for attribute \"num_workers\": a number is required.",

@@ -234,6 +234,11 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		task.Artifacts = []*api.TaskArtifact{art}
 	}
 	task.Templates = []*api.Template{SecretTemplate(s.Name)}
+	if p := s.credentialsPath(); p != "" {
+		task.Templates = append(task.Templates, S3CredentialsTemplate(p))
+	}
+	compileVolumes(s.Volumes, workers, task)
+	diags = append(diags, volumeWarnings(s.Volumes)...)
 	task.Resources = resources(s.Scaling.ResourcesPerWorker)
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}
@@ -348,6 +353,19 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	}
 	if s.Scaling.MinWorkers > 0 { // elastic: the group asks for the most
 		tc["min_world_size"] = s.Scaling.MinWorkers
+	}
+	if o := s.Run.Storage.Options(); o != (workerenv.StorageOptions{}) {
+		st := map[string]any{}
+		if o.Endpoint != "" {
+			st["endpoint"] = o.Endpoint
+		}
+		if o.Region != "" {
+			st["region"] = o.Region
+		}
+		if o.PathStyle {
+			st["path_style"] = true
+		}
+		tc["storage"] = []map[string]any{st}
 	}
 	return tc
 }

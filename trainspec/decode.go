@@ -126,6 +126,7 @@ var trainSchema = &hcl.BodySchema{
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "entrypoint"}, {Type: "scaling"}, {Type: "run"}, {Type: "rendezvous"}, {Type: "tune"},
+		{Type: "volume", LabelNames: []string{"name"}},
 	},
 }
 
@@ -186,6 +187,9 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 					"nomad-train sets %q for every worker (the worker contract: %s variables other than its tuning settings, and torchrun's); a job that sets it is refused. Rename or remove it.",
 					k, workerenv.Prefix)
 			}
+			if credentialEnv(k) {
+				d.keyErrorf(attr, k, "Credentials in the spec", "%s is a credential. %s", k, credentialsHelp)
+			}
 		}
 	}
 	if attr := a["config"]; attr != nil {
@@ -204,6 +208,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		d.scaling(sc, &s.Scaling, &s.ranges)
 		d.warnGPUOnBuiltin(sc, s)
 	}
+	s.Volumes = d.volumes(c.Blocks.OfType("volume"), s.Scaling.NumWorkers)
 	if r := d.single(c, "run"); r != nil {
 		d.run(r, &s.Run, &s.ranges)
 	}
@@ -313,7 +318,7 @@ func (d *decoder) artifact(b *hcl.Block) *Artifact {
 var (
 	runSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "storage_path"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "checkpoint"}, {Type: "failure"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "checkpoint"}, {Type: "failure"}, {Type: "storage"}},
 	}
 	checkpointSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}, {Name: "async_upload"}},
@@ -335,6 +340,13 @@ func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 				ranges.storage = attr.Range
 			}
 		}
+	}
+	if sb := d.single(c, "storage"); sb != nil {
+		if attr := c.Attributes["storage_path"]; attr != nil {
+			d.rangeErrorf(attr.NameRange, "Conflicting storage settings",
+				"storage_path and the storage block (at %s) both say where the run is kept; move the path into the storage block as path = ... and remove storage_path.", sb.DefRange)
+		}
+		d.storage(sb, r, ranges)
 	}
 	if cb := d.single(c, "checkpoint"); cb != nil {
 		cc := d.content(cb.Body, checkpointSchema)

@@ -41,7 +41,14 @@
 // args and an artifact; scaling takes use_gpu, placement_strategy ("PACK",
 // "SPREAD", "STRICT_SPREAD") and trainer_resources; resources_per_worker
 // takes gpu, gpu_model, and gpu_constraint / gpu_affinity blocks (attribute
-// names such as "memory" become ${device.attr.memory}). Strings are HCL
+// names such as "memory" become ${device.attr.memory}). run may hold a
+// storage block instead of storage_path: path (a directory or
+// s3://bucket/prefix) and an object store's non-secret options (endpoint,
+// region, path_style, credentials = "variable" or "node",
+// credentials_variable); keys that look like credentials are refused.
+// volume "name" blocks (type "host" or "csi", source, destination,
+// read_only, and a CSI volume's access_mode, attachment_mode, per_alloc)
+// become the worker group's volumes and the worker task's mounts. Strings are HCL
 // templates: write $${...} for a literal ${...} that Nomad should see.
 //
 // Variables are set, in increasing precedence, by their default, by

@@ -50,6 +50,20 @@ func decodeJobHCL(src []byte, filename string) (*api.Job, error) {
 func decodeGroup(n *node) *api.TaskGroup {
 	g := &api.TaskGroup{Name: new(n.label(0)), Count: n.intPtr("count"), ShutdownDelay: n.durationPtr("shutdown_delay")}
 	g.Constraints = constraints(n)
+	for _, vn := range n.blocks("volume") {
+		if g.Volumes == nil {
+			g.Volumes = map[string]*api.VolumeRequest{}
+		}
+		v := &api.VolumeRequest{Name: vn.label(0), Type: vn.str("type"), Source: vn.str("source"),
+			AccessMode: vn.str("access_mode"), AttachmentMode: vn.str("attachment_mode")}
+		if ro := vn.boolPtr("read_only"); ro != nil {
+			v.ReadOnly = *ro
+		}
+		if pa := vn.boolPtr("per_alloc"); pa != nil {
+			v.PerAlloc = *pa
+		}
+		g.Volumes[v.Name] = v
+	}
 	for _, nn := range n.blocks("network") {
 		net := &api.NetworkResource{}
 		if m := nn.strPtr("mode"); m != nil {
@@ -111,7 +125,12 @@ func decodeTask(n *node) *api.Task {
 	for _, tn := range n.blocks("template") {
 		t.Templates = append(t.Templates, &api.Template{
 			EmbeddedTmpl: tn.strPtr("data"), DestPath: tn.strPtr("destination"),
-			ChangeMode: tn.strPtr("change_mode"), Perms: tn.strPtr("perms"),
+			ChangeMode: tn.strPtr("change_mode"), Perms: tn.strPtr("perms"), Envvars: tn.boolPtr("env"),
+		})
+	}
+	for _, mn := range n.blocks("volume_mount") {
+		t.VolumeMounts = append(t.VolumeMounts, &api.VolumeMount{
+			Volume: mn.strPtr("volume"), Destination: mn.strPtr("destination"), ReadOnly: mn.boolPtr("read_only"),
 		})
 	}
 	for _, rn := range n.blocks("resources") {

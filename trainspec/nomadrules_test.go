@@ -123,6 +123,9 @@ func (r *ruleErrs) group(jobType string, g *api.TaskGroup) {
 	for _, s := range g.Services {
 		r.service(s)
 	}
+	for name, v := range g.Volumes {
+		r.volume(*g.Name, name, *g.Count, v)
+	}
 	tasks := map[string]bool{}
 	for _, t := range g.Tasks {
 		if tasks[t.Name] {
@@ -326,6 +329,14 @@ func (r *ruleErrs) task(g *api.TaskGroup, t *api.Task) {
 	} else if *lc.MaxFiles < 1 || *lc.MaxFileSizeMB < 1 || *g.EphemeralDisk.SizeMB <= *lc.MaxFiles**lc.MaxFileSizeMB {
 		r.addf("task %s: logs (%d files of %d MB) do not fit the %d MB disk", t.Name, *lc.MaxFiles, *lc.MaxFileSizeMB, *g.EphemeralDisk.SizeMB)
 	}
+	for i, m := range t.VolumeMounts {
+		if m.Volume == nil || g.Volumes[*m.Volume] == nil {
+			r.addf("task %s: volume mount %d references an undefined volume", t.Name, i)
+		}
+		if m.Destination == nil || *m.Destination == "" {
+			r.addf("task %s: volume mount %d has no destination", t.Name, i)
+		}
+	}
 	dests := map[string]bool{}
 	for _, tm := range t.Templates {
 		if dests[*tm.DestPath] {
@@ -367,5 +378,53 @@ func (r *ruleErrs) resources(task string, res *api.Resources) {
 				r.addf("task %s: device constraint operand %q", task, c.Operand)
 			}
 		}
+	}
+}
+
+// volume checks a group's volume request as Nomad's VolumeRequest
+// validation does: a known type and a source; for CSI, both modes,
+// read-only modes mounted read-only, and single-claim modes in a group of
+// one (or per_alloc); for host volumes, no per_alloc.
+func (r *ruleErrs) volume(group, key string, count int, v *api.VolumeRequest) {
+	if v.Name != key {
+		r.addf("group %s: volume %q is keyed %q", group, v.Name, key)
+	}
+	if v.Source == "" {
+		r.addf("group %s: volume %s has an empty source", group, key)
+	}
+	shared := count > 1 && !v.PerAlloc
+	switch v.Type {
+	case "host":
+		if v.PerAlloc {
+			r.addf("group %s: host volume %s does not support per_alloc", group, key)
+		}
+	case "csi":
+		switch v.AttachmentMode {
+		case "file-system", "block-device":
+		default:
+			r.addf("group %s: CSI volume %s needs an attachment mode, got %q", group, key, v.AttachmentMode)
+		}
+		switch v.AccessMode {
+		case "single-node-reader-only", "multi-node-reader-only":
+			if !v.ReadOnly {
+				r.addf("group %s: %s volumes must be read-only", group, v.AccessMode)
+			}
+			if shared && v.AccessMode == "single-node-reader-only" {
+				r.addf("group %s: volume with %s access mode allows only one reader", group, v.AccessMode)
+			}
+		case "single-node-writer":
+			if shared {
+				r.addf("group %s: volume with %s access mode allows only one reader or writer", group, v.AccessMode)
+			}
+		case "multi-node-single-writer":
+			if shared && !v.ReadOnly {
+				r.addf("group %s: volume with %s access mode allows only one writer", group, v.AccessMode)
+			}
+		case "multi-node-multi-writer":
+		default:
+			r.addf("group %s: CSI volume %s needs an access mode, got %q", group, key, v.AccessMode)
+		}
+	default:
+		r.addf("group %s: volume %s has unrecognized type %q", group, key, v.Type)
 	}
 }

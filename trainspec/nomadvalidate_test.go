@@ -143,6 +143,20 @@ func TestNomadRulesCatch(t *testing.T) {
 			j.TaskGroups[0].Tasks[0].Constraints = []*api.Constraint{api.NewConstraint("", "distinct_hosts", "true")}
 		}, "only on a group"},
 		{"no datacenters", func(j *api.Job) { j.Datacenters = []string{""} }, "datacenter"},
+		{"volume of unknown type", func(j *api.Job) {
+			j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{"v": {Name: "v", Type: "nfs", Source: "s"}}
+		}, "unrecognized type"},
+		{"CSI volume without modes", func(j *api.Job) {
+			j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{"v": {Name: "v", Type: "csi", Source: "s"}}
+		}, "attachment mode"},
+		{"single-node-writer for many", func(j *api.Job) {
+			j.TaskGroups[0].Count = new(3)
+			j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{"v": {Name: "v", Type: "csi", Source: "s",
+				AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+		}, "only one reader or writer"},
+		{"mount of an undefined volume", func(j *api.Job) {
+			j.TaskGroups[0].Tasks[0].VolumeMounts = []*api.VolumeMount{{Volume: new("v"), Destination: new("/mnt")}}
+		}, "undefined volume"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

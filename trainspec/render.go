@@ -61,6 +61,7 @@ func writeGroup(parent *hclwrite.Body, g *api.TaskGroup) {
 	if len(g.Constraints) > 0 {
 		writeConstraints(spaced(b), g.Constraints)
 	}
+	writeVolumes(b, g.Volumes)
 	for _, n := range g.Networks {
 		nb := spaced(b).AppendNewBlock("network", nil).Body()
 		if n.Mode != "" {
@@ -152,6 +153,17 @@ func writeTask(parent *hclwrite.Body, t *api.Task) {
 		setString(tb, "destination", tp.DestPath)
 		setString(tb, "change_mode", tp.ChangeMode)
 		setString(tb, "perms", tp.Perms)
+		if tp.Envvars != nil && *tp.Envvars {
+			tb.SetAttributeValue("env", cty.True)
+		}
+	}
+	for _, m := range t.VolumeMounts {
+		mb := spaced(b).AppendNewBlock("volume_mount", nil).Body()
+		setString(mb, "volume", m.Volume)
+		setString(mb, "destination", m.Destination)
+		if m.ReadOnly != nil {
+			mb.SetAttributeValue("read_only", cty.BoolVal(*m.ReadOnly))
+		}
 	}
 	if r := t.Resources; r != nil {
 		rb := spaced(b).AppendNewBlock("resources", nil).Body()
@@ -294,4 +306,29 @@ func Format(src []byte, filename string) ([]byte, hcl.Diagnostics) {
 		return src, diags
 	}
 	return hclwrite.Format(src), nil
+}
+
+// writeVolumes writes a group's volume requests, sorted by name.
+func writeVolumes(parent *hclwrite.Body, vols map[string]*api.VolumeRequest) {
+	names := make([]string, 0, len(vols))
+	for k := range vols {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := vols[name]
+		b := spaced(parent).AppendNewBlock("volume", []string{name}).Body()
+		b.SetAttributeValue("type", cty.StringVal(v.Type))
+		b.SetAttributeValue("source", cty.StringVal(v.Source))
+		b.SetAttributeValue("read_only", cty.BoolVal(v.ReadOnly))
+		if v.AccessMode != "" {
+			b.SetAttributeValue("access_mode", cty.StringVal(v.AccessMode))
+		}
+		if v.AttachmentMode != "" {
+			b.SetAttributeValue("attachment_mode", cty.StringVal(v.AttachmentMode))
+		}
+		if v.PerAlloc {
+			b.SetAttributeValue("per_alloc", cty.True)
+		}
+	}
 }

@@ -17,6 +17,7 @@ func (s *Spec) RunSpec() workerenv.Run {
 		MinWorkers:  s.Scaling.MinWorkers,
 		Settle:      s.Rendezvous.Settle,
 		StoragePath: s.Run.StoragePath,
+		Storage:     s.Run.Storage.Options(),
 		Entrypoint: workerenv.Entrypoint{Builtin: s.Entrypoint.Builtin, Command: s.Entrypoint.Command,
 			Args: s.Entrypoint.Args},
 		Config:            s.ConfigJSON,

@@ -86,6 +86,9 @@ type Spec struct {
 	Rendezvous Rendezvous
 	// Tune is the tune block (nomad-train tune), or nil.
 	Tune *Tune `json:",omitempty"`
+	// Volumes are the volume blocks: Nomad volumes mounted into every
+	// worker.
+	Volumes []Volume `json:",omitempty"`
 
 	// ranges remembers where some settings were written, for diagnostics
 	// raised after decoding (by Compile).
@@ -171,11 +174,15 @@ type DeviceConstraint struct {
 // Run holds where results go and the checkpoint and failure policies, as in
 // Ray's RunConfig.
 type Run struct {
-	// StoragePath is a local (or shared, mounted) directory; a file:// URL in
-	// the spec is turned into its path.
+	// StoragePath is a local (or shared, mounted) directory, or an
+	// s3://bucket/prefix URL; a file:// URL in the spec is turned into its
+	// path. storage_path or the storage block's path sets it.
 	StoragePath string
 	Checkpoint  Checkpoint
 	Failure     Failure
+	// Storage is the storage block's object store options (the block's
+	// path is StoragePath); nil when the spec has none.
+	Storage *Storage `json:",omitempty"`
 }
 
 // Checkpoint is the checkpoint retention policy.

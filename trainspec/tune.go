@@ -358,6 +358,19 @@ func CompileTrial(s *Spec, trial, storageDir string, config []byte) (*api.Job, h
 	t := *s
 	t.Name, t.ConfigJSON, t.Tune = trial, config, nil
 	t.Run.StoragePath = storageDir
+	if t.Run.IsS3() {
+		// Every trial reads the experiment's S3 keys: one Variable to put,
+		// not one per trial job. A trial job's workload identity reads it
+		// through an ACL policy (it is not the job's own path).
+		st := Storage{}
+		if t.Run.Storage != nil {
+			st = *t.Run.Storage
+		}
+		if st.CredentialsVariable == "" {
+			st.CredentialsVariable = S3CredentialsVariablePath(s.Name)
+		}
+		t.Run.Storage = &st
+	}
 	job, diags := Compile(&t)
 	id := TrialJobID(s.Name, trial)
 	job.ID, job.Name = &id, &id

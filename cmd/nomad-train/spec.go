@@ -87,6 +87,9 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitSpec
 	}
 	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, launch.Workers(spec.Scaling.NumWorkers))
+	if note := trainspec.StorageNote(spec); note != "" {
+		fmt.Fprintf(stdout, "    %s\n", note)
+	}
 	return exitOK
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"text/tabwriter"
@@ -45,9 +44,9 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, workers(spec.Scaling.NumWorkers), storageLocation(spec))
 	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
-	last := launch.LastConfigPath(spec.Run.StoragePath, spec.Name)
-	rec, hadRec := launch.ReadLastRun(dir)
-	note := launch.ConfigChange(last, spec.ConfigJSON)
+	sopt := storage.WithStorageOptions(spec.Run.Storage.Options())
+	rec, hadRec := launch.ReadLastRun(ctx, spec.Run.StoragePath, spec.Name, sopt)
+	note := launch.ConfigChange(launch.ReadLastConfig(ctx, spec.Run.StoragePath, spec.Name, sopt), spec.ConfigJSON)
 	wnote := launch.WorkersChange(rec, hadRec, spec.Scaling.NumWorkers)
 	if hadRec && rec.Complete && note == "" && wnote == "" {
 		fmt.Fprintf(stdout, "==> run %q is complete: nothing to train (run with -fresh to start it over)\n", spec.Name)
@@ -76,11 +75,10 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
 	}
-	if last != "" { // best effort: it only feeds the notes above
-		_ = os.WriteFile(last, spec.ConfigJSON, 0o644)
-		launch.WriteLastRun(dir, launch.LastRun{NumWorkers: spec.Scaling.NumWorkers})
-	}
-	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out)
+	// Best effort: they only feed the notes above.
+	launch.WriteLastConfig(ctx, spec.Run.StoragePath, spec.Name, spec.ConfigJSON, sopt)
+	launch.WriteLastRun(ctx, spec.Run.StoragePath, spec.Name, launch.LastRun{NumWorkers: spec.Scaling.NumWorkers}, sopt)
+	res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, opts.Checkpoint, out, sopt)
 	// A failed run has no result to show (its error says why); a finished
 	// one, or one every worker stopped at a checkpoint, shows where it is.
 	if res != nil && (err == nil || errors.Is(err, trainer.ErrStopped)) {
@@ -99,9 +97,8 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 		fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
 		return 1
 	}
-	if last != "" {
-		launch.WriteLastRun(dir, launch.LastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true})
-	}
+	launch.WriteLastRun(context.WithoutCancel(ctx), spec.Run.StoragePath, spec.Name,
+		launch.LastRun{NumWorkers: spec.Scaling.NumWorkers, Complete: true}, sopt)
 	return 0
 }
 

@@ -253,7 +253,8 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string
 	if r.Job.Namespace != nil {
 		ns = *r.Job.Namespace
 	}
-	if src := nomad.EnvProgressFor(ns, *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath]); src != nil {
+	if src := nomad.EnvProgressFor(ns, *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath],
+		storage.WithStorageOptions(trainspec.StorageOptionsOf(r.Job))); src != nil {
 		if rec, err := src.Latest(ctx); err == nil {
 			fmt.Fprintf(w, "last report: %s\n", FormatRecord(rec))
 		}

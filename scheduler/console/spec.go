@@ -71,6 +71,10 @@ func PrintSecretHint(w io.Writer, job *api.Job) {
 	fmt.Fprintf(w, "==> Before `nomad job run`, store the run secret the workers authenticate with\n"+
 		"    (Nomad holds them until the Variable %s exists):\n\n    %s\n\n",
 		trainspec.SecretVariablePath(*job.ID), trainspec.SecretCommand(job))
+	if c := trainspec.S3CredentialsCommand(job); c != "" {
+		fmt.Fprintf(w, "==> and the S3 keys the workers read (AWS_* from your environment here;\n"+
+			"    Nomad holds them until the Variable exists):\n\n    %s\n\n", c)
+	}
 }
 
 // WriteJob writes job as Nomad HCL, or as JSON ({"Job": ...}) with asJSON,

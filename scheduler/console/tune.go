@@ -43,6 +43,9 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 		cfg.Progress = o.Live
 	}
 	where := filepath.Join(cfg.StoragePath, cfg.Name)
+	if cfg.TrialStorage != "" {
+		where = cfg.TrialStorage + " (the tuner's state in " + where + ")"
+	}
 	var backend tune.Backend
 	if o.Nomad != nil {
 		nj := &tune.NomadJobs{API: o.Nomad, Spec: x.Spec, Namespace: o.Namespace, NoWait: !o.WaitForCapacity}

@@ -19,6 +19,9 @@ type AttemptOptions struct {
 	// mark a new attempt clears (best effort: this machine may not mount
 	// it).
 	StoragePath, Run string
+	// Storage are the storage's options (storage.WithStorageOptions for
+	// an s3:// StoragePath).
+	Storage []storage.Option
 	// KV, when set, is the Consul KV of a run whose rendezvous is on
 	// Consul: what the last gang left under the job's prefix is cleared
 	// first (ClearRendezvous), so the attempt has its whole failure budget.
@@ -38,7 +41,7 @@ type AttemptOptions struct {
 // submits the job (gang admission, the run's secret).
 func SubmitAttempt(ctx context.Context, c API, job *api.Job, o AttemptOptions) (*Submission, error) {
 	// Best effort: the storage may be on the clients only.
-	_ = storage.ClearFailed(o.StoragePath, o.Run)
+	_ = storage.ClearFailed(o.StoragePath, o.Run, o.Storage...)
 	if o.KV != nil {
 		ns := ""
 		if job.Namespace != nil {

@@ -170,10 +170,10 @@ func deref(p *string, def string) string {
 // storage, or its storage directory when this machine mounts it, else Consul KV when kv is set (the workers
 // publish their latest report there), else nowhere (nil). It looks at
 // each read: a first run's workers make the storage directories as they
-// start.
-func ProgressFor(namespace, jobID, run, storagePath string, kv KV) ProgressSource {
+// start. opts are the object store's options.
+func ProgressFor(namespace, jobID, run, storagePath string, kv KV, opts ...storage.Option) ProgressSource {
 	if storage.IsObjectPath(storagePath) { // any machine reaches object storage
-		return &StoreProgress{StoragePath: storagePath, Run: run}
+		return &StoreProgress{StoragePath: storagePath, Run: run, Options: opts}
 	}
 	var fromKV ProgressSource
 	if kv != nil {

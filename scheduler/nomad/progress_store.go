@@ -16,6 +16,8 @@ import (
 type StoreProgress struct {
 	StoragePath string
 	Run         string
+	// Options are the store's (storage.WithStorageOptions).
+	Options []storage.Option
 
 	mu sync.Mutex
 	st storage.RunStore // guarded by mu; opened at the first Latest
@@ -27,7 +29,7 @@ func (p *StoreProgress) Latest(ctx context.Context) (storage.Record, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.st == nil {
-		st, err := storage.OpenStoreReadOnly(ctx, p.StoragePath, p.Run, storage.Policy{})
+		st, err := storage.OpenStoreReadOnly(ctx, p.StoragePath, p.Run, storage.Policy{}, p.Options...)
 		if err != nil {
 			return storage.Record{}, fmt.Errorf("reading progress: %w", err)
 		}

@@ -3,6 +3,7 @@ package nomad
 import (
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -17,8 +18,9 @@ func SpecRunOptions(spec *trainspec.Spec, job *api.Job, namespace string) RunOpt
 	if namespace != "" && job.Namespace == nil {
 		job.Namespace = &namespace
 	}
+	sopts := []storage.Option{storage.WithStorageOptions(spec.Run.Storage.Options())}
 	opts := RunOptions{
-		AttemptOptions: AttemptOptions{StoragePath: spec.Run.StoragePath, Run: spec.Name},
+		AttemptOptions: AttemptOptions{StoragePath: spec.Run.StoragePath, Run: spec.Name, Storage: sopts},
 		Count:          spec.Scaling.NumWorkers,
 	}
 	var kv KV
@@ -28,16 +30,16 @@ func SpecRunOptions(spec *trainspec.Spec, job *api.Job, namespace string) RunOpt
 			opts.KV = c
 		}
 	}
-	opts.Progress = ProgressFor(namespace, *job.ID, spec.Name, spec.Run.StoragePath, kv)
+	opts.Progress = ProgressFor(namespace, *job.ID, spec.Name, spec.Run.StoragePath, kv, sopts...)
 	return opts
 }
 
 // EnvProgressFor is ProgressFor with the Consul agent CONSUL_HTTP_ADDR
 // names, if any: where `status` reads a run's progress from.
-func EnvProgressFor(namespace, jobID, run, storagePath string) ProgressSource {
+func EnvProgressFor(namespace, jobID, run, storagePath string, opts ...storage.Option) ProgressSource {
 	var kv KV
 	if c := EnvConsulKV(); c != nil {
 		kv = c
 	}
-	return ProgressFor(namespace, jobID, run, storagePath, kv)
+	return ProgressFor(namespace, jobID, run, storagePath, kv, opts...)
 }

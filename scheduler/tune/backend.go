@@ -27,6 +27,8 @@ type TrialSpec struct {
 	StoragePath string          // the experiment directory
 	Config      json.RawMessage // the sampled config, JSON
 	Checkpoint  workerenv.CheckpointPolicy
+	// Storage holds the options of an object-store StoragePath.
+	Storage workerenv.StorageOptions
 	// Reported, when set, is called by a backend that runs the trial in
 	// this process after each report is on storage; it returns once the
 	// tuner has acted on the report (with ctx's error when the tuner
@@ -136,7 +138,7 @@ func (p *Processes) options(t TrialSpec) (launch.Options, error) {
 	o := launch.Options{
 		Command: p.Command, Args: p.Args,
 		Run: workerenv.Run{Env: p.Env, NumWorkers: max(p.NumWorkers, 1), Name: t.ID, StoragePath: t.StoragePath,
-			Config: t.Config, Checkpoint: t.Checkpoint},
+			Storage: t.Storage, Config: t.Config, Checkpoint: t.Checkpoint},
 		StopGrace: p.StopGrace,
 		Logger:    p.Logger,
 	}

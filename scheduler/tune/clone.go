@@ -17,6 +17,9 @@ import (
 // from it. The commit record carries the donor's step and metrics, so the
 // trial's iteration count continues from the donor's.
 func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
+	if e.trials.remote() {
+		return fmt.Errorf("clone %s into %s: PBT copies checkpoints between trials in a directory, and these trials are kept on %s", d.Donor, ts.ID, e.trials.root)
+	}
 	donor, err := storage.OpenReadOnly(e.dir, d.Donor, storage.Policy{})
 	if err != nil {
 		return fmt.Errorf("open donor storage: %w", err)

@@ -17,6 +17,13 @@ type Config struct {
 	Name string
 	// StoragePath is the root of run storage (default "./results").
 	StoragePath string
+	// TrialStorage, when set, is where the trials keep their runs instead
+	// of the experiment directory: an object store (s3://bucket/prefix,
+	// each trial under prefix/trial_0003), which the tuner reads through
+	// storage. The experiment's state stays in StoragePath/Name.
+	// TrialStorageOptions are the object store's non-secret options.
+	TrialStorage        string
+	TrialStorageOptions workerenv.StorageOptions
 	// NumSamples is how many times the grid is sampled (default 1).
 	NumSamples int
 	// MaxConcurrentTrials bounds the trials running at once (default 1).

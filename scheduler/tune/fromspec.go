@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
@@ -48,6 +49,13 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 		Checkpoint: run.Checkpoint}
 	if cfg.StoragePath == "" {
 		cfg.StoragePath = "./results"
+	}
+	if spec.Run.IsS3() {
+		// The trials' runs on S3 (<path>/<experiment>/trial_NNNN), the
+		// tuner's own state and lock on this machine.
+		cfg.TrialStorage = storage.RunLocation(spec.Run.StoragePath, spec.Name)
+		cfg.TrialStorageOptions = spec.Run.Storage.Options()
+		cfg.StoragePath = trainspec.DefaultStoragePath
 	}
 	return &Experiment{Spec: spec, Space: space, Config: cfg}, nil
 }

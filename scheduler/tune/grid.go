@@ -1,14 +1,14 @@
 package tune
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -84,6 +84,12 @@ func (g *ResultGrid) metricReported() error {
 // LoadResultGrid reads an experiment directory: its state and every
 // trial's storage.
 func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
+	return loadResultGrid(context.Background(), expDir, trialStore{root: expDir}, metric, mode)
+}
+
+// loadResultGrid reads the experiment's state in expDir and its trials'
+// runs through storage, wherever trials keeps them.
+func loadResultGrid(ctx context.Context, expDir string, trials trialStore, metric, mode string) (*ResultGrid, error) {
 	st, ok, err := LoadState(expDir)
 	if err != nil {
 		return nil, err
@@ -92,24 +98,24 @@ func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
 		return nil, fmt.Errorf("no experiment state in %s", expDir)
 	}
 	g := &ResultGrid{Path: expDir, Metric: metric, Mode: mode}
-	order := storage.ScoreMax
-	if mode == ModeMin {
-		order = storage.ScoreMin
+	policy := storage.Policy{}
+	if metric != "" {
+		policy = storage.Policy{ScoreAttribute: metric, ScoreOrder: storage.ScoreMax}
+		if mode == ModeMin {
+			policy.ScoreOrder = storage.ScoreMin
+		}
 	}
 	for _, ts := range st.Trials {
 		tr := TrialResult{ID: ts.ID, Config: ts.Config, Params: ts.Params, Status: ts.Status, Reason: ts.Reason,
-			Path: filepath.Join(expDir, ts.ID), Failures: ts.Failures}
-		recs, err := readProgress(filepath.Join(expDir, ts.ID, storage.ProgressFile))
+			Path: trials.location(ts.ID), Failures: ts.Failures}
+		recs, best, err := trials.results(ctx, ts.ID, policy)
+		if errors.Is(err, fs.ErrNotExist) { // a trial that never started
+			recs, best, err = nil, nil, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read progress of %s: %w", ts.ID, err)
 		}
-		var live []storage.Record
 		for _, rec := range recs {
-			if rec.Checkpoint != "" {
-				if fi, err := os.Stat(filepath.Join(tr.Path, rec.Checkpoint)); err == nil && fi.IsDir() {
-					live = append(live, rec)
-				}
-			}
 			if _, cloned := rec.Metrics[ClonedFrom]; cloned {
 				continue
 			}
@@ -117,8 +123,8 @@ func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
 			tr.Metrics = rec.Metrics
 		}
 		tr.Iterations = len(tr.History)
-		if ranked := storage.Rank(live, storage.Policy{ScoreAttribute: metric, ScoreOrder: order}); len(ranked) > 0 {
-			tr.BestCheckpoint = filepath.Join(tr.Path, ranked[0].Checkpoint)
+		if best != nil {
+			tr.BestCheckpoint = trials.checkpoint(ts.ID, best.Checkpoint)
 		}
 		g.Trials = append(g.Trials, tr)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -132,6 +133,7 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 		// A restart is a deliberate new attempt: a trial marked failed for
 		// good may try again, with its whole failure budget.
 		ao := nomad.AttemptOptions{StoragePath: t.StoragePath, Run: t.ID,
+			Storage: []storage.Option{storage.WithStorageOptions(t.Storage)},
 			Submit: nomad.SubmitOptions{WaitForCapacity: !b.NoWait, Logger: log, PlanInterval: b.PlanInterval,
 				OnBlocked: func(err error) { b.wait(ctx, t, "waiting for capacity: "+err.Error()) }}}
 		if b.Spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {

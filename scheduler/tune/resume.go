@@ -119,7 +119,7 @@ func (e *experiment) replay() error {
 	var all []item
 	for _, ts := range e.state.Trials {
 		tail := &e.rt[ts.ID].tail
-		recs, _, err := tail.read(e.progressPath(ts.ID))
+		recs, _, err := e.readTail(tail, ts.ID)
 		tail.close()
 		if err != nil {
 			return err

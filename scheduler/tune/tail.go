@@ -18,14 +18,14 @@ import (
 // poll reads the trial's new records and lets the scheduler decide on each.
 func (e *experiment) poll(id string) {
 	rt := e.rt[id]
-	recs, rewritten, err := rt.tail.read(e.progressPath(id))
+	recs, rewritten, err := e.readTail(&rt.tail, id)
 	if err != nil {
 		e.log.Warn("cannot read trial progress", "trial", id, "error", err)
 		return
 	}
 	ts := e.trial(id)
 	if rewritten { // rolled back: count the history as it now is
-		all, err := readProgress(e.progressPath(id))
+		all, err := e.readAll(id)
 		if err != nil {
 			e.log.Warn("cannot read trial progress", "trial", id, "error", err)
 			return
@@ -94,6 +94,11 @@ type progressTail struct {
 	ino    uint64    // the current file's inode
 	last   time.Time // time of the newest record read
 	f      *os.File  // the current file, open while its trial runs
+
+	// On an object store (readTail): the trial's run, open while its
+	// trial runs, and how many of its records were read.
+	st   storage.RunStore
+	seen int
 }
 
 func inode(fi fs.FileInfo) uint64 {
@@ -174,6 +179,10 @@ func (t *progressTail) close() {
 		t.f.Close()
 		t.f = nil
 	}
+	if t.st != nil {
+		t.st.Close()
+		t.st = nil
+	}
 }
 
 // countOwn counts the records a trial reported itself (not PBT clones).
@@ -216,4 +225,50 @@ func (e *experiment) failFast(id string, metrics map[string]any) bool {
 	e.note("stopping: %v", e.metricMissing)
 	e.stopEverything("metric " + e.cfg.Metric + " never reported")
 	return true
+}
+
+// readTail reads trial id's records written since t last read: from its
+// progress file when the trials are kept in the experiment directory (a
+// stat, and one read when it grew), else through storage, whose reader
+// follows an object store's progress segments by cursor.
+func (e *experiment) readTail(t *progressTail, id string) ([]storage.Record, bool, error) {
+	if !e.trials.remote() {
+		return t.read(e.progressPath(id))
+	}
+	if t.st == nil {
+		st, err := e.trials.open(e.ctx, id, storage.Policy{})
+		if err != nil {
+			return nil, false, err
+		}
+		t.st = st
+	}
+	all, err := t.st.Records()
+	if err != nil {
+		return nil, false, fmt.Errorf("read trial %s: %w", id, err)
+	}
+	rewritten := len(all) < t.seen
+	if rewritten {
+		t.seen = 0
+	}
+	var out []storage.Record
+	for _, r := range all[t.seen:] {
+		if rewritten && !r.Time.After(t.last) {
+			continue // read before the rollback
+		}
+		out = append(out, r)
+		if r.Time.After(t.last) {
+			t.last = r.Time
+		}
+	}
+	t.seen = len(all)
+	return out, rewritten, nil
+}
+
+// readAll reads every record of trial id.
+func (e *experiment) readAll(id string) ([]storage.Record, error) {
+	if !e.trials.remote() {
+		return readProgress(e.progressPath(id))
+	}
+	recs, _, err := e.trials.results(e.ctx, id, storage.Policy{})
+	return recs, err
 }

@@ -79,6 +79,10 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	e := &experiment{cfg: cfg, backend: t.backend, dir: filepath.Join(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
 		events: make(chan event)}
+	e.trials = newTrialStore(e.dir, cfg)
+	// The trials' records outlive an interrupted Fit: the grid is read
+	// after ctx ends.
+	e.ctx = context.WithoutCancel(ctx)
 	if t.restore {
 		if _, ok, err := LoadState(e.dir); err != nil {
 			return nil, err
@@ -103,7 +107,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	if err := e.writer.close(); err != nil && runErr == nil {
 		runErr = err
 	}
-	grid, err := LoadResultGrid(e.dir, cfg.Metric, cfg.Mode)
+	grid, err := loadResultGrid(e.ctx, e.dir, e.trials, cfg.Metric, cfg.Mode)
 	if err != nil {
 		return nil, errors.Join(runErr, err)
 	}
@@ -124,6 +128,8 @@ type experiment struct {
 	cfg     Config
 	backend Backend
 	dir     string
+	trials  trialStore      // where the trials' runs are kept
+	ctx     context.Context // bounds reads of the trials' runs (not cancelled with Fit's)
 	log     hclog.Logger
 	state   *ExperimentState
 	sched   Scheduler
@@ -396,7 +402,9 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	rt.cancel, rt.stopReason, rt.exploit, rt.stopping, rt.finished = cancel, "", nil, false, false
 	ts.Status = StatusRunning
 	e.running++
-	e.watch.add(filepath.Join(e.dir, ts.ID))
+	if !e.trials.remote() {
+		e.watch.add(filepath.Join(e.dir, ts.ID))
+	}
 	e.log.Debug("starting trial", "trial", ts.ID, "config", string(spec.Config))
 	go func() {
 		err := e.backend.Run(rctx, spec)
@@ -413,7 +421,7 @@ func (e *experiment) spec(ts *TrialState) (TrialSpec, error) {
 		return TrialSpec{}, fmt.Errorf("encode config of %s: %w", ts.ID, err)
 	}
 	id := ts.ID
-	return TrialSpec{ID: id, StoragePath: e.dir, Config: cfgJSON, Checkpoint: e.cfg.Checkpoint,
+	return TrialSpec{ID: id, StoragePath: e.trials.root, Storage: e.cfg.workerStorage(), Config: cfgJSON, Checkpoint: e.cfg.Checkpoint,
 		Reported: func(c context.Context) error {
 			ack := make(chan struct{})
 			select {

@@ -112,7 +112,8 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	// the same name. Found here, that is one clear error; found by the
 	// workers, each would fail on it and be replaced until the failure
 	// budget ran out.
-	st, err := storage.OpenStore(ctx, o.StoragePath, o.Name, storage.Policy{}, storage.WithLogger(o.Logger))
+	st, err := storage.OpenStore(ctx, o.StoragePath, o.Name, storage.Policy{}, storage.WithLogger(o.Logger),
+		storage.WithStorageOptions(o.Storage))
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, fmt.Errorf("launch: %w (is another run of %s still going?)", err, o.Name)
 	}
@@ -124,7 +125,7 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 	}
 	// Launching is a deliberate new attempt: a run that failed for good
 	// before may try again (from its latest checkpoint).
-	if err := storage.ClearFailed(o.StoragePath, o.Name); err != nil {
+	if err := storage.ClearFailed(o.StoragePath, o.Name, storage.WithStorageOptions(o.Storage)); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	sweepStale(o.Logger)
@@ -423,7 +424,7 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 			}
 			joined := joinedSince(eventsPath(tmp, rank), offset)
 			// A run its workers marked failed for good gets no replacement.
-			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.Name, g.attempt)
+			_, failed, _ := storage.FailedForGood(g.opts.StoragePath, g.opts.Name, g.attempt, storage.WithStorageOptions(g.opts.Storage))
 			if !failed && r.ExitCode == workerenv.ExitStopped {
 				live--
 				g.replaceStopped(r, &live, stopAll)
@@ -435,7 +436,7 @@ func (g *gang) supervise(ctx context.Context, tmp string) {
 				if g.exhausted != "" {
 					g.stderr.printf("==> %s\n", g.exhausted)
 					f := storage.Failure{Reason: g.exhausted, ExitCode: workerenv.ExitBudgetExhausted, Time: time.Now().UTC(), Attempt: g.attempt}
-					if err := storage.MarkFailed(g.opts.StoragePath, g.opts.Name, f); err != nil {
+					if err := storage.MarkFailed(g.opts.StoragePath, g.opts.Name, f, storage.WithStorageOptions(g.opts.Storage)); err != nil {
 						g.opts.Logger.Warn("cannot mark the run failed", "error", err)
 					}
 				}

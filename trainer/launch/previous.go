@@ -1,17 +1,19 @@
 package launch
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // What a run's local directory remembers of its last launch from the
@@ -29,25 +31,37 @@ type LastRun struct {
 	Complete   bool `json:"complete"`
 }
 
-// ReadLastRun reads the record in dir; ok is false when there is none.
-func ReadLastRun(dir string) (rec LastRun, ok bool) {
-	if dir == "" {
-		return LastRun{}, false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, LastRunFile))
+// ReadLastRun reads the record of the run named run under storagePath
+// (a directory or S3, through storage's notes); ok is false when there is
+// none or it cannot be read.
+func ReadLastRun(ctx context.Context, storagePath, run string, opts ...storage.Option) (rec LastRun, ok bool) {
+	b, err := storage.ReadNote(ctx, storagePath, run, LastRunFile, opts...)
 	if err != nil || json.Unmarshal(b, &rec) != nil {
 		return LastRun{}, false
 	}
 	return rec, true
 }
 
-// WriteLastRun records rec in dir; best effort, as it only feeds notes.
-func WriteLastRun(dir string, rec LastRun) {
-	if dir == "" {
-		return
-	}
+// WriteLastRun records rec for the run; best effort, as it only feeds
+// notes.
+func WriteLastRun(ctx context.Context, storagePath, run string, rec LastRun, opts ...storage.Option) {
 	b, _ := json.Marshal(rec)
-	_ = os.WriteFile(filepath.Join(dir, LastRunFile), b, 0o644)
+	_ = storage.WriteNote(ctx, storagePath, run, LastRunFile, b, opts...)
+}
+
+// ReadLastConfig reads the config the run last ran with, or nil.
+func ReadLastConfig(ctx context.Context, storagePath, run string, opts ...storage.Option) []byte {
+	b, err := storage.ReadNote(ctx, storagePath, run, LastConfigFile, opts...)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// WriteLastConfig records the config the run is launched with; best
+// effort.
+func WriteLastConfig(ctx context.Context, storagePath, run string, config []byte, opts ...storage.Option) {
+	_ = storage.WriteNote(ctx, storagePath, run, LastConfigFile, config, opts...)
 }
 
 // WorkersChange says how the worker count differs from the last launch's,
@@ -68,25 +82,12 @@ func Workers(n int) string {
 	return fmt.Sprintf("%d workers", n)
 }
 
-// LastConfigPath is where the run named run under storagePath keeps
-// LastConfigFile, or "" when its storage is not a local directory.
-func LastConfigPath(storagePath, run string) string {
-	if dir := RunDir(storagePath, run); dir != "" {
-		return filepath.Join(dir, LastConfigFile)
-	}
-	return ""
-}
-
-// ConfigChange says how config differs from the one the run last ran
-// with, or "" when it does not (or there was none): a run resumes from its
-// latest checkpoint whatever its config, so changing the config of a run
-// that is far along, or done, should not go unnoticed.
-func ConfigChange(lastPath string, config []byte) string {
-	if lastPath == "" {
-		return ""
-	}
-	before, err := os.ReadFile(lastPath)
-	if err != nil {
+// ConfigChange says how config differs from before, the one the run last
+// ran with (ReadLastConfig), or "" when it does not (or there was none): a
+// run resumes from its latest checkpoint whatever its config, so changing
+// the config of a run that is far along, or done, should not go unnoticed.
+func ConfigChange(before, config []byte) string {
+	if before == nil {
 		return ""
 	}
 	var was, is map[string]any

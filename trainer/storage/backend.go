@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // RunStore is the storage of one training run, whatever keeps it: a
@@ -83,6 +84,13 @@ func OpenStoreReadOnly(ctx context.Context, root, run string, p Policy, opts ...
 // WithObjectConfig sets the non-secret options of an s3:// storage path
 // for OpenStore and OpenStoreReadOnly.
 func WithObjectConfig(cfg objstore.Config) Option { return func(o *options) { o.objCfg = cfg } }
+
+// WithStorageOptions is WithObjectConfig for the options of a run
+// (train.hcl's storage block, as workers get them): the one translation
+// from a run's options to the S3 client's.
+func WithStorageOptions(o workerenv.StorageOptions) Option {
+	return WithObjectConfig(objstore.Config{Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle})
+}
 
 func objectConfig(opts []Option) objstore.Config {
 	var o options

@@ -53,9 +53,10 @@ func (f Failure) Concerns(attempt string) bool {
 
 // MarkFailed records that the run under root/run failed for good. It
 // writes atomically (temporary file, rename), so readers see all or nothing.
-func MarkFailed(root, run string, f Failure) error {
+// Of opts only WithObjectConfig counts, for an s3:// root.
+func MarkFailed(root, run string, f Failure, opts ...Option) error {
 	if IsObjectPath(root) {
-		return markFailedObject(root, run, f)
+		return markFailedObject(root, run, f, objectConfig(opts))
 	}
 	dir, err := runDir(root, run)
 	if err != nil {
@@ -87,10 +88,11 @@ func MarkFailed(root, run string, f Failure) error {
 }
 
 // FailedForGood returns the run's failure record when it failed for good
-// in the given attempt (see Failure.Concerns).
-func FailedForGood(root, run, attempt string) (Failure, bool, error) {
+// in the given attempt (see Failure.Concerns). Of opts only
+// WithObjectConfig counts, for an s3:// root.
+func FailedForGood(root, run, attempt string, opts ...Option) (Failure, bool, error) {
 	if IsObjectPath(root) {
-		return failedObject(root, run, attempt)
+		return failedObject(root, run, attempt, objectConfig(opts))
 	}
 	dir, err := runDir(root, run)
 	if err != nil {
@@ -133,9 +135,10 @@ func DecodeFailure(b []byte) (Failure, error) {
 }
 
 // ClearFailed removes the mark, for a deliberate new attempt at the run.
-func ClearFailed(root, run string) error {
+// Of opts only WithObjectConfig counts, for an s3:// root.
+func ClearFailed(root, run string, opts ...Option) error {
 	if IsObjectPath(root) {
-		return clearFailedObject(root, run)
+		return clearFailedObject(root, run, objectConfig(opts))
 	}
 	dir, err := runDir(root, run)
 	if err != nil {

@@ -17,13 +17,13 @@ import (
 const failureTimeout = 30 * time.Second
 
 // failureStore opens the object store of root for a failure mark, with
-// the options of the AWS environment only.
-func failureStore(root, run string) (*objstore.Store, context.Context, context.CancelFunc, error) {
+// cfg's options on top of the AWS environment's.
+func failureStore(root, run string, cfg objstore.Config) (*objstore.Store, context.Context, context.CancelFunc, error) {
 	if err := checkRunName(run); err != nil {
 		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), failureTimeout)
-	st, err := objstore.Open(ctx, root, objstore.Config{})
+	st, err := objstore.Open(ctx, root, cfg)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err
@@ -32,8 +32,8 @@ func failureStore(root, run string) (*objstore.Store, context.Context, context.C
 }
 
 // markFailedObject writes <run>/FAILED.json, one whole-object write.
-func markFailedObject(root, run string, f Failure) error {
-	st, ctx, cancel, err := failureStore(root, run)
+func markFailedObject(root, run string, f Failure, cfg objstore.Config) error {
+	st, ctx, cancel, err := failureStore(root, run, cfg)
 	if err != nil {
 		return fmt.Errorf("mark run failed: %w", err)
 	}
@@ -48,8 +48,8 @@ func markFailedObject(root, run string, f Failure) error {
 	return nil
 }
 
-func failedObject(root, run, attempt string) (Failure, bool, error) {
-	st, ctx, cancel, err := failureStore(root, run)
+func failedObject(root, run, attempt string, cfg objstore.Config) (Failure, bool, error) {
+	st, ctx, cancel, err := failureStore(root, run, cfg)
 	if err != nil {
 		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
 	}
@@ -68,8 +68,8 @@ func failedObject(root, run, attempt string) (Failure, bool, error) {
 	return f, f.Concerns(attempt), nil
 }
 
-func clearFailedObject(root, run string) error {
-	st, ctx, cancel, err := failureStore(root, run)
+func clearFailedObject(root, run string, cfg objstore.Config) error {
+	st, ctx, cancel, err := failureStore(root, run, cfg)
 	if err != nil {
 		return fmt.Errorf("clear failure mark: %w", err)
 	}

@@ -41,6 +41,11 @@ func (e Env) Environ() []string {
 	dur(RendezvousTimeout, e.RendezvousTimeout)
 	dur(ConsulOutageGrace, e.ConsulOutageGrace)
 	str(StoragePath, e.StoragePath)
+	str(StorageEndpoint, e.StorageEndpoint)
+	str(StorageRegion, e.StorageRegion)
+	if e.StoragePathStyle {
+		add(StoragePathStyle, "true")
+	}
 	if len(e.Config) > 0 {
 		add(Config, string(e.Config))
 	}

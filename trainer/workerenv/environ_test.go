@@ -25,8 +25,8 @@ func full() Env {
 	return Env{
 		RunName: "r", WorldSize: 4, RankHint: 2, MemberID: "alloc.task", Node: "n1", Addr: "10.0.0.1:7000",
 		Rendezvous: "consul://ns/job", RendezvousTimeout: 90 * time.Second, ConsulOutageGrace: 3 * time.Minute,
-		StoragePath: "/mnt/results",
-		Config:      json.RawMessage(`{"lr":0.1}`), Checkpoint: CheckpointPolicy{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"},
+		StoragePath: "s3://bucket/results", StorageEndpoint: "http://127.0.0.1:9000", StorageRegion: "eu-west-1", StoragePathStyle: true,
+		Config: json.RawMessage(`{"lr":0.1}`), Checkpoint: CheckpointPolicy{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"},
 		MaxFailures: -1, Builtin: "quickstart", Events: "/alloc/events.jsonl", SecretFile: "/secrets/s",
 		CollectiveTimeout: 45 * time.Second, CollectiveTCPOnly: true, FsyncCheckpointsOnly: true,
 		MetricsAddr: "127.0.0.1:9100", StopGrace: 3 * time.Second, LeaseTTL: 7 * time.Second, StallFloor: time.Minute, StallFactor: 12.5,

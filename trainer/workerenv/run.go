@@ -18,7 +18,9 @@ type Run struct {
 	// there (0: exactly NumWorkers).
 	MinWorkers  int
 	StoragePath string
-	Entrypoint  Entrypoint
+	// Storage holds the non-secret options of an s3:// StoragePath.
+	Storage    StorageOptions
+	Entrypoint Entrypoint
 	// Config is the training loop config, JSON.
 	Config      json.RawMessage
 	Checkpoint  CheckpointPolicy
@@ -51,6 +53,9 @@ func (r Run) WorkerEnv() Env {
 		Settle:            r.Settle,
 		RankHint:          -1,
 		StoragePath:       r.StoragePath,
+		StorageEndpoint:   r.Storage.Endpoint,
+		StorageRegion:     r.Storage.Region,
+		StoragePathStyle:  r.Storage.PathStyle,
 		Config:            r.Config,
 		Checkpoint:        r.Checkpoint,
 		MaxFailures:       r.MaxFailures,
@@ -68,4 +73,23 @@ func (r Run) minWorkers() int {
 		return r.MinWorkers
 	}
 	return 0
+}
+
+// StorageOptions are the non-secret options of an object store (an
+// s3://bucket/prefix storage path), as train.hcl's storage block sets
+// them. Zero values leave each to the AWS chain. Credentials have no
+// place here: workers get them from the AWS chain (environment, shared
+// config and profiles, instance or task roles).
+type StorageOptions struct {
+	// Endpoint is the server's base URL (MinIO, Ceph RGW, R2, ...).
+	Endpoint string
+	// Region is the bucket's region.
+	Region string
+	// PathStyle addresses buckets as endpoint/bucket.
+	PathStyle bool
+}
+
+// Storage returns the object store options e carries.
+func (e Env) Storage() StorageOptions {
+	return StorageOptions{Endpoint: e.StorageEndpoint, Region: e.StorageRegion, PathStyle: e.StoragePathStyle}
 }

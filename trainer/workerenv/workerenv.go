@@ -56,6 +56,15 @@ const (
 	ConsulOutageGrace = "NOMAD_TRAIN_CONSUL_OUTAGE_GRACE"
 	// StoragePath is the root of run storage (a local or shared directory).
 	StoragePath = "NOMAD_TRAIN_STORAGE_PATH"
+	// StorageEndpoint, StorageRegion and StoragePathStyle are the
+	// non-secret options of an s3:// StoragePath (train.hcl's storage
+	// block): the server's base URL, its region, and "true" to address
+	// buckets as endpoint/bucket. Unset, the AWS chain decides
+	// (AWS_ENDPOINT_URL_S3, AWS_REGION, the shared config's profile).
+	// Credentials are never here: they come from the AWS chain.
+	StorageEndpoint  = "NOMAD_TRAIN_STORAGE_ENDPOINT"
+	StorageRegion    = "NOMAD_TRAIN_STORAGE_REGION"
+	StoragePathStyle = "NOMAD_TRAIN_STORAGE_PATH_STYLE"
 	// Config is the training loop config as JSON.
 	Config = "NOMAD_TRAIN_CONFIG"
 	// Checkpoint is the checkpoint policy as JSON (see CheckpointPolicy).
@@ -174,6 +183,11 @@ type Env struct {
 	// ring is healthy before the worker gives up (0: the default).
 	ConsulOutageGrace time.Duration
 	StoragePath       string
+	// StorageEndpoint, StorageRegion and StoragePathStyle are the
+	// object store's options (see StorageOptions).
+	StorageEndpoint   string
+	StorageRegion     string
+	StoragePathStyle  bool
 	Config            json.RawMessage
 	Checkpoint        CheckpointPolicy
 	MaxFailures       int
@@ -207,9 +221,12 @@ func Load(getenv func(string) string) (Env, error) {
 		Rendezvous:  getenv(Rendezvous),
 		StoragePath: getenv(StoragePath),
 		Builtin:     getenv(Builtin),
-		Events:      getenv(Events),
-		SecretFile:  getenv(SecretFile),
-		RankHint:    -1,
+
+		StorageEndpoint: getenv(StorageEndpoint),
+		StorageRegion:   getenv(StorageRegion),
+		Events:          getenv(Events),
+		SecretFile:      getenv(SecretFile),
+		RankHint:        -1,
 	}
 	var err error
 	if e.RunName == "" {
@@ -254,6 +271,13 @@ func Load(getenv func(string) string) (Env, error) {
 		e.CollectiveTCPOnly = true
 	default:
 		return e, fmt.Errorf("%s: unknown transport %q (want auto, shm or tcp)", CollectiveTransport, v)
+	}
+	switch v := getenv(StoragePathStyle); v {
+	case "", "false":
+	case "true":
+		e.StoragePathStyle = true
+	default:
+		return e, fmt.Errorf("%s=%q: want true or false", StoragePathStyle, v)
 	}
 	switch v := getenv(Fsync); v {
 	case "", "records":

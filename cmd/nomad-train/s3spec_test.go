@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+)
+
+// The storage block names the S3 server, its region and path-style
+// addressing; the environment holds only the keys. Both the launcher and
+// the workers must reach the server through the block's options (before
+// it, only AWS_ENDPOINT_URL_S3 could name a server): the run commits its
+// checkpoints there and, run again with more epochs, resumes from them.
+// The last launch's config and worker count are kept beside the run on
+// S3 (they were kept only in a local run directory).
+func TestRunQuickstartWithStorageBlock(t *testing.T) {
+	srv := s3test.Start(t)
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "NOMAD_ADDR=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
+		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
+		"AWS_EC2_METADATA_DISABLED=true")
+	url := "s3://" + srv.Bucket + "/runs"
+	run := func(epochs int) string {
+		t.Helper()
+		spec := writeFile(t, dir, fmt.Sprintf("e%d.hcl", epochs), fmt.Sprintf(`
+train "qs" {
+  entrypoint { builtin = "quickstart" }
+  config = { epochs = %d }
+  scaling { num_workers = 2 }
+  run {
+    storage {
+      path       = %q
+      endpoint   = %q
+      region     = %q
+      path_style = true
+    }
+  }
+}
+`, epochs, url, srv.Endpoint, srv.Region))
+		cmd := exec.Command(bin, "run", "-local", spec)
+		cmd.Dir = dir
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		must.NoError(t, err, must.Sprint(string(out)))
+		return string(out)
+	}
+	out := run(2)
+	must.RegexMatch(t, regexp.MustCompile(`checkpoint\s+`+regexp.QuoteMeta(url)+`/qs/checkpoints/checkpoint_`), out)
+	out = run(3)
+	must.StrContains(t, out, "[rank 0] resuming after epoch 1")
+	// The notes of the last launch are on S3 too: the changed config was
+	// noticed above, and the same spec again has nothing to train.
+	must.StrContains(t, out, "the config changed since the last run (epochs 2 → 3)")
+	out = run(3)
+	must.StrContains(t, out, `run "qs" is complete: nothing to train`)
+}
