@@ -94,8 +94,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if err := console.PrintNomadStatus(ctx, stdout, c, run); err != nil {
-		fmt.Fprintf(stderr, "nomad-train status: %v\n", err)
-		return 1
+		return fail(stderr, "status", err)
 	}
 	return 0
 }
@@ -123,8 +122,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		stream = "stderr"
 	}
 	if err := console.CopyNomadLogs(ctx, c, stdout, run, rank, stream, follow); err != nil {
-		fmt.Fprintf(stderr, "nomad-train logs: %v\n", err)
-		return 1
+		return fail(stderr, "logs", err)
 	}
 	if ctx.Err() != nil {
 		return 130
@@ -145,8 +143,7 @@ func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := nomad.Stop(ctx, c, run, cf.Namespace, purge); err != nil {
-		fmt.Fprintf(stderr, "nomad-train stop: %v\n", err)
-		return 1
+		return fail(stderr, "stop", err)
 	}
 	fmt.Fprintf(stdout, "run %s stopped\n", run)
 	return 0

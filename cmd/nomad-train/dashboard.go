@@ -39,25 +39,21 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if cf.Address != "" {
 		c, err := cf.Client()
 		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
-			return 1
+			return fail(stderr, "dashboard", err)
 		}
 		opts.Nomad = c
 	}
 	srv, err := dashboard.New(opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
-		return 1
+		return fail(stderr, "dashboard", err)
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
-		return 1
+		return fail(stderr, "dashboard", err)
 	}
 	fmt.Fprintf(stdout, "==> dashboard at http://%s/ (Ctrl-C stops it)\n", ln.Addr())
 	if err := dashboard.Serve(ctx, ln, srv.Handler()); err != nil {
-		fmt.Fprintf(stderr, "nomad-train dashboard: %v\n", err)
-		return 1
+		return fail(stderr, "dashboard", err)
 	}
 	return exitOK
 }

@@ -44,15 +44,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if err := console.StartFresh(spec, time.Now(), stdout); err != nil {
-			fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-			return 1
+			return fail(stderr, "run", err)
 		}
 	}
 	if cf.Address != "" {
 		c, err := cf.Client()
 		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train run: %v\n", err)
-			return 1
+			return fail(stderr, "run", err)
 		}
 		return console.FollowNomad(ctx, c, spec, job, console.NomadRun{Address: cf.Address, Namespace: cf.Namespace,
 			WaitForCapacity: cf.waitForCapacity, Settle: followSettle, ProgressEvery: progressEvery, Live: terminal(stdout)}, stdout, stderr)

@@ -24,6 +24,12 @@ const (
 	exitUsage = cliflag.ExitUsage
 )
 
+// fail reports err as the command's error and returns exit code 1.
+func fail(stderr io.Writer, command string, err error) int {
+	fmt.Fprintf(stderr, "nomad-train %s: %v\n", command, err)
+	return 1
+}
+
 // The flag helpers every command uses (internal/cliflag).
 var (
 	newFlagSet = cliflag.NewSet

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"time"
 
@@ -56,8 +55,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cf.Address != "" {
 		c, err := cf.Client()
 		if err != nil {
-			fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-			return 1
+			return fail(stderr, "tune", err)
 		}
 		o.Nomad = c
 	}

@@ -41,8 +41,7 @@ func detachTune(ctx context.Context, x *tune.Experiment, path string, sf *specFl
 	}
 	src, err := os.ReadFile(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-		return 1
+		return fail(stderr, "tune", err)
 	}
 	o := tune.DetachOptions{Source: src, Namespace: cf.Namespace, Driver: d.driver, Command: d.command}
 	for _, k := range slices.Sorted(maps.Keys(sf.vars)) {
@@ -50,8 +49,7 @@ func detachTune(ctx context.Context, x *tune.Experiment, path string, sf *specFl
 	}
 	c, err := cf.Client()
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tune: %v\n", err)
-		return 1
+		return fail(stderr, "tune", err)
 	}
 	return console.DetachTune(ctx, c, x, o, stdout, stderr)
 }
@@ -74,8 +72,7 @@ func tunerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	c, err := cf.Client()
 	if err != nil {
-		fmt.Fprintf(stderr, "nomad-train tuner: %v\n", err)
-		return 1
+		return fail(stderr, "tuner", err)
 	}
 	return console.RunTuner(ctx, c, x, cf.Namespace, stdout, stderr)
 }
