@@ -14,15 +14,11 @@ func init() {
 
 func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("tune", "tune [flags] train.hcl\n\n"+
-		"Runs the trials of a spec's tune block on local\n"+
-		"worker processes, or with -address (or NOMAD_ADDR) each as its own Nomad job\n"+
-		"<name>-trial_NNNN; shows a live table, and writes results.csv and results.json\n"+
-		"into the experiment directory. On Nomad, storage_path must be shared storage\n"+
-		"mounted at the same path here and on the clients: the tuner reads the trials'\n"+
-		"reports there. Running it again after a crash or Ctrl-C resumes the unfinished\n"+
-		"trials (on Nomad, adopting trial jobs still running), and retries the failed\n"+
-		"ones from their checkpoints. It exits with status 1 when a trial failed beyond\n"+
-		"its max_failures.", stderr)
+		"Runs the trials of a spec's tune block on local worker processes, or with -address\n"+
+		"(or NOMAD_ADDR) each as its own Nomad job <name>-trial_NNNN, whose storage is then\n"+
+		"s3:// or a path the clients share (-detach runs the tuner itself on Nomad). Shows a\n"+
+		"live table, writes results.csv and results.json, resumes unfinished trials when run\n"+
+		"again, and exits 1 when a trial failed beyond its max_failures.", stderr)
 	interval := fs.Duration("progress", 0, "how often to print the trial table (default 5s; 1s redrawn in place on a terminal)")
 	verbose := fs.Bool("v", false, "show the workers' output and errors, each line prefixed with its trial and rank")
 	var sf specFlags
