@@ -20,7 +20,7 @@ import (
 )
 
 // machineEnv marks every process of one simulated machine (Machine).
-const machineEnv = "NOMAD_TRAIN_MULTINODE_MACHINE"
+const machineEnv = "MULTINODE_PROOF_MACHINE"
 
 // Node-down detection: a client's heartbeat TTL is min_heartbeat_ttl (at
 // most twice that, staggered) and the server marks it down heartbeat_grace
@@ -77,6 +77,11 @@ data_dir     = %q
 bind_addr    = "127.0.0.1"
 log_level    = "DEBUG"
 disable_update_check = true
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
 ports {
   http = %s
   rpc  = %d
@@ -127,6 +132,11 @@ plugin_dir   = %q
 bind_addr    = "127.0.0.1"
 log_level    = "DEBUG"
 disable_update_check = true
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
 ports {
   http = %s
   rpc  = %d
@@ -218,7 +228,7 @@ func startAgent(t *testing.T, bin string, a *agent, config string) {
 			"/bin/sh", "-c", `mount -t tmpfs -o size=1g,mode=0755 tmpfs "$1" && mkdir "$1/tmp" && TMPDIR="$1/tmp" exec "$2" agent -config "$3"`,
 			"sh", a.private, bin, path)
 	}
-	a.cmd.Env = append(os.Environ(), a.marker, "NOMAD_ADDR=", "NOMAD_SKIP_DOCKER_IMAGE_WARN=1")
+	a.cmd.Env = append(agentEnv(), a.marker)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
@@ -226,7 +236,25 @@ func startAgent(t *testing.T, bin string, a *agent, config string) {
 	}
 	a.exited = make(chan struct{})
 	go func() { _ = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(func() { a.stop(t) })
+	t.Cleanup(func() {
+		a.stop(t)
+		if t.Failed() {
+			t.Logf("--- the end of %s's log:\n%s", a.name, a.logTail(30))
+		}
+	})
+}
+
+// agentEnv is this process's environment without Nomad's and ours: a
+// client hands its environment to tasks of a driver without filesystem
+// isolation, and the train driver refuses a task that sets NOMAD_TRAIN_*.
+func agentEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NOMAD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // stop ends the agent (SIGINT, then SIGKILL), then kills what is left of

@@ -11,7 +11,7 @@ import (
 )
 
 func TestMachine(t *testing.T) {
-	const marker = "NOMAD_TRAIN_MULTINODE_MACHINE=client-1"
+	const marker = "MULTINODE_PROOF_MACHINE=client-1"
 	procs := []Proc{
 		{PID: 1, PPID: 0},
 		{PID: 10, PPID: 1, Environ: []string{"A=b", marker}},       // the agent
@@ -19,7 +19,7 @@ func TestMachine(t *testing.T) {
 		{PID: 12, PPID: 1, Environ: []string{marker}},              // a shim in its own session
 		{PID: 13, PPID: 12, Environ: []string{"NOMAD_ALLOC_ID=x"}}, // its worker
 		{PID: 14, PPID: 13}, // the worker's child
-		{PID: 20, PPID: 1, Environ: []string{"NOMAD_TRAIN_MULTINODE_MACHINE=client-10"}}, // another machine
+		{PID: 20, PPID: 1, Environ: []string{"MULTINODE_PROOF_MACHINE=client-10"}}, // another machine
 		{PID: 21, PPID: 20},
 		{PID: 30, PPID: 1, Environ: []string{"X=" + marker}}, // the marker as a value is not the marker
 	}
@@ -29,8 +29,8 @@ func TestMachine(t *testing.T) {
 		want   []int
 	}{
 		{"agent, plugin, shim and the workers below them", marker, []int{10, 11, 12, 13, 14}},
-		{"another machine", "NOMAD_TRAIN_MULTINODE_MACHINE=client-10", []int{20, 21}},
-		{"no such machine", "NOMAD_TRAIN_MULTINODE_MACHINE=client-3", []int{}},
+		{"another machine", "MULTINODE_PROOF_MACHINE=client-10", []int{20, 21}},
+		{"no such machine", "MULTINODE_PROOF_MACHINE=client-3", []int{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,7 +65,7 @@ func TestReadProcsFindsAChildByMarker(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc here")
 	}
-	marker := "NOMAD_TRAIN_MULTINODE_MACHINE=readprocs-" + strconv.Itoa(os.Getpid())
+	marker := "MULTINODE_PROOF_MACHINE=readprocs-" + strconv.Itoa(os.Getpid())
 	cmd := exec.Command("/bin/sh", "-c", "env -i /bin/sleep 60 & wait")
 	cmd.Env = []string{marker}
 	must.NoError(t, cmd.Start())

@@ -88,13 +88,6 @@ func TestNodeLoss(t *testing.T) {
 
 	consul := startConsul(t, base)
 	c := startCluster(t, nomadBin, bins.driver, base, consul.addr, numClients)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, a := range append([]*agent{c.server}, c.clients...) {
-				t.Logf("--- the end of %s's log:\n%s", a.name, a.logTail(40))
-			}
-		}
-	})
 	storagePath := "s3://" + s3.Bucket + "/runs"
 	job, varPath := clusterJob(t, base, storagePath, s3, consul.real)
 	_, _, err = c.api.Variables().Create(&api.Variable{Path: varPath,
