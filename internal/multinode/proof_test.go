@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
@@ -124,12 +125,18 @@ func TestNodeLoss(t *testing.T) {
 		return lastBefore.Checkpoint != "", nil
 	})
 	allocs := running(t, c, sub.JobID)
-	victim := busiestNode(allocs)
+	ranks := map[string]string{} // allocation ID to the rank its worker has
+	for _, a := range allocs {
+		if ev, ok := lastEventOf(allocEvents(t, c, a.ID), "rendezvous_complete"); ok {
+			ranks[a.ID] = ev.Attrs["rank"]
+		}
+	}
+	victim := chooseVictim(t, allocs, ranks)
 	va := c.client(victim)
 	var lost []string
 	for _, a := range allocs {
 		if a.NodeName == victim {
-			lost = append(lost, a.ID[:8])
+			lost = append(lost, fmt.Sprintf("%s (rank %s)", a.ID[:8], ranks[a.ID]))
 		}
 	}
 	tKill := time.Now()
@@ -150,10 +157,12 @@ func TestNodeLoss(t *testing.T) {
 	})
 	tDown := nodeDownEvent(t, c, victimID, tDownSeen)
 	// The gang is broken until the replacements join: the latest
-	// checkpoint now is the one the run must resume from.
+	// checkpoint now (the newest with a manifest: its record may not be
+	// written yet) is the one the run must resume from.
 	recs, err := progress.Records()
 	must.NoError(t, err)
-	latest := lastCheckpoint(recs)
+	before := lastCheckpoint(recs)
+	latest := newestManifest(t, s3, "runs/"+runName+"/checkpoints/")
 	t.Logf("NODE DOWN: %s marked down at %s (+%.2fs after the loss; seen by the test at +%.2fs)",
 		victim, stamp(tDown), tDown.Sub(tKill).Seconds(), tDownSeen.Sub(tKill).Seconds())
 
@@ -183,14 +192,13 @@ func TestNodeLoss(t *testing.T) {
 	events := readEvents(t, c, sub.JobID, victimID)
 	restored, ok := firstEvent(events, "checkpoint_restored", tKill)
 	must.True(t, ok, must.Sprint("rank 0 of the new gang restored a checkpoint"))
-	must.Eq(t, latest.Checkpoint, restored.Attrs["checkpoint"], must.Sprint("the run resumed from the latest checkpoint on S3"))
-	resumed, ok := firstAfter(recs, latest.Generation)
-	must.True(t, ok, must.Sprintf("no report after generation %d: %+v", latest.Generation, recs))
-	t.Logf("RESUMED: restored %s (step %d) at %s (+%.2fs); the first report after the loss is step %d (generation %d, epoch %v) at %s (+%.2fs)",
-		restored.Attrs["checkpoint"], latest.Step, stamp(restored.Time), restored.Time.Sub(tKill).Seconds(),
+	must.Eq(t, latest, restored.Attrs["checkpoint"], must.Sprint("the run resumed from the latest checkpoint on S3"))
+	resumed, ok := firstAfter(recs, before.Generation)
+	must.True(t, ok, must.Sprintf("no report after generation %d: %+v", before.Generation, recs))
+	t.Logf("RESUMED: restored %s (step %s) at %s (+%.2fs); the first report after the loss is step %d (generation %d, epoch %v) at %s (+%.2fs)",
+		restored.Attrs["checkpoint"], restored.Attrs["step"], stamp(restored.Time), restored.Time.Sub(tKill).Seconds(),
 		resumed.Step, resumed.Generation, resumed.Metrics["epoch"], stamp(resumed.Time), resumed.Time.Sub(tKill).Seconds())
-	must.Eq(t, latest.Metrics["epoch"].(float64)+1, resumed.Metrics["epoch"].(float64),
-		must.Sprint("the run goes on from the epoch after the latest checkpoint"))
+	must.Eq(t, restored.Attrs["step"], fmt.Sprint(resumed.Step-1), must.Sprint("the run goes on from the step after the restored checkpoint"))
 	steps := map[int64]int{}
 	for _, r := range recs {
 		steps[r.Step]++
@@ -333,25 +341,51 @@ func running(t *testing.T, c *cluster, jobID string) []*api.AllocationListStub {
 	return out
 }
 
-// busiestNode is the node that runs the most of allocs (by name; the
-// first in name order on a tie).
-func busiestNode(allocs []*api.AllocationListStub) string {
+// loseEnv chooses the node the proof loses: "rank0" (the default) is the
+// node of rank 0, which holds the run's S3 writer lease; "other" is the
+// busiest node without it.
+const loseEnv = "MULTINODE_LOSE"
+
+// chooseVictim is the node to lose among those running allocs (ranks
+// maps an allocation to its worker's rank), as loseEnv says.
+func chooseVictim(t *testing.T, allocs []*api.AllocationListStub, ranks map[string]string) string {
+	t.Helper()
+	rank0 := ""
 	count := map[string]int{}
 	for _, a := range allocs {
 		count[a.NodeName]++
-	}
-	names := make([]string, 0, len(count))
-	for n := range count {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	best := ""
-	for _, n := range names {
-		if best == "" || count[n] > count[best] {
-			best = n
+		if ranks[a.ID] == "0" {
+			rank0 = a.NodeName
 		}
 	}
-	return best
+	switch os.Getenv(loseEnv) {
+	case "", "rank0":
+		if rank0 == "" {
+			t.Fatalf("no running worker has rank 0: ranks %v", ranks)
+		}
+		return rank0
+	case "other":
+		names := make([]string, 0, len(count))
+		for n := range count {
+			if n != rank0 {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		best := ""
+		for _, n := range names {
+			if best == "" || count[n] > count[best] {
+				best = n
+			}
+		}
+		if best == "" {
+			t.Fatalf("every running worker is on rank 0's node %s", rank0)
+		}
+		return best
+	default:
+		t.Fatalf("%s=%q: want rank0 or other", loseEnv, os.Getenv(loseEnv))
+		return ""
+	}
 }
 
 func nodeID(t *testing.T, c *cluster, name string) string {
@@ -421,6 +455,23 @@ func replacementsOf(t *testing.T, c *cluster, jobID, lostNode string, after time
 	}
 	slices.SortFunc(out, func(a, b *api.Allocation) int { return int(a.CreateTime - b.CreateTime) })
 	return out
+}
+
+// newestManifest is the newest checkpoint under prefix that has a
+// manifest, which is what makes a checkpoint exist.
+func newestManifest(t *testing.T, srv *s3test.Server, prefix string) string {
+	t.Helper()
+	out, err := srv.Client(t).ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &srv.Bucket, Prefix: &prefix})
+	must.NoError(t, err)
+	newest := ""
+	for _, o := range out.Contents {
+		name, file, ok := strings.Cut(strings.TrimPrefix(*o.Key, prefix), "/")
+		if ok && file == storage.ManifestFile && name > newest {
+			newest = name
+		}
+	}
+	must.NotEq(t, "", newest, must.Sprint("a checkpoint with a manifest"))
+	return newest
 }
 
 // lastCheckpoint is the last record that committed a checkpoint.

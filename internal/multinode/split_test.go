@@ -33,28 +33,45 @@ func readEvents(t *testing.T, c *cluster, jobID, lostNode string) []workerenv.Ev
 	}
 	var out []workerenv.Event
 	for _, s := range stubs {
-		if s.NodeID == lostNode {
-			continue
+		if s.NodeID != lostNode {
+			out = append(out, allocEvents(t, c, s.ID)...)
 		}
-		a, _, err := c.api.Allocations().Info(s.ID, nil)
-		if err != nil {
-			t.Fatalf("allocation %s: %v", s.ID, err)
-		}
-		rc, err := c.api.AllocFS().Cat(a, path.Join(trainspec.WorkerTask, "local", eventsFile), nil)
-		if err != nil {
-			t.Fatalf("read the events of allocation %s: %v", s.ID, err)
-		}
-		sc := bufio.NewScanner(rc)
-		for sc.Scan() {
-			var ev workerenv.Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
-				out = append(out, ev)
-			}
-		}
-		rc.Close()
 	}
 	slices.SortStableFunc(out, func(a, b workerenv.Event) int { return a.Time.Compare(b.Time) })
 	return out
+}
+
+// allocEvents reads the events file of one allocation's worker.
+func allocEvents(t *testing.T, c *cluster, allocID string) []workerenv.Event {
+	t.Helper()
+	a, _, err := c.api.Allocations().Info(allocID, nil)
+	if err != nil {
+		t.Fatalf("allocation %s: %v", allocID, err)
+	}
+	rc, err := c.api.AllocFS().Cat(a, path.Join(trainspec.WorkerTask, "local", eventsFile), nil)
+	if err != nil {
+		t.Fatalf("read the events of allocation %s: %v", allocID, err)
+	}
+	defer rc.Close()
+	var out []workerenv.Event
+	sc := bufio.NewScanner(rc)
+	for sc.Scan() {
+		var ev workerenv.Event
+		if json.Unmarshal(sc.Bytes(), &ev) == nil {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// lastEventOf is the last event of kind.
+func lastEventOf(events []workerenv.Event, kind string) (workerenv.Event, bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Kind == kind {
+			return events[i], true
+		}
+	}
+	return workerenv.Event{}, false
 }
 
 // firstEvent is the first event of kind after t.
@@ -78,8 +95,9 @@ type split struct {
 // logSplit logs node loss to the first resumed report in its parts:
 // Nomad's (node-down detection, rescheduling, start: placed to the worker
 // process running) and ours (rendezvous: the last worker of the new
-// generation joined; restore: rank 0 found, downloaded and checked the
-// checkpoint; the first report after it).
+// generation joined; rank 0 opened the run's storage, taking its writer
+// lease; restore: rank 0 found, downloaded and checked the checkpoint; the
+// first report after it).
 func logSplit(t *testing.T, s split) {
 	t.Helper()
 	var placed, started time.Time
@@ -88,6 +106,7 @@ func logSplit(t *testing.T, s split) {
 		started = later(started, r.TaskStates[trainspec.WorkerTask].StartedAt)
 	}
 	var formed, restored time.Time
+	var fetch time.Duration // of the restore: finding, downloading, checking
 	gen := strconv.FormatUint(s.resumed.Generation, 10)
 	for _, ev := range s.events {
 		switch {
@@ -95,6 +114,8 @@ func logSplit(t *testing.T, s split) {
 			formed = later(formed, ev.Time)
 		case ev.Kind == "checkpoint_restored" && ev.Time.After(s.kill) && restored.IsZero():
 			restored = ev.Time
+			secs, _ := strconv.ParseFloat(ev.Attrs["seconds"], 64)
+			fetch = time.Duration(secs * float64(time.Second))
 		}
 	}
 	parts := []struct {
@@ -105,7 +126,8 @@ func logSplit(t *testing.T, s split) {
 		{"rescheduling (Nomad)", s.down, placed},
 		{"start: placed to worker running (Nomad client, train driver)", placed, started},
 		{"rendezvous: the new generation formed (ours)", started, formed},
-		{"restore: download and verify on rank 0 (ours)", formed, restored},
+		{"open the run's storage on rank 0: the S3 writer lease (ours)", formed, restored.Add(-fetch)},
+		{"restore: find, download and verify on rank 0 (ours)", restored.Add(-fetch), restored},
 		{"first report after the restore (ours; one epoch)", restored, s.resumed.Time},
 	}
 	t.Logf("B10 node loss to the first resumed report: %.2fs", s.resumed.Time.Sub(s.kill).Seconds())
