@@ -124,13 +124,21 @@ func TestNodeLoss(t *testing.T) {
 		}
 		return lastBefore.Checkpoint != "", nil
 	})
-	allocs := running(t, c, sub.JobID)
+	// Every worker has joined (a checkpoint was made), though the server
+	// may not have heard from every client that its task runs yet.
+	var allocs []*api.AllocationListStub
 	ranks := map[string]string{} // allocation ID to the rank its worker has
-	for _, a := range allocs {
-		if ev, ok := lastEventOf(allocEvents(t, c, a.ID), "rendezvous_complete"); ok {
-			ranks[a.ID] = ev.Attrs["rank"]
+	waitFor(t, time.Minute, "the rank of every worker", func() (bool, error) {
+		allocs = live(t, c, sub.JobID)
+		for _, a := range allocs {
+			if evs, err := allocEvents(c, a.ID); err == nil {
+				if ev, ok := lastEventOf(evs, "rendezvous_complete"); ok {
+					ranks[a.ID] = ev.Attrs["rank"]
+				}
+			}
 		}
-	}
+		return len(allocs) == numWorkers && len(ranks) == numWorkers, nil
+	})
 	victim := chooseVictim(t, allocs, ranks)
 	va := c.client(victim)
 	var lost []string
@@ -327,14 +335,14 @@ func clusterJob(t *testing.T, base, storagePath string, s3 *s3test.Server, realC
 	return job, varPath
 }
 
-// running lists the job's running allocations.
-func running(t *testing.T, c *cluster, jobID string) []*api.AllocationListStub {
+// live lists the job's allocations that have not ended.
+func live(t *testing.T, c *cluster, jobID string) []*api.AllocationListStub {
 	t.Helper()
 	allocs, _, err := c.api.Jobs().Allocations(jobID, true, nil)
 	must.NoError(t, err)
 	var out []*api.AllocationListStub
 	for _, a := range allocs {
-		if a.ClientStatus == api.AllocClientStatusRunning {
+		if a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending {
 			out = append(out, a)
 		}
 	}

@@ -5,6 +5,7 @@ package multinode
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"path"
 	"slices"
 	"strconv"
@@ -34,7 +35,11 @@ func readEvents(t *testing.T, c *cluster, jobID, lostNode string) []workerenv.Ev
 	var out []workerenv.Event
 	for _, s := range stubs {
 		if s.NodeID != lostNode {
-			out = append(out, allocEvents(t, c, s.ID)...)
+			evs, err := allocEvents(c, s.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, evs...)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b workerenv.Event) int { return a.Time.Compare(b.Time) })
@@ -42,15 +47,14 @@ func readEvents(t *testing.T, c *cluster, jobID, lostNode string) []workerenv.Ev
 }
 
 // allocEvents reads the events file of one allocation's worker.
-func allocEvents(t *testing.T, c *cluster, allocID string) []workerenv.Event {
-	t.Helper()
+func allocEvents(c *cluster, allocID string) ([]workerenv.Event, error) {
 	a, _, err := c.api.Allocations().Info(allocID, nil)
 	if err != nil {
-		t.Fatalf("allocation %s: %v", allocID, err)
+		return nil, fmt.Errorf("allocation %s: %w", allocID, err)
 	}
 	rc, err := c.api.AllocFS().Cat(a, path.Join(trainspec.WorkerTask, "local", eventsFile), nil)
 	if err != nil {
-		t.Fatalf("read the events of allocation %s: %v", allocID, err)
+		return nil, fmt.Errorf("read the events of allocation %s: %w", allocID, err)
 	}
 	defer rc.Close()
 	var out []workerenv.Event
@@ -61,7 +65,7 @@ func allocEvents(t *testing.T, c *cluster, allocID string) []workerenv.Event {
 			out = append(out, ev)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // lastEventOf is the last event of kind.
