@@ -55,7 +55,7 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt, storage.WithStorageOptions(cfg.Storage)); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
 			"run %q failed for good: %s; remove %s to run it again",
-			cfg.RunName, f.Reason, filepath.Join(root, cfg.RunName, storage.FailedFile)))
+			cfg.RunName, f.Reason, storage.FailedLocation(root, cfg.RunName)))
 	}
 	spec, eventsPath, err := d.processSpec(tc, cfg, pcfg)
 	if err != nil {

@@ -139,8 +139,10 @@ func (s *Session) NewCheckpointDir() (string, error) {
 }
 
 // reportRestore tells the run's events about the checkpoints restore passed
-// over as corrupt (storage logged them too) and about an unverified one.
-func (s *Session) reportRestore(r storage.Restore) {
+// over as corrupt (storage logged them too), about an unverified one, and
+// about the one restored, with how long finding, fetching and checking it
+// took (took; on S3 that is its download).
+func (s *Session) reportRestore(r storage.Restore, took time.Duration) {
 	for _, b := range r.Skipped {
 		s.events.emit("checkpoint_corrupt", fmt.Sprintf("%v; moved to %s, falling back to an older checkpoint", b.Err, b.MovedTo),
 			map[string]string{"checkpoint": b.Name})
@@ -148,6 +150,10 @@ func (s *Session) reportRestore(r storage.Restore) {
 	if r.Unverified {
 		s.events.emit("checkpoint_unverified", fmt.Sprintf("checkpoint %s has no manifest (written by an earlier version): restored unverified", r.Name),
 			map[string]string{"checkpoint": r.Name})
+	}
+	if r.OK {
+		s.events.emit("checkpoint_restored", fmt.Sprintf("checkpoint %s (step %d) restored in %v", r.Name, r.Record.Step, took.Round(time.Millisecond)),
+			map[string]string{"checkpoint": r.Name, "step": fmt.Sprint(r.Record.Step), "seconds": fmt.Sprintf("%.3f", took.Seconds())})
 	}
 }
 

@@ -537,11 +537,12 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
+	restoring := time.Now()
 	latest, err := st.LatestIntact()
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
-	s.reportRestore(latest)
+	s.reportRestore(latest, time.Since(restoring))
 	name, ok := latest.Name, latest.OK
 	// Training restarts from the latest checkpoint (or from scratch), so
 	// reports made after it are rolled back: the history then reads as if

@@ -21,6 +21,15 @@ import (
 // deliberate new run (`nomad-train run`) removes it; so may the user.
 const FailedFile = "FAILED.json"
 
+// FailedLocation names, for people, the mark of the run called run under
+// the storage path root: a path, or a URL on an object store.
+func FailedLocation(root, run string) string {
+	if IsObjectPath(root) {
+		return RunLocation(root, run) + "/" + FailedFile
+	}
+	return filepath.Join(root, run, FailedFile)
+}
+
 // Failure is the content of FailedFile.
 type Failure struct {
 	Reason   string    `json:"reason"`

@@ -119,3 +119,20 @@ func FuzzDecodeFailure(f *testing.F) {
 		_ = fl.Concerns("x")
 	})
 }
+
+// TestFailedLocation: the driver tells a person which mark to remove; on
+// S3 it once said "s3:/bucket/..." (a URL joined as a file path).
+func TestFailedLocation(t *testing.T) {
+	cases := []struct{ root, want string }{
+		{"/mnt/results", "/mnt/results/qs/FAILED.json"},
+		{"results/", "results/qs/FAILED.json"},
+		{"s3://bucket/runs", "s3://bucket/runs/qs/FAILED.json"},
+		{"s3://bucket/runs/", "s3://bucket/runs/qs/FAILED.json"},
+		{"s3://bucket", "s3://bucket/qs/FAILED.json"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.root, func(t *testing.T) {
+			must.Eq(t, tc.want, FailedLocation(tc.root, "qs"))
+		})
+	}
+}

@@ -95,3 +95,23 @@ func TestFailedMarkOnS3(t *testing.T) {
 	must.NoError(t, err)
 	must.False(t, ok)
 }
+
+// A writer whose context is over by the time it closes (a gang that broke
+// cancels the generation's context first) still deletes its lease. It
+// used to fail the delete with that context, so the next writer (the new
+// gang's rank 0, in the multi-node proof) waited out the lease's TTL: 25 s
+// of a 30 s lease after a node loss.
+func TestObjectLeaseReleasedAfterCancel(t *testing.T) {
+	srv := s3test.Start(t)
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.NewBucket(t)}, objstore.Config{})
+	must.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Hour))
+	must.NoError(t, err)
+	cancel()
+	_ = r.Close()
+	_, err = st.Head(context.Background(), "r/"+objLeaseKey)
+	must.ErrorIs(t, err, objstore.ErrNotFound, must.Sprint("Close releases the lease even after its context ended"))
+	_, err = OpenObject(context.Background(), st, "r", Policy{}, WithLeaseTTL(time.Hour))
+	must.NoError(t, err, must.Sprint("the next writer opens at once"))
+}

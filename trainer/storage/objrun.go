@@ -25,6 +25,9 @@ const (
 // renewal: the longest a new writer waits after a writer is killed.
 const DefaultLeaseTTL = 30 * time.Second
 
+// leaseReleaseTimeout bounds Close's deletion of the lease.
+const leaseReleaseTimeout = 10 * time.Second
+
 // WithLeaseTTL sets the writer lease's time to live (ObjectRun only).
 func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
 
@@ -279,7 +282,12 @@ func (r *ObjectRun) Close() error {
 func (r *ObjectRun) release() error {
 	var err error
 	if r.lease != nil {
-		err = r.lease.release(r.ctx)
+		// The run's context may be over (a gang that broke cancels its
+		// generation's first): delete the lease all the same, within a
+		// bound, or the next writer waits out its TTL.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), leaseReleaseTimeout)
+		err = r.lease.release(ctx)
+		cancel()
 	}
 	if r.ownLocal {
 		os.RemoveAll(r.local)

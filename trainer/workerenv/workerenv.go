@@ -160,7 +160,7 @@ type CheckpointPolicy struct {
 // Event is one line of the Events file.
 type Event struct {
 	Time    time.Time         `json:"time"`
-	Kind    string            `json:"kind"` // rendezvous_complete, generation_changed, checkpoint_committed, failure_budget_used, run_failed, run_finished
+	Kind    string            `json:"kind"` // rendezvous_complete, generation_changed, checkpoint_committed, checkpoint_restored, failure_budget_used, run_failed, run_finished
 	Message string            `json:"message"`
 	Attrs   map[string]string `json:"attrs,omitempty"`
 }
