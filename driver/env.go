@@ -57,6 +57,9 @@ type envInput struct {
 	Process     workerenv.Process
 	HostName    string
 	NodeHasGPUs bool
+	// Mounts are the task's volumes and where the worker finds them
+	// (taskMounts), handed on in workerenv.Mounts.
+	Mounts []workerenv.Mount
 }
 
 // workerEnv is the task's environment: Nomad's task env plus the runtime's
@@ -119,6 +122,9 @@ func workerEnv(in envInput) []string {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}
+	}
+	if len(in.Mounts) > 0 {
+		env[workerenv.Mounts] = workerenv.EncodeMounts(in.Mounts)
 	}
 	if in.Process.External != nil {
 		if len(held) > 0 {
