@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -84,8 +85,11 @@ func mountStorage(cfg TaskConfig, mounts []workerenv.Mount, taskDir string) (Tas
 	return cfg, nil
 }
 
-// hasDotDot reports whether p (a path or a file:// URI) holds a ".."
-// element.
+// hasDotDot reports whether p (a path or a file:// URI, also once
+// unescaped: file:///a/%2e%2e is /a/..) holds a ".." element.
 func hasDotDot(p string) bool {
+	if u, err := url.PathUnescape(p); err == nil && u != p && hasDotDot(u) {
+		return true
+	}
 	return slices.Contains(strings.Split(filepath.ToSlash(p), "/"), "..")
 }

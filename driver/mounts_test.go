@@ -42,6 +42,7 @@ func TestMountStorage(t *testing.T) {
 		{name: "read-only mount elsewhere", storage: "/mnt/shared/r",
 			mounts: []*drivers.Mount{shared, {TaskPath: "/data", HostPath: "/srv/data", Readonly: true}}, want: "/srv/nfs/r"},
 		{name: "storage escaping with ..", storage: "/mnt/shared/../../etc", mounts: []*drivers.Mount{shared}, err: `storage_path "/mnt/shared/../../etc" holds a ".." element`},
+		{name: "storage escaping with an escaped ..", storage: "file:///mnt/shared/%2e%2e/x", mounts: []*drivers.Mount{shared}, err: `holds a ".." element`},
 		{name: "destination escaping with ..", storage: "/mnt/shared/r",
 			mounts: []*drivers.Mount{{TaskPath: "/mnt/shared/..", HostPath: "/srv/nfs"}}, err: `destination "/mnt/shared/.." holds a ".." element`},
 		{name: "relative host path", storage: "/mnt/shared/r",
