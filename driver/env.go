@@ -113,6 +113,7 @@ func workerEnv(in envInput) []string {
 			env[envConsulToken] = in.Plugin.TaskConsulToken
 		}
 	}
+	we.Mounts = in.Mounts
 	we.Events = filepath.Join(in.Paths.LocalDir, eventsFileName)
 	if in.SecretFound {
 		we.SecretFile = filepath.Join(in.Paths.SecretsDir, secretFileName)
@@ -122,9 +123,6 @@ func workerEnv(in envInput) []string {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}
-	}
-	if len(in.Mounts) > 0 {
-		env[workerenv.Mounts] = workerenv.EncodeMounts(in.Mounts)
 	}
 	if in.Process.External != nil {
 		if len(held) > 0 {

@@ -31,7 +31,8 @@ func EncodeMounts(ms []Mount) string {
 	return string(b)
 }
 
-// DecodeMounts reads a value of Mounts; "" is no mounts.
+// DecodeMounts reads a value of Mounts; "" (or an empty list) is no
+// mounts, nil.
 func DecodeMounts(v string) ([]Mount, error) {
 	if v == "" {
 		return nil, nil
@@ -39,6 +40,9 @@ func DecodeMounts(v string) ([]Mount, error) {
 	var ms []Mount
 	if err := json.Unmarshal([]byte(v), &ms); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", Mounts, err)
+	}
+	if len(ms) == 0 {
+		return nil, nil
 	}
 	return ms, nil
 }
