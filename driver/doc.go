@@ -18,7 +18,10 @@
 // torchrun's environment, as nomad-train run does locally (Launcher*). A
 // task starts only with the run secret its job's template renders into
 // secrets/ (ErrNoSecret), unless the plugin config allows unauthenticated
-// workers.
+// workers. It takes a task's volume mounts (host and CSI) without
+// filesystem isolation: a storage_path under a mount's destination is
+// rebased onto the mount's host path, and the worker learns every mount's
+// host path from NOMAD_TRAIN_MOUNTS (mounts.go).
 //
 // A plugin binary wires it up like this (see cmd/nomad-driver-train):
 //

@@ -173,14 +173,17 @@ func (d *Driver) TaskConfigSchema(context.Context, *drivers.TaskConfigSchemaRequ
 }
 
 // Capabilities implements the Driver service: signals and exec, no
-// filesystem or network isolation (tasks see host paths), no mounts.
+// filesystem or network isolation (tasks see host paths). Mounts are
+// taken, so that Nomad gives the driver a task's host and CSI volumes
+// (with NO_MOUNTS a client refuses both); without isolation they are
+// honoured as mounts.go says.
 func (d *Driver) Capabilities(context.Context, *drivers.CapabilitiesRequest) (*drivers.CapabilitiesResponse, error) {
 	return &drivers.CapabilitiesResponse{Capabilities: &drivers.DriverCapabilities{
 		SendSignals:           true,
 		Exec:                  true,
 		FsIsolation:           drivers.DriverCapabilities_NONE,
 		NetworkIsolationModes: []drivers.NetworkIsolationSpec_NetworkIsolationMode{drivers.NetworkIsolationSpec_HOST},
-		MountConfigs:          drivers.DriverCapabilities_NO_MOUNTS,
+		MountConfigs:          drivers.DriverCapabilities_ANY_MOUNTS,
 	}}, nil
 }
 

@@ -57,6 +57,9 @@ type envInput struct {
 	Process     workerenv.Process
 	HostName    string
 	NodeHasGPUs bool
+	// Mounts are the task's volumes and where the worker finds them
+	// (taskMounts), handed on in workerenv.Mounts.
+	Mounts []workerenv.Mount
 }
 
 // workerEnv is the task's environment: Nomad's task env plus the runtime's
@@ -110,6 +113,7 @@ func workerEnv(in envInput) []string {
 			env[envConsulToken] = in.Plugin.TaskConsulToken
 		}
 	}
+	we.Mounts = in.Mounts
 	we.Events = filepath.Join(in.Paths.LocalDir, eventsFileName)
 	if in.SecretFound {
 		we.SecretFile = filepath.Join(in.Paths.SecretsDir, secretFileName)

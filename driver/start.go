@@ -50,6 +50,13 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	// task's directory, not the plugin's; a mark left by an earlier attempt
 	// at a run of the same name (another secret) does not count.
 	paths := pathsOf(tc)
+	mounts, err := taskMounts(tc, paths.TaskDir)
+	if err != nil {
+		return nil, startError(false, codes.InvalidArgument, err)
+	}
+	if cfg, err = mountStorage(cfg, mounts, paths.TaskDir); err != nil {
+		return nil, startError(false, codes.InvalidArgument, err)
+	}
 	root := storage.Rebase(cfg.StoragePath, paths.TaskDir)
 	attempt := storage.AttemptID(readSecret(filepath.Join(paths.SecretsDir, secretFileName)))
 	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt, storage.WithStorageOptions(cfg.Storage)); err == nil && failed {
@@ -57,7 +64,7 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 			"run %q failed for good: %s; remove %s to run it again",
 			cfg.RunName, f.Reason, storage.FailedLocation(root, cfg.RunName)))
 	}
-	spec, eventsPath, err := d.processSpec(tc, cfg, pcfg)
+	spec, eventsPath, err := d.processSpec(tc, cfg, pcfg, mounts)
 	if err != nil {
 		return nil, startError(false, codes.InvalidArgument, err)
 	}
@@ -119,8 +126,9 @@ func (d *Driver) track(tc *drivers.TaskConfig, cfg TaskConfig, proc Process, eve
 }
 
 // processSpec works out what to run for a task: program, arguments,
-// environment, user, directories and resources.
-func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg PluginConfig) (ProcessSpec, string, error) {
+// environment, user, directories and resources. cfg's storage path is
+// already rebased onto mounts (mountStorage).
+func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg PluginConfig, mounts []workerenv.Mount) (ProcessSpec, string, error) {
 	paths := pathsOf(tc)
 	if tc.GetAllocDir() == "" || tc.GetName() == "" {
 		return ProcessSpec{}, "", errors.New("task config has no alloc_dir or name")
@@ -136,6 +144,7 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 		Paths:       paths,
 		SecretFound: hasSecret(secretPath),
 		HostName:    d.hostName,
+		Mounts:      mounts,
 	}
 	if !in.SecretFound && !pcfg.AllowUnauthenticated {
 		return ProcessSpec{}, "", noSecretError(tc, secretPath)

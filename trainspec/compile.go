@@ -238,7 +238,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		task.Templates = append(task.Templates, S3CredentialsTemplate(p))
 	}
 	compileVolumes(s.Volumes, workers, task)
-	diags = append(diags, volumeWarnings(s.Volumes)...)
+	diags = append(diags, volumeWarnings(s.Volumes, s.Run.StoragePath)...)
 	task.Resources = resources(s.Scaling.ResourcesPerWorker)
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}

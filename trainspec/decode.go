@@ -212,6 +212,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	if r := d.single(c, "run"); r != nil {
 		d.run(r, &s.Run, &s.ranges)
 	}
+	d.storageOnVolumes(s)
 	if r := d.single(c, "rendezvous"); r != nil {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
 	}

@@ -2,9 +2,11 @@ package trainspec
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
@@ -66,8 +68,11 @@ func TestS3CredentialsInTheCompiledJob(t *testing.T) {
 	}
 }
 
-// Compile warns what the train driver makes of each volume: a CSI volume
-// is refused by the Nomad client, a host volume is seen at its host path.
+// Compile warns what the train driver makes of each volume: the one that
+// holds storage_path is rebased there and needs no warning (before, every
+// host volume was "seen at the client's path" and every CSI volume
+// refused); any other is found at its host path, which NOMAD_TRAIN_MOUNTS
+// gives.
 func TestVolumeWarnings(t *testing.T) {
 	src := `train "r" {
   entrypoint { builtin = "quickstart" }
@@ -83,22 +88,77 @@ func TestVolumeWarnings(t *testing.T) {
     access_mode     = "multi-node-multi-writer"
     attachment_mode = "file-system"
   }
-  run { storage_path = "/mnt/shared/results" }
+  run { storage_path = "%s" }
 }
 `
-	spec, diags := Parse([]byte(src), "t.hcl", ParseOptions{})
-	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
-	job, diags := Compile(spec)
-	must.Eq(t, []string{
-		"t.hcl:3:3-3:13: warning: Host volume seen at the client's path; The train driver runs workers without filesystem isolation: they see host volume \"h\" at the path the client's host_volume block gives, not at /mnt/shared. Give the host volume that path on every client (host_volume \"nfs\" { path = \"/mnt/shared\" }) so that storage_path means the same everywhere.",
-		"t.hcl:8:3-8:13: warning: CSI volume the train driver cannot mount; The train driver takes no mounts yet, so a Nomad client refuses to claim CSI volume \"c\" for its tasks (\"no task supports CSI\"). Mount the filesystem on every client and offer it as a host volume instead.",
-	}, diagLines(diags))
-	mustPassNomadRules(t, job)
-	g := job.TaskGroups[0]
-	must.MapLen(t, 2, g.Volumes)
-	must.EqOp(t, "multi-node-multi-writer", g.Volumes["c"].AccessMode)
-	must.SliceLen(t, 2, g.Tasks[0].VolumeMounts)
-	must.EqOp(t, "/mnt/shared", *g.Tasks[0].VolumeMounts[0].Destination)
+	cases := []struct {
+		storage string
+		want    []string
+	}{
+		{"/mnt/shared/results", []string{
+			"t.hcl:8:3-8:13: warning: Volume seen at its host path; The train driver runs workers without filesystem isolation: it moves only storage_path from under a destination onto the volume's path on the client. A worker finds volume \"c\" not at /mnt/csi but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
+		}},
+		{"/mnt/csi", []string{
+			"t.hcl:3:3-3:13: warning: Volume seen at its host path; The train driver runs workers without filesystem isolation: it moves only storage_path from under a destination onto the volume's path on the client. A worker finds volume \"h\" not at /mnt/shared but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.storage, func(t *testing.T) {
+			spec, diags := Parse([]byte(fmt.Sprintf(src, tc.storage)), "t.hcl", ParseOptions{})
+			must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
+			job, diags := Compile(spec)
+			must.Eq(t, tc.want, diagLines(diags))
+			mustPassNomadRules(t, job)
+			g := job.TaskGroups[0]
+			must.MapLen(t, 2, g.Volumes)
+			must.EqOp(t, "multi-node-multi-writer", g.Volumes["c"].AccessMode)
+			must.SliceLen(t, 2, g.Tasks[0].VolumeMounts)
+			must.EqOp(t, "/mnt/shared", *g.Tasks[0].VolumeMounts[0].Destination)
+		})
+	}
+}
+
+// Parse refuses what the train driver would refuse at every worker's
+// start: storage on a read-only volume, and a storage_path with ".."
+// beside volumes.
+func TestStorageOnVolumes(t *testing.T) {
+	src := `train "r" {
+  entrypoint { builtin = "quickstart" }
+  volume "h" {
+    type        = "host"
+    source      = "nfs"
+    destination = "/mnt/shared"
+    read_only   = %t
+  }
+  run { storage_path = "%s" }
+}
+`
+	cases := []struct {
+		readOnly bool
+		storage  string
+		want     []string
+	}{
+		{true, "/mnt/shared/results", []string{
+			"t.hcl:9:9-9:45: error: Storage on a read-only volume; storage_path \"/mnt/shared/results\" is on volume \"h\", mounted read-only at /mnt/shared; checkpoints and progress are written there, so set read_only = false or move storage_path.",
+		}},
+		{false, "/mnt/shared/../etc", []string{
+			"t.hcl:9:9-9:44: error: Storage path with \"..\"; With volumes, the train driver moves a storage_path under a volume's destination onto the volume's path on the client, and it refuses \"/mnt/shared/../etc\" rather than guess whether it leaves the volume; name the directory directly.",
+		}},
+		{true, "/mnt/other/results", []string{}},
+		{false, "/mnt/shared/results", []string{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.storage, func(t *testing.T) {
+			_, diags := Parse([]byte(fmt.Sprintf(src, tc.readOnly, tc.storage)), "t.hcl", ParseOptions{})
+			var errs hcl.Diagnostics
+			for _, d := range diags {
+				if d.Severity == hcl.DiagError {
+					errs = append(errs, d)
+				}
+			}
+			must.Eq(t, tc.want, diagLines(errs))
+		})
+	}
 }
 
 // status reads a job's storage options back from the job, as compiled and

@@ -5,6 +5,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/nomad/api"
@@ -130,24 +131,66 @@ func (d *decoder) csiModes(b *hcl.Block, v *Volume, access, attach *hcl.Attribut
 	}
 }
 
-// volumeWarnings says what the train driver makes of the spec's volumes
-// today: it runs workers without filesystem isolation and takes no mounts
-// (MountConfigs none), so a worker sees a host volume at the client's own
-// path, not at destination, and Nomad refuses a CSI volume for its tasks
-// ("no task supports CSI").
-func volumeWarnings(vols []Volume) hcl.Diagnostics {
-	var diags hcl.Diagnostics
-	for _, v := range vols {
-		d := &hcl.Diagnostic{Severity: hcl.DiagWarning, Subject: v.rng.Ptr(), Extra: NeedsAddress}
-		switch v.Type {
-		case VolumeCSI:
-			d.Summary = "CSI volume the train driver cannot mount"
-			d.Detail = fmt.Sprintf("The train driver takes no mounts yet, so a Nomad client refuses to claim CSI volume %q for its tasks (\"no task supports CSI\"). Mount the filesystem on every client and offer it as a host volume instead.", v.Name)
-		default:
-			d.Summary = "Host volume seen at the client's path"
-			d.Detail = fmt.Sprintf("The train driver runs workers without filesystem isolation: they see host volume %q at the path the client's host_volume block gives, not at %s. Give the host volume that path on every client (host_volume %q { path = %q }) so that storage_path means the same everywhere.", v.Name, v.Destination, v.Source, v.Destination)
+// The train driver runs workers without filesystem isolation, so it
+// honours a volume_mount in its own way: a storage_path under a volume's
+// destination is rebased onto the volume's host path on each client, and
+// every volume's host path is handed to the worker in NOMAD_TRAIN_MOUNTS.
+// It refuses storage on a read-only volume, and a storage_path with a
+// ".." element when the task has volumes. Parse checks both first, and
+// Compile warns about volumes that hold no storage.
+
+// storageVolume is the volume whose destination holds the storage path p
+// (a local absolute path), the deepest when they nest, or nil.
+func storageVolume(vols []Volume, p string) *Volume {
+	if !path.IsAbs(p) {
+		return nil
+	}
+	p = path.Clean(p)
+	var found *Volume
+	for i, v := range vols {
+		inside := p == v.Destination || strings.HasPrefix(p, strings.TrimSuffix(v.Destination, "/")+"/")
+		if inside && (found == nil || len(v.Destination) > len(found.Destination)) {
+			found = &vols[i]
 		}
-		diags = append(diags, d)
+	}
+	return found
+}
+
+// storageOnVolumes checks the run's storage path against the volumes as
+// the train driver will when it starts a worker.
+func (d *decoder) storageOnVolumes(s *Spec) {
+	p := s.Run.StoragePath
+	if len(s.Volumes) == 0 || strings.Contains(p, "://") {
+		return
+	}
+	rng := s.ranges.rangeOr(s.ranges.storage)
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		d.diags = append(d.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Subject: rng,
+			Summary: "Storage path with \"..\"",
+			Detail:  fmt.Sprintf("With volumes, the train driver moves a storage_path under a volume's destination onto the volume's path on the client, and it refuses %q rather than guess whether it leaves the volume; name the directory directly.", p)})
+		return
+	}
+	if v := storageVolume(s.Volumes, p); v != nil && v.ReadOnly {
+		d.diags = append(d.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Subject: rng,
+			Summary: "Storage on a read-only volume",
+			Detail:  fmt.Sprintf("storage_path %q is on volume %q, mounted read-only at %s; checkpoints and progress are written there, so set read_only = false or move storage_path.", p, v.Name, v.Destination)})
+	}
+}
+
+// volumeWarnings warns about the volumes that hold no storage: a worker
+// does not find them at destination but at the path NOMAD_TRAIN_MOUNTS
+// gives.
+func volumeWarnings(vols []Volume, storagePath string) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	holder := storageVolume(vols, storagePath)
+	for i, v := range vols {
+		if holder == &vols[i] {
+			continue
+		}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Subject: v.rng.Ptr(), Extra: NeedsAddress,
+			Summary: "Volume seen at its host path",
+			Detail: fmt.Sprintf("The train driver runs workers without filesystem isolation: it moves only storage_path from under a destination onto the volume's path on the client. A worker finds volume %q not at %s but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
+				v.Name, v.Destination)})
 	}
 	return diags
 }

@@ -2,8 +2,9 @@
 # at /mnt/shared on every client, which offers it as the host volume
 # "train-results" (client config: host_volume "train-results" { path =
 # "/mnt/shared" }). The workers are placed only on clients that have it. The
-# train driver runs workers without filesystem isolation, so they see the
-# volume at the client's path: keep it equal to destination.
+# train driver runs workers without filesystem isolation: it moves the
+# storage_path under destination onto the client's path for the volume, so
+# that path may differ from destination, and from one client to another.
 train "quickstart-volume" {
   entrypoint {
     builtin = "quickstart"

@@ -58,6 +58,7 @@ func (e Env) Environ() []string {
 	str(Events, e.Events)
 	str(SecretFile, e.SecretFile)
 	str(MetricsAddr, e.MetricsAddr)
+	str(Mounts, EncodeMounts(e.Mounts))
 	dur(CollectiveTimeout, e.CollectiveTimeout)
 	if e.CollectiveTCPOnly {
 		add(CollectiveTransport, "tcp")

@@ -30,6 +30,7 @@ func full() Env {
 		MaxFailures: -1, Builtin: "quickstart", Events: "/alloc/events.jsonl", SecretFile: "/secrets/s",
 		CollectiveTimeout: 45 * time.Second, CollectiveTCPOnly: true, FsyncCheckpointsOnly: true,
 		MetricsAddr: "127.0.0.1:9100", StopGrace: 3 * time.Second, LeaseTTL: 7 * time.Second, StallFloor: time.Minute, StallFactor: 12.5,
+		Mounts: []Mount{{Destination: "/mnt/shared", HostPath: "/srv/nfs"}},
 	}
 }
 
@@ -67,8 +68,12 @@ func TestEnvironCoversEveryField(t *testing.T) {
 				f.SetBool(!f.Bool())
 			case reflect.Float64:
 				f.SetFloat(f.Float() + 1)
-			case reflect.Slice: // Config
-				f.SetBytes([]byte(`{"lr":0.2}`))
+			case reflect.Slice: // Config, Mounts
+				if name == "Mounts" {
+					f.Set(reflect.Append(f, reflect.ValueOf(Mount{Destination: "/data", HostPath: "/srv/data", ReadOnly: true})))
+				} else {
+					f.SetBytes([]byte(`{"lr":0.2}`))
+				}
 			case reflect.Struct: // Checkpoint
 				f.Field(0).SetInt(f.Field(0).Int() + 1)
 			default:
@@ -88,6 +93,8 @@ func FuzzEnvironInvertsLoad(f *testing.F) {
 	f.Add(strings.Join(full().Environ(), "\n"))
 	f.Add(RunName + "=r")
 	f.Add(RunName + "=r\n" + WorldSize + "=4\n" + MinWorldSize + "=2\n" + Settle + "=1500ms")
+	f.Add(RunName + "=r\n" + Mounts + `=[{"destination":"/d","host_path":"/h","read_only":true,"x":1}]`)
+	f.Add(RunName + "=r\n" + Mounts + "=[]")
 	f.Add(RunName + "=r\n" + WorldSize + "=3\n" + CollectiveTransport + "=SHM\n" + StallFactor + "=1e1\n" + Config + "=[1, 2]")
 	f.Fuzz(func(t *testing.T, text string) {
 		e, err := Load(getenvOf(strings.Split(text, "\n")))

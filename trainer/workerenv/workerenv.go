@@ -205,6 +205,9 @@ type Env struct {
 	StallFactor          float64
 	// MetricsAddr is where to serve /metrics; "" serves none.
 	MetricsAddr string
+	// Mounts are the task's volumes and where the worker finds them
+	// (Mounts; the Nomad task driver's, none locally).
+	Mounts []Mount
 }
 
 // IsWorker reports whether this process was launched as a worker.
@@ -285,6 +288,9 @@ func Load(getenv func(string) string) (Env, error) {
 		e.FsyncCheckpointsOnly = true
 	default:
 		return e, fmt.Errorf("%s=%q: want records or checkpoints", Fsync, v)
+	}
+	if e.Mounts, err = DecodeMounts(getenv(Mounts)); err != nil {
+		return e, err
 	}
 	if e.StopGrace, err = durVar(getenv, StopGrace, 4*time.Second); err != nil {
 		return e, err
