@@ -16,6 +16,7 @@ import (
 	"github.com/nomad-train/nomad-train/builtins"
 	"github.com/nomad-train/nomad-train/driver"
 	"github.com/nomad-train/nomad-train/driver/executor"
+	"github.com/nomad-train/nomad-train/internal/buildinfo"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -27,7 +28,7 @@ func main() {
 		case workerenv.WorkerArg:
 			os.Exit(builtins.WorkerMain())
 		case "version", "-version", "--version":
-			fmt.Println("nomad-driver-train " + version())
+			fmt.Println("nomad-driver-train " + buildinfo.Version())
 			return
 		}
 	}

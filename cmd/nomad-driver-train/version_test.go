@@ -3,19 +3,11 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
 )
-
-func TestVersionOf(t *testing.T) {
-	info := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.3.0"},
-		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}}}
-	must.Eq(t, "v0.3.0 (abc123) go1.26.0", versionOf(info))
-	must.StrHasPrefix(t, "(devel) go", versionOf(nil))
-}
 
 // The built binary answers -version on stdout and exits 0 instead of
 // starting the plugin server.
