@@ -78,19 +78,7 @@ func MarkFailed(root, run string, f Failure, opts ...Option) error {
 	if err != nil {
 		return fmt.Errorf("mark run failed: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-failed-")
-	if err != nil {
-		return fmt.Errorf("mark run failed: %w", err)
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, FailedFile))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := writeFileAtomic(dir, FailedFile, b); err != nil {
 		return fmt.Errorf("mark run failed: %w", err)
 	}
 	return nil

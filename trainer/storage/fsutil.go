@@ -172,3 +172,23 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 func scratchName(prefix, base string) string {
 	return prefix + base + "-" + rand.Text()
 }
+
+// writeFileAtomic writes b as dir/name through a temporary file renamed
+// over it, so that readers see all of b or what was there before.
+func writeFileAtomic(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, ".tmp-"+name+"-")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}

@@ -58,19 +58,7 @@ func WriteNote(ctx context.Context, root, run, name string, b []byte, opts ...Op
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write note %s: %w", name, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-note-")
-	if err != nil {
-		return fmt.Errorf("write note %s: %w", name, err)
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := writeFileAtomic(dir, name, b); err != nil {
 		return fmt.Errorf("write note %s: %w", name, err)
 	}
 	return nil
