@@ -112,7 +112,8 @@
 // the writer was opened WithWriter, its attempt and rendezvous generation;
 // the holder rewrites it every third of its time to live (WithLeaseTTL,
 // DefaultLeaseTTL) with If-Match on its own last ETag, and deletes it on
-// Close. A writer that finds a lease held by an earlier generation of its
+// Close with If-Match too (a read, then a delete, could delete a lease
+// taken over between the two). A writer that finds a lease held by an earlier generation of its
 // own attempt replaces it at once, with If-Match on the ETag it read (so
 // of two takers exactly one wins): the gang has left that generation, and
 // its rank 0 is dead or fenced out. Any other lease it waits for until it

@@ -308,7 +308,8 @@ func (l *lease) lost() error {
 	return l.err
 }
 
-// release stops the renewal and deletes the lease if it is still ours.
+// release stops the renewal and deletes the lease if it is still ours
+// (If-Match on its last ETag).
 func (l *lease) release(ctx context.Context) error {
 	if l.stop == nil {
 		return nil
@@ -316,6 +317,18 @@ func (l *lease) release(ctx context.Context) error {
 	l.stop()
 	<-l.done
 	l.stop = nil
+	l.mu.Lock()
+	etag := l.etag
+	l.mu.Unlock()
+	// Deleted only while it is our last write: a read, then a delete,
+	// would delete a lease taken over between the two.
+	err := l.st.DeleteIfMatch(ctx, l.key, etag)
+	switch {
+	case err == nil, errors.Is(err, objstore.ErrChanged):
+		return nil
+	case !errors.Is(err, objstore.ErrConditionalUnsupported):
+		return fmt.Errorf("releasing writer lease: %w", err)
+	}
 	cur, _, err := l.read(ctx)
 	if errors.Is(err, objstore.ErrNotFound) || err == nil && cur.Holder != l.holder {
 		return nil

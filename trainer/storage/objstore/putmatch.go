@@ -66,3 +66,24 @@ func changed(err error) error {
 	}
 	return err
 }
+
+// DeleteIfMatch deletes the object at key only while it is the one with
+// that ETag (If-Match on DeleteObject: AWS S3 since 2025, versitygw 1.8).
+// It returns ErrChanged when another object is there or none is, and
+// ErrConditionalUnsupported when the server answers that it does not
+// implement the condition.
+func (s *Store) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if etag == "" {
+		return fmt.Errorf("delete %s: if-match with no etag", key)
+	}
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.objectKey(key)), IfMatch: aws.String(etag),
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s if-match %s: %w", key, etag, changed(err))
+	}
+	return nil
+}

@@ -34,4 +34,14 @@ func TestPutIfMatch(t *testing.T) {
 	must.ErrorIs(t, err, ErrChanged)
 	_, err = st.Head(ctx, "lease")
 	must.ErrorIs(t, err, ErrNotFound)
+
+	// A delete keyed on a stale ETag leaves the new object alone.
+	third, err := st.Put(ctx, "lease", bytes.NewReader([]byte("third")))
+	must.NoError(t, err)
+	must.ErrorIs(t, st.DeleteIfMatch(ctx, "lease", second.ETag), ErrChanged)
+	_, err = st.Head(ctx, "lease")
+	must.NoError(t, err)
+	must.NoError(t, st.DeleteIfMatch(ctx, "lease", third.ETag))
+	_, err = st.Head(ctx, "lease")
+	must.ErrorIs(t, err, ErrNotFound)
 }
