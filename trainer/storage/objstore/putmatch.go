@@ -68,7 +68,8 @@ func changed(err error) error {
 }
 
 // DeleteIfMatch deletes the object at key only while it is the one with
-// that ETag (If-Match on DeleteObject: AWS S3 since 2025, versitygw 1.8).
+// that ETag (If-Match on DeleteObject, where the server implements it:
+// versitygw 1.8 does).
 // It returns ErrChanged when another object is there or none is, and
 // ErrConditionalUnsupported when the server answers that it does not
 // implement the condition.
