@@ -30,7 +30,9 @@ var nodeCacheBase = func(rank int) string { return "" }
 func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
 	opts := []storage.Option{storage.WithLogger(s.log), storage.WithStorageOptions(env.Storage())}
 	if storage.IsObjectPath(env.StoragePath) {
-		opts = append(opts, storage.WithLocalDir(s.nodeCache(env)))
+		// The generation lets rank 0 take over at once the lease of an
+		// earlier generation's rank 0, whose node may be lost.
+		opts = append(opts, storage.WithLocalDir(s.nodeCache(env)), storage.WithWriter(s.attempt, s.generation))
 	}
 	return opts
 }

@@ -24,6 +24,7 @@ type Session struct {
 	localRank, localSize int
 	nodeRank             int
 	generation           uint64
+	attempt              string // storage.AttemptID of the run's secret: with generation, names rank 0 as the storage writer
 	config               json.RawMessage
 	runDir               string
 	group                *collective.Group

@@ -333,7 +333,7 @@ func (w *worker) generation(ctx context.Context) error {
 
 	s := &Session{
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
-		nodeRank: a.NodeRank, generation: a.Generation, config: env.Config,
+		nodeRank: a.NodeRank, generation: a.Generation, attempt: w.attempt, config: env.Config,
 		group:  group,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 		metrics: w.metrics, grow: grow,

@@ -92,7 +92,7 @@ func TestNodeLoss(t *testing.T) {
 	storagePath := "s3://" + s3.Bucket + "/runs"
 	job, varPath := clusterJob(t, base, storagePath, s3, consul.real)
 	_, _, err = c.api.Variables().Create(&api.Variable{Path: varPath,
-		Items: api.VariableItems{"access_key": s3.AccessKey, "secret_key": s3.SecretKey}}, nil)
+		Items: api.VariableItems{trainspec.S3AccessKeyItem: s3.AccessKey, trainspec.S3SecretKeyItem: s3.SecretKey}}, nil)
 	must.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -325,14 +325,12 @@ func clusterJob(t *testing.T, base, storagePath string, s3 *s3test.Server, realC
 	task.Env["AWS_CONFIG_FILE"] = "/nonexistent"
 	task.Env["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent"
 	task.Env["TMPDIR"] = "${NOMAD_TASK_DIR}"
-	varPath := fmt.Sprintf("nomad/jobs/%s/%s/%s", *job.ID, *g.Name, task.Name)
-	task.Templates = append(task.Templates, &api.Template{
-		EmbeddedTmpl: new(fmt.Sprintf("{{ with nomadVar %q }}AWS_ACCESS_KEY_ID={{ .access_key }}\nAWS_SECRET_ACCESS_KEY={{ .secret_key }}\n{{ end }}", varPath)),
-		DestPath:     new("secrets/s3.env"),
-		Envvars:      new(true),
-		ChangeMode:   new("restart"),
-	})
-	return job, varPath
+	// The compiled job reads the keys from a Variable itself (a second
+	// template of ours at the same destination is refused by Nomad).
+	must.True(t, slices.ContainsFunc(task.Templates, func(tp *api.Template) bool {
+		return tp.DestPath != nil && *tp.DestPath == trainspec.S3CredentialsFile
+	}), must.Sprint("the compiled job renders S3 keys from a Variable"))
+	return job, trainspec.S3CredentialsVariablePath(*job.ID)
 }
 
 // live lists the job's allocations that have not ended.

@@ -108,15 +108,25 @@
 // once for all its ranks.
 //
 // S3 has no flock. The writer holds a lease object, created with
-// If-None-Match: * and holding its holder's id, host, pid and expiry; the
-// holder rewrites it every third of its time to live (WithLeaseTTL,
-// DefaultLeaseTTL) and deletes it on Close. A writer that finds a lease
-// waits until it expires, at most one time to live, and takes it over if
-// it was not renewed meanwhile (a killed writer); otherwise it gets
-// ErrLocked. A holder that finds its lease taken, or cannot renew it,
-// fails every later write. The lease is advisory against a writer paused
-// longer than its time to live; the conditional manifest write still
-// keeps two writers from committing the same checkpoint name.
+// If-None-Match: * and holding its holder's id, host, pid, expiry and, when
+// the writer was opened WithWriter, its attempt and rendezvous generation;
+// the holder rewrites it every third of its time to live (WithLeaseTTL,
+// DefaultLeaseTTL) with If-Match on its own last ETag, and deletes it on
+// Close with If-Match too (a read, then a delete, could delete a lease
+// taken over between the two). A writer that finds a lease held by an earlier generation of its
+// own attempt replaces it at once, with If-Match on the ETag it read (so
+// of two takers exactly one wins): the gang has left that generation, and
+// its rank 0 is dead or fenced out. Any other lease it waits for until it
+// expires, at most one time to live, and takes over if it was not renewed
+// meanwhile (a killed writer); otherwise it gets ErrLocked. A holder whose
+// renewal finds its lease changed, or that cannot renew it, fails every
+// later write; before each manifest it also reads the lease (HEAD) and
+// compares the ETag, because S3 cannot make one write conditional on
+// another object: one round trip remains between that check and the
+// manifest. A holder that lost its lease deletes no checkpoint objects
+// (they may be the new writer's). The lease is advisory against a writer
+// paused longer than its time to live; the conditional manifest write
+// still keeps two writers from committing the same checkpoint name.
 //
 // Example:
 //

@@ -112,6 +112,12 @@ func (r *ObjectRun) keepLocal(staged, name string, manifest []byte) {
 // writeManifest writes a checkpoint's manifest (see objFiles.putManifest);
 // on failure the checkpoint's objects are deleted.
 func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum) ([]byte, error) {
+	// The manifest is the commit point: a writer whose lease was taken
+	// (its generation is over) must not commit, and must not delete the
+	// objects either, which may be the new writer's under the same name.
+	if err := r.lease.check(r.ctx); err != nil {
+		return nil, fmt.Errorf("committing %s: %w", name, err)
+	}
 	b, err := r.files.putManifest(name, rec, files, func(err error) {
 		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
 	})
@@ -207,6 +213,9 @@ func (r *ObjectRun) forget(name string) {
 
 // deleteObjects deletes every object under a checkpoint's prefix.
 func (r *ObjectRun) deleteObjects(name string) error {
+	if err := r.lease.lost(); err != nil {
+		return err // the new writer removes what is an orphan
+	}
 	objs, err := r.st.List(r.ctx, objstore.ListOptions{Prefix: r.ckptKey(name, "")})
 	if err != nil {
 		return fmt.Errorf("listing checkpoint %s: %w", name, err)

@@ -24,34 +24,59 @@ type leaseBody struct {
 	Host    string    `json:"host"`
 	PID     int       `json:"pid"`
 	Expires time.Time `json:"expires"`
+	// Attempt and Generation name the writer (WithWriter): the attempt at
+	// the run (AttemptID) and the rendezvous generation whose rank 0 holds
+	// the lease. Empty and 0 for a writer that gave none.
+	Attempt    string `json:"attempt,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
 }
 
 // lease is an ObjectRun's writer lock: an object created with
-// PutIfAbsent, renewed by its holder every ttl/3 and deleted by Close. A
-// writer killed without Close leaves it to expire; the next OpenObject
-// waits for that (at most ttl) and takes it over.
+// PutIfAbsent, renewed by its holder every ttl/3 with a write conditional
+// on its last ETag, and deleted by Close. A writer killed without Close
+// leaves it to expire; the next OpenObject waits for that (at most ttl)
+// and takes it over, except that a writer of the same attempt and a
+// later generation takes it over at once (see supersedes).
 type lease struct {
-	st  *objstore.Store
-	key string
-	ttl time.Duration
-	now func() time.Time
-	log hclog.Logger
+	st      *objstore.Store
+	key     string
+	ttl     time.Duration
+	now     func() time.Time
+	log     hclog.Logger
+	attempt string // the writer's attempt; "" takes over no lease early
+	gen     uint64 // the writer's generation; 0 takes over no lease early
 
+	// io serialises the holder's renewals and checks, so that check never
+	// compares the object with an ETag a renewal is replacing.
+	io sync.Mutex
 	mu sync.Mutex
 	// Guarded by mu:
 	holder string
-	err    error // set when a renewal failed or the lease was taken
+	etag   string // of the holder's last write
+	err    error  // set when a renewal failed or the lease was taken
 	stop   context.CancelFunc
 	done   chan struct{}
 }
 
-// acquire takes the lease, waiting out an expired holder's time.
+// supersedes reports whether the writer may take the lease held by cur
+// without waiting for it to expire: cur's holder is rank 0 of an earlier
+// generation of the same attempt. The gang has left that generation (a
+// rank 0 joins a later one only after its members agreed the earlier one
+// is over), so its holder is dead or fenced out; a renewal by it finds
+// the lease changed and fails its later writes. Another attempt (a second
+// run of the same name) or a holder of unknown generation is waited for.
+func (l *lease) supersedes(cur leaseBody) bool {
+	return l.attempt != "" && l.gen != 0 && cur.Attempt == l.attempt && cur.Generation != 0 && cur.Generation < l.gen
+}
+
+// acquire takes the lease: at once when it is free or held by an earlier
+// generation of this attempt, else waiting out an expired holder's time.
 func (l *lease) acquire(ctx context.Context) error {
 	var id [12]byte
 	_, _ = rand.Read(id[:])
 	l.holder = hex.EncodeToString(id[:])
 	for range 3 {
-		err := l.put(ctx, true)
+		err := l.put(ctx, putIfAbsent, "")
 		if !errors.Is(err, objstore.ErrExists) {
 			if err == nil {
 				l.startRenewal(ctx)
@@ -64,6 +89,22 @@ func (l *lease) acquire(ctx context.Context) error {
 		}
 		if err != nil {
 			return err
+		}
+		if l.supersedes(cur) {
+			err := l.put(ctx, putIfMatch, etag)
+			switch {
+			case err == nil:
+				l.log.Info("took over the writer lease of an earlier generation", "holder", cur.Holder,
+					"host", cur.Host, "pid", cur.PID, "holder_generation", cur.Generation, "generation", l.gen)
+				l.startRenewal(ctx)
+				return nil
+			case errors.Is(err, objstore.ErrChanged):
+				continue // renewed, released or taken meanwhile: look again
+			case errors.Is(err, objstore.ErrConditionalUnsupported):
+				l.log.Warn("server has no If-Match writes: waiting for the earlier generation's lease to expire", "error", err)
+			default:
+				return err
+			}
 		}
 		if wait := cur.Expires.Sub(l.now()); wait > 0 {
 			if wait > l.ttl+time.Second {
@@ -101,28 +142,49 @@ func (l *lease) read(ctx context.Context) (leaseBody, string, error) {
 	return b, info.ETag, nil
 }
 
-func (l *lease) put(ctx context.Context, ifAbsent bool) error {
+// How put writes the lease.
+const (
+	putPlain    = iota // unconditionally
+	putIfAbsent        // only if there is none
+	putIfMatch         // only over the object with the given ETag
+)
+
+// put writes the lease with a fresh expiry and records its ETag as the
+// holder's.
+func (l *lease) put(ctx context.Context, how int, etag string) error {
 	host, _ := os.Hostname()
-	b, err := json.Marshal(leaseBody{Holder: l.holder, Host: host, PID: os.Getpid(), Expires: l.now().Add(l.ttl)})
+	b, err := json.Marshal(leaseBody{Holder: l.holder, Host: host, PID: os.Getpid(), Expires: l.now().Add(l.ttl),
+		Attempt: l.attempt, Generation: l.gen})
 	if err != nil {
 		return err
 	}
-	if ifAbsent {
-		_, err = l.st.PutIfAbsent(ctx, l.key, bytes.NewReader(b))
+	var res objstore.PutResult
+	switch how {
+	case putIfAbsent:
+		res, err = l.st.PutIfAbsent(ctx, l.key, bytes.NewReader(b))
 		if errors.Is(err, objstore.ErrConditionalUnsupported) {
 			return fmt.Errorf("writer lease needs conditional writes: %w", err)
 		}
-	} else {
-		_, err = l.st.Put(ctx, l.key, bytes.NewReader(b))
+	case putIfMatch:
+		res, err = l.st.PutIfMatch(ctx, l.key, etag, bytes.NewReader(b))
+	default:
+		res, err = l.st.Put(ctx, l.key, bytes.NewReader(b))
 	}
-	if err != nil && !errors.Is(err, objstore.ErrExists) {
-		return fmt.Errorf("writing writer lease: %w", err)
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		l.etag = res.ETag
+		l.mu.Unlock()
+		return nil
+	case errors.Is(err, objstore.ErrExists), errors.Is(err, objstore.ErrChanged), errors.Is(err, objstore.ErrConditionalUnsupported):
+		return err
 	}
-	return err
+	return fmt.Errorf("writing writer lease: %w", err)
 }
 
 // startRenewal renews the lease every ttl/3 until release. A renewal that
-// finds the lease held by someone else makes every later write fail.
+// finds the lease changed (taken by another writer) makes every later
+// write fail.
 func (l *lease) startRenewal(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	l.stop, l.done = cancel, make(chan struct{})
@@ -136,31 +198,118 @@ func (l *lease) startRenewal(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			cur, _, err := l.read(ctx)
-			if err == nil && cur.Holder != l.holder {
-				err = fmt.Errorf("%w: writer lease taken by %s (pid %d)", ErrLocked, cur.Host, cur.PID)
-			}
-			if err == nil {
-				err = l.put(ctx, false)
-			}
-			if err != nil && ctx.Err() == nil {
+			if err := l.renew(ctx); err != nil && ctx.Err() == nil {
 				l.log.Error("could not renew the writer lease", "error", err)
-				l.mu.Lock()
-				l.err = err
-				l.mu.Unlock()
+				l.fail(err)
+				if errors.Is(err, ErrLocked) {
+					return // another writer's now: nothing left to renew
+				}
 			}
 		}
 	}()
 }
 
+// renew writes the lease over the holder's last write only (If-Match), so
+// that a renewal racing a takeover cannot overwrite the taker's lease. A
+// server without If-Match writes gets the older read, compare and write.
+func (l *lease) renew(ctx context.Context) error {
+	l.io.Lock()
+	defer l.io.Unlock()
+	if err := l.lost(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	etag := l.etag
+	l.mu.Unlock()
+	err := l.put(ctx, putIfMatch, etag)
+	if errors.Is(err, objstore.ErrConditionalUnsupported) {
+		cur, _, rerr := l.read(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		if cur.Holder != l.holder {
+			return l.takenBy(cur)
+		}
+		return l.put(ctx, putPlain, "")
+	}
+	if errors.Is(err, objstore.ErrChanged) {
+		return l.reconcile(ctx)
+	}
+	return err
+}
+
+// check returns nil if the holder still holds the lease: the object's
+// ETag is still that of its last write. It reads (a HEAD) because S3 has
+// no write conditional on another object's ETag; the manifest write that
+// follows it is one round trip behind this answer. A lease found changed
+// fails every later write, as a renewal's finding does.
+func (l *lease) check(ctx context.Context) error {
+	l.io.Lock()
+	defer l.io.Unlock()
+	if err := l.lost(); err != nil {
+		return err
+	}
+	info, err := l.st.Head(ctx, l.key)
+	l.mu.Lock()
+	etag := l.etag
+	l.mu.Unlock()
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		err = fmt.Errorf("%w: writer lease deleted", ErrLocked)
+	case err != nil:
+		return fmt.Errorf("checking writer lease: %w", err)
+	case info.ETag == etag:
+		return nil
+	default:
+		if err = l.reconcile(ctx); err == nil {
+			return nil
+		}
+	}
+	l.fail(err)
+	return err
+}
+
+// reconcile reads a lease whose ETag is not the holder's last: still the
+// holder's (a write whose answer was lost, then retried), it adopts its
+// ETag; another writer's, it returns ErrLocked.
+func (l *lease) reconcile(ctx context.Context) error {
+	cur, etag, err := l.read(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: writer lease changed (%w)", ErrLocked, err)
+	}
+	if cur.Holder == l.holder {
+		l.mu.Lock()
+		l.etag = etag
+		l.mu.Unlock()
+		return nil
+	}
+	return l.takenBy(cur)
+}
+
+func (l *lease) takenBy(cur leaseBody) error {
+	return fmt.Errorf("%w: writer lease taken by %s (pid %d, generation %d)", ErrLocked, cur.Host, cur.PID, cur.Generation)
+}
+
+func (l *lease) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+	}
+}
+
 // lost returns why the lease no longer holds, or nil.
 func (l *lease) lost() error {
+	if l == nil {
+		return nil // a reader's
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
 }
 
-// release stops the renewal and deletes the lease if it is still ours.
+// release stops the renewal and deletes the lease if it is still ours
+// (If-Match on its last ETag).
 func (l *lease) release(ctx context.Context) error {
 	if l.stop == nil {
 		return nil
@@ -168,6 +317,18 @@ func (l *lease) release(ctx context.Context) error {
 	l.stop()
 	<-l.done
 	l.stop = nil
+	l.mu.Lock()
+	etag := l.etag
+	l.mu.Unlock()
+	// Deleted only while it is our last write: a read, then a delete,
+	// would delete a lease taken over between the two.
+	err := l.st.DeleteIfMatch(ctx, l.key, etag)
+	switch {
+	case err == nil, errors.Is(err, objstore.ErrChanged):
+		return nil
+	case !errors.Is(err, objstore.ErrConditionalUnsupported):
+		return fmt.Errorf("releasing writer lease: %w", err)
+	}
 	cur, _, err := l.read(ctx)
 	if errors.Is(err, objstore.ErrNotFound) || err == nil && cur.Holder != l.holder {
 		return nil

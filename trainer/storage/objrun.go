@@ -31,6 +31,17 @@ const leaseReleaseTimeout = 10 * time.Second
 // WithLeaseTTL sets the writer lease's time to live (ObjectRun only).
 func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
 
+// WithWriter names the writer an ObjectRun's lease records: the attempt
+// at the run (AttemptID of its secret) and the rendezvous generation
+// whose rank 0 opens it. A writer so named takes over at once a lease
+// held by an earlier generation of the same attempt, instead of waiting
+// up to the lease's TTL for it to expire (the node that ran the earlier
+// rank 0 was lost); any other holder is waited for as without it. The
+// directory backend ignores it (its flock dies with its holder).
+func WithWriter(attempt string, generation uint64) Option {
+	return func(o *options) { o.attempt, o.gen = attempt, generation }
+}
+
 // WithLocalDir sets the local directory an ObjectRun stages checkpoints in
 // and restores them to; by default a fresh temporary directory that Close
 // removes.
@@ -121,7 +132,8 @@ func newObjectRun(ctx context.Context, st *objstore.Store, run string, p Policy,
 		if err := r.ensureLocal(); err != nil {
 			return nil, err
 		}
-		r.lease = &lease{st: st, key: r.key(objLeaseKey), ttl: o.leaseTTL, now: o.now, log: r.log}
+		r.lease = &lease{st: st, key: r.key(objLeaseKey), ttl: o.leaseTTL, now: o.now, log: r.log,
+			attempt: o.attempt, gen: o.gen}
 	}
 	return r, nil
 }

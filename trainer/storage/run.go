@@ -35,6 +35,8 @@ type options struct {
 	leaseTTL time.Duration // ObjectRun only
 	localDir string        // ObjectRun only
 	objCfg   objstore.Config
+	attempt  string // ObjectRun only: the writer's attempt (WithWriter)
+	gen      uint64 // ObjectRun only: the writer's generation (WithWriter)
 }
 
 // WithLogger sets the logger for recovery and retention messages.

@@ -22,6 +22,10 @@
 //     holds an object; ErrConditionalUnsupported when the server answers
 //     501. ProbeConditionalWrite finds a server that ignores the header.
 //     versitygw 1.8 honours it on both calls; AWS S3 has since 2024.
+//   - PutIfMatch writes a small object with If-Match: <etag>, replacing it
+//     only while it is the object the writer read (a lease's takeover and
+//     renewal). ErrChanged when it was replaced or deleted. DeleteIfMatch
+//     is the same condition on DeleteObject (a lease's release).
 //   - Get (whole or a byte range), Head, Delete, DeleteMany.
 //   - List: keys under a prefix in byte order after a StartAfter cursor,
 //     paginated, so a reader that keeps its last key reads only what is
