@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -147,6 +148,18 @@ type Scaling struct {
 	// the compiled job then has a controller group with these resources.
 	TrainerResources  *Resources `json:",omitempty"`
 	PlacementStrategy string     // PlacementPack, PlacementSpread or PlacementStrictSpread
+}
+
+// Workers says how many workers the gang has, for people: "1 worker",
+// "4 workers", or "2 to 4 workers" for an elastic gang.
+func (s Scaling) Workers() string {
+	switch {
+	case s.MinWorkers > 0 && s.MinWorkers < s.NumWorkers:
+		return fmt.Sprintf("%d to %d workers", s.MinWorkers, s.NumWorkers)
+	case s.NumWorkers == 1:
+		return "1 worker"
+	}
+	return fmt.Sprintf("%d workers", s.NumWorkers)
 }
 
 // Resources is what one worker (or the controller) asks Nomad for.

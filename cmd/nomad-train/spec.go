@@ -13,7 +13,6 @@ import (
 	"github.com/nomad-train/nomad-train/internal/cliflag"
 	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
-	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -92,7 +91,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitSpec
 	}
-	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, launch.Workers(spec.Scaling.NumWorkers))
+	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, spec.Scaling.Workers())
 	if note := trainspec.StorageNote(spec); note != "" {
 		fmt.Fprintf(stdout, "    %s\n", note)
 	}

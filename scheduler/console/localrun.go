@@ -42,7 +42,7 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 	opts.Stdout, opts.Stderr = stdout, stderr
 	opts.OnMetrics = func(urls []string) { PrintMetricsURLs(stdout, urls) }
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
-		spec.Name, workers(spec.Scaling.NumWorkers), storageLocation(spec))
+		spec.Name, spec.Scaling.Workers(), storageLocation(spec))
 	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
 	sopt := storage.WithStorageOptions(spec.Run.Storage.Options())
 	rec, hadRec := launch.ReadLastRun(ctx, spec.Run.StoragePath, spec.Name, sopt)

@@ -68,7 +68,7 @@ func FollowNomad(ctx context.Context, c nomad.API, spec *trainspec.Spec, job *ap
 	}
 	opts.Settle, opts.ProgressEvery = o.Settle, o.ProgressEvery
 	fmt.Fprintf(out, "==> run %q on Nomad (%s): %s, storage %s\n",
-		spec.Name, o.Address, workers(spec.Scaling.NumWorkers), spec.Run.StoragePath)
+		spec.Name, o.Address, spec.Scaling.Workers(), spec.Run.StoragePath)
 	var before storage.Record
 	if opts.Progress != nil {
 		before, _ = opts.Progress.Latest(ctx)
