@@ -329,19 +329,28 @@ var (
 	}
 )
 
+// storagePath decodes a storage path attribute (storage_path, or the
+// storage block's path) into r, noting where it is set.
+func (d *decoder) storagePath(attr *hcl.Attribute, r *Run, ranges *specRanges) {
+	if attr == nil {
+		return
+	}
+	var p string
+	if !d.nonEmpty(attr, &p) {
+		return
+	}
+	local, err := localStoragePath(p)
+	if err != nil {
+		d.errorf(attr, "Unsupported storage path", "%s.", err)
+		return
+	}
+	r.StoragePath = local
+	ranges.storage = attr.Range
+}
+
 func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 	c := d.content(b.Body, runSchema)
-	if attr := c.Attributes["storage_path"]; attr != nil {
-		var p string
-		if d.nonEmpty(attr, &p) {
-			if local, err := localStoragePath(p); err != nil {
-				d.errorf(attr, "Unsupported storage path", "%s.", err)
-			} else {
-				r.StoragePath = local
-				ranges.storage = attr.Range
-			}
-		}
-	}
+	d.storagePath(c.Attributes["storage_path"], r, ranges)
 	if sb := d.single(c, "storage"); sb != nil {
 		if attr := c.Attributes["storage_path"]; attr != nil {
 			d.rangeErrorf(attr.NameRange, "Conflicting storage settings",

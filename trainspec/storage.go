@@ -232,17 +232,7 @@ func (d *decoder) storage(b *hcl.Block, r *Run, ranges *specRanges) {
 	d.diags = append(d.diags, SortDiagnostics(diags)...)
 	st := &Storage{}
 	a := c.Attributes
-	if attr := a["path"]; attr != nil {
-		var p string
-		if d.nonEmpty(attr, &p) {
-			if local, err := localStoragePath(p); err != nil {
-				d.errorf(attr, "Unsupported storage path", "%s.", err)
-			} else {
-				r.StoragePath = local
-				ranges.storage = attr.Range
-			}
-		}
-	}
+	d.storagePath(a["path"], r, ranges)
 	if attr := a["endpoint"]; d.nonEmpty(attr, &st.Endpoint) {
 		if p := endpointProblem(st.Endpoint); p != "" {
 			d.errorf(attr, "Invalid endpoint", "%s", p)
