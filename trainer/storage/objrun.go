@@ -269,11 +269,7 @@ func (r *ObjectRun) Best(n int) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	ranked := Rank(live, r.policy)
-	if n > 0 && n < len(ranked) {
-		ranked = ranked[:n]
-	}
-	return ranked, nil
+	return best(live, r.policy, n), nil
 }
 
 // Close releases the writer lease and removes the local directory when

@@ -115,3 +115,13 @@ func Score(rec Record, attr string) (float64, bool) {
 	}
 	return f, true
 }
+
+// best returns up to n of live ranked best first by Rank (all with
+// n <= 0): what both stores' Best answer.
+func best(live []Record, p Policy, n int) []Record {
+	ranked := Rank(live, p)
+	if n > 0 && n < len(ranked) {
+		ranked = ranked[:n]
+	}
+	return ranked
+}

@@ -384,11 +384,7 @@ func (r *Run) Best(n int) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	ranked := Rank(live, r.policy)
-	if n > 0 && n < len(ranked) {
-		ranked = ranked[:n]
-	}
-	return ranked, nil
+	return best(live, r.policy, n), nil
 }
 
 // CheckpointPath returns the directory of a checkpoint name.
