@@ -54,7 +54,7 @@ type lease struct {
 	holder string
 	etag   string // of the holder's last write
 	err    error  // set when a renewal failed or the lease was taken
-	stop   context.CancelFunc
+	stop   func()
 	done   chan struct{}
 }
 
@@ -186,14 +186,20 @@ func (l *lease) put(ctx context.Context, how int, etag string) error {
 // finds the lease changed (taken by another writer) makes every later
 // write fail.
 func (l *lease) startRenewal(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	l.stop, l.done = cancel, make(chan struct{})
+	// Stopping lets a renewal in flight finish rather than cancelling it:
+	// a write cancelled after the server took it would leave the lease
+	// with an ETag the holder never learnt, which release's conditional
+	// delete then refuses, leaving the next writer to wait out the TTL.
+	quit := make(chan struct{})
+	l.stop, l.done = func() { close(quit) }, make(chan struct{})
 	go func() {
 		defer close(l.done)
 		t := time.NewTicker(l.ttl / 3)
 		defer t.Stop()
 		for {
 			select {
+			case <-quit:
+				return
 			case <-ctx.Done():
 				return
 			case <-t.C:
