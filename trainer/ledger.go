@@ -26,14 +26,17 @@ type entry struct {
 	// waiting holds the ranks whose upload of ckpt has not been heard of.
 	waiting map[int]bool
 	files   []storage.FileSum
-	failed  []string // "rank N: why", by rank
+	own     storage.InlineFiles // rank 0's files its manifest carries
+	failed  []string            // "rank N: why", by rank
 }
 
 // uploadResult is how one rank's upload of a checkpoint went.
 type uploadResult struct {
 	Name  string            `json:"name"`
 	Files []storage.FileSum `json:"files,omitempty"`
-	Err   string            `json:"err,omitempty"`
+	// Own is rank 0's: its files left for the manifest to carry.
+	Own *storage.InlineFiles `json:"own,omitempty"`
+	Err string               `json:"err,omitempty"`
 }
 
 // add queues a report.
@@ -53,29 +56,36 @@ func (l *ledger) heard(rank int, res uploadResult) {
 		} else {
 			e.files = append(e.files, res.Files...)
 		}
+		if rank == 0 && res.Own != nil {
+			e.own = *res.Own
+		}
 		return
 	}
 }
+
+// dropped is a checkpoint the ledger gave up: its name, and the directory
+// rank 0 left for its manifest ("" if none).
+type dropped struct{ name, own string }
 
 // ready pops the entries at the front whose writes may go now. A
 // checkpoint some rank failed to upload ends the queue: it and every
 // report behind it are dropped (the gang restarts from the latest
 // checkpoint, and rolls back the records after it anyway), and the
-// failure is returned with the dropped checkpoints' names.
-func (l *ledger) ready() (out []*entry, dropped []string, err error) {
+// failure is returned with the dropped checkpoints.
+func (l *ledger) ready() (out []*entry, gone []dropped, err error) {
 	for len(l.queue) > 0 {
 		e := l.queue[0]
 		if len(e.failed) > 0 {
 			for _, d := range l.queue {
 				if d.ckpt != "" {
-					dropped = append(dropped, d.ckpt)
+					gone = append(gone, dropped{d.ckpt, d.own.Dir})
 				}
 				if d.staged != nil {
 					d.staged.Abort()
 				}
 			}
 			l.queue = nil
-			return out, dropped, fmt.Errorf("uploading checkpoint %s failed on %s", e.ckpt, strings.Join(e.failed, "; "))
+			return out, gone, fmt.Errorf("uploading checkpoint %s failed on %s", e.ckpt, strings.Join(e.failed, "; "))
 		}
 		if len(e.waiting) > 0 {
 			return out, nil, nil

@@ -32,7 +32,7 @@ func TestLedger(t *testing.T) {
 		entries []*entry
 		heard   []heard
 		ready   []int64 // steps
-		dropped []string
+		dropped []dropped
 		err     string
 		left    bool
 	}{
@@ -43,7 +43,11 @@ func TestLedger(t *testing.T) {
 			[]heard{{1, ok("c2", "b")}, {0, ok("c2", "a")}}, []int64{2, 3}, nil, "", false},
 		{"a failure drops the rest", []*entry{plain(1), ckpt(2, "c2", 0, 1), plain(3), ckpt(4, "c4", 0)},
 			[]heard{{1, uploadResult{Name: "c2", Err: "disk on fire"}}, {0, ok("c2", "a")}},
-			[]int64{1}, []string{"c2", "c4"}, "uploading checkpoint c2 failed on rank 1: disk on fire", false},
+			[]int64{1}, []dropped{{"c2", ""}, {"c4", ""}}, "uploading checkpoint c2 failed on rank 1: disk on fire", false},
+		{"rank 0's own files are dropped with its checkpoint", []*entry{ckpt(2, "c2", 0, 1)},
+			[]heard{{0, uploadResult{Name: "c2", Own: &storage.InlineFiles{Dir: "scratch/rank0-1"}}},
+				{1, uploadResult{Name: "c2", Err: "disk on fire"}}},
+			nil, []dropped{{"c2", "scratch/rank0-1"}}, "uploading checkpoint c2 failed on rank 1: disk on fire", false},
 		{"a result for a dropped checkpoint is ignored", []*entry{plain(1)},
 			[]heard{{0, ok("c9", "a")}}, []int64{1}, nil, "", false},
 	} {

@@ -95,7 +95,7 @@ func (s *Session) report(ctx context.Context, metrics Metrics, ckpt *Checkpoint)
 			s.nextName = ""
 		}
 		if own != "" {
-			s.up = startUpload(s.objects, name, own)
+			s.up = startUpload(s.objects, name, own, s.rank)
 		}
 		if !s.async {
 			if results, err = s.uploadResults(ctx, name); err != nil {
@@ -283,9 +283,12 @@ func (s *Session) flush(ctx context.Context, msgs []reportMsg, results map[int]u
 	ack := reportAck{Committed: committed}
 	switch {
 	case lerr != nil:
-		for _, name := range dropped {
-			if err := s.sharded.Abandon(name); err != nil {
-				s.log.Warn("could not delete the files of a failed checkpoint", "checkpoint", name, "error", err)
+		for _, d := range dropped {
+			if d.own != "" {
+				os.RemoveAll(d.own) // rank 0's files, never uploaded
+			}
+			if err := s.sharded.Abandon(d.name); err != nil {
+				s.log.Warn("could not delete the files of a failed checkpoint", "checkpoint", d.name, "error", err)
 			}
 		}
 		ack.Err = lerr.Error()
@@ -310,7 +313,7 @@ func (s *Session) submit(e *entry) {
 			}
 			rec.Checkpoint = name
 		case e.ckpt != "":
-			if err := s.sharded.CommitFiles(e.ckpt, rec, e.files); err != nil {
+			if err := s.sharded.CommitFiles(e.ckpt, rec, e.files, e.own); err != nil {
 				return err
 			}
 			rec.Checkpoint = e.ckpt

@@ -116,13 +116,22 @@ type upload struct {
 }
 
 // startUpload uploads dir's files as this rank's part of checkpoint name
-// (see RankStore.Upload).
-func startUpload(rs *storage.RankStore, name, dir string) *upload {
+// (see RankStore.Upload). Rank 0's small files stay in dir for its
+// manifest to carry (RankStore.UploadLarge).
+func startUpload(rs *storage.RankStore, name, dir string, rank int) *upload {
 	u := &upload{name: name, done: make(chan struct{})}
 	go func() {
 		defer close(u.done)
-		files, err := rs.Upload(name, dir)
-		u.res = uploadResult{Name: name, Files: files}
+		var files []storage.FileSum
+		var err error
+		if rank == 0 {
+			var own storage.InlineFiles
+			files, own, err = rs.UploadLarge(name, dir)
+			u.res.Own = &own
+		} else {
+			files, err = rs.Upload(name, dir)
+		}
+		u.res.Name, u.res.Files = name, files
 		if err != nil {
 			u.res.Err = err.Error()
 		}

@@ -176,7 +176,7 @@ func TestManifestWrittenAtCommit(t *testing.T) {
 	m, ok, err := readManifest(r.CheckpointPath(name))
 	must.NoError(t, err)
 	must.True(t, ok)
-	must.Eq(t, []FileSum{{"model.bin", 4, sumA}, {"sub/x", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}}, m.Files)
+	must.Eq(t, []FileSum{{"model.bin", 4, sumA, false}, {"sub/x", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", false}}, m.Files)
 	must.Eq(t, int64(5), m.Record.Step)
 	must.Eq(t, map[string]any{"loss": 0.5}, m.Record.Metrics)
 	must.True(t, m.Record.Time.Equal(t0))

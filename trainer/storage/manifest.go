@@ -44,6 +44,10 @@ type FileSum struct {
 	// SHA256 is the file's SHA-256 in lowercase hex; "" in a listing
 	// whose files were not hashed (see Manifest.Check).
 	SHA256 string `json:"sha256"`
+	// Inline marks, on an object store, a file whose bytes follow the
+	// manifest inside its object instead of being an object of their own
+	// (see planInline).
+	Inline bool `json:"inline,omitempty"`
 }
 
 // Manifest is the decoded ManifestFile of a checkpoint.

@@ -77,12 +77,12 @@ func TestManifestCheck(t *testing.T) {
 		found []FileSum
 		want  []string
 	}{
-		{"match", []FileSum{{"model.bin", 4, sumA}, {"optim/state.bin", 3, sumB}}, nil},
-		{"sizes only", []FileSum{{"model.bin", 4, ""}, {"optim/state.bin", 3, ""}}, nil},
-		{"truncated", []FileSum{{"model.bin", 2, ""}, {"optim/state.bin", 3, ""}}, []string{"model.bin is 2 bytes, the manifest says 4"}},
-		{"flipped", []FileSum{{"model.bin", 4, sumB}, {"optim/state.bin", 3, sumB}}, []string{"model.bin has sha256 " + sumB + ", the manifest says " + sumA}},
-		{"missing", []FileSum{{"model.bin", 4, sumA}}, []string{"optim/state.bin is missing"}},
-		{"extra", []FileSum{{"model.bin", 4, sumA}, {"optim/state.bin", 3, sumB}, {"x", 1, sumA}}, []string{"x is not in the manifest"}},
+		{"match", []FileSum{{"model.bin", 4, sumA, false}, {"optim/state.bin", 3, sumB, false}}, nil},
+		{"sizes only", []FileSum{{"model.bin", 4, "", false}, {"optim/state.bin", 3, "", false}}, nil},
+		{"truncated", []FileSum{{"model.bin", 2, "", false}, {"optim/state.bin", 3, "", false}}, []string{"model.bin is 2 bytes, the manifest says 4"}},
+		{"flipped", []FileSum{{"model.bin", 4, sumB, false}, {"optim/state.bin", 3, sumB, false}}, []string{"model.bin has sha256 " + sumB + ", the manifest says " + sumA}},
+		{"missing", []FileSum{{"model.bin", 4, sumA, false}}, []string{"optim/state.bin is missing"}},
+		{"extra", []FileSum{{"model.bin", 4, sumA, false}, {"optim/state.bin", 3, sumB, false}, {"x", 1, sumA, false}}, []string{"x is not in the manifest"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,14 +20,19 @@ import (
 )
 
 // BenchmarkCommitVsPlainPut (B6s) compares an ObjectRun commit of a
-// one-file checkpoint (and, in the -ranks cases, the commit a gang makes:
-// Reserve, one rank's RankStore.Upload, CommitFiles) (upload with SHA-256 in the same pass, manifest
-// with a conditional write, progress segment, retention) with one plain
-// PutObject of the same bytes to the same server, in turn and in
-// alternating order. Metric commit/plain is the plain PUT's time over
-// the commit's, the median of the per-iteration ratios: 1 means the
-// commit costs nothing over the bytes' upload; the goal is >= 0.9.
-// Staging the file locally is not timed. 256 MiB is skipped under -short.
+// one-file checkpoint with one plain PutObject of the same bytes to the
+// same server, in turn and in alternating order. The commit is what
+// returns to its caller: files too big for the manifest uploaded with
+// SHA-256 in the same pass, the manifest written with a conditional
+// write (carrying a checkpoint of at most 4 MiB inside it), the lease
+// checked meanwhile; the progress record and retention go on in the
+// background and overlap the next iterations. In the -ranks cases it is
+// the commit of a gang whose writer (rank 0) holds the file: Reserve,
+// RankStore.UploadLarge, CommitFiles. Metric commit/plain is the plain
+// PUT's time over the commit's, the median of the per-iteration ratios:
+// 1 means the commit costs nothing over the bytes' upload; the goal is
+// >= 0.9. Staging the file locally is not timed. 256 MiB is skipped
+// under -short.
 func BenchmarkCommitVsPlainPut(b *testing.B) {
 	srv := s3test.Start(b)
 	ctx := context.Background()
@@ -114,8 +119,8 @@ func BenchmarkCommitVsPlainPut(b *testing.B) {
 // commit also deletes the previous checkpoint, as a long run's do.
 var benchKeep = 1
 
-// rankCommit commits a one-file checkpoint as a gang does, uploaded by a
-// rank, and times it from the reservation on.
+// rankCommit commits a one-file checkpoint as a gang does, the file
+// rank 0's, and times it from the reservation on.
 func rankCommit(r *ObjectRun, rank *RankStore, payload []byte, step int64, dir string) (time.Duration, error) {
 	if err := os.WriteFile(filepath.Join(dir, "model.bin"), payload, 0o644); err != nil {
 		return 0, err
@@ -125,11 +130,11 @@ func rankCommit(r *ObjectRun, rank *RankStore, payload []byte, step int64, dir s
 	if err != nil {
 		return 0, err
 	}
-	files, err := rank.Upload(name, dir)
+	files, own, err := rank.UploadLarge(name, dir)
 	if err != nil {
 		return 0, err
 	}
-	err = r.CommitFiles(name, Record{Step: step}, files)
+	err = r.CommitFiles(name, Record{Step: step}, files, own)
 	took := time.Since(start)
 	os.RemoveAll(filepath.Join(rank.LocalDir(), name)) // the node's copy, not timed
 	return took, err

@@ -37,7 +37,8 @@ func (r *ObjectRun) Stage() (*Staged, error) {
 
 // Commit uploads a staged checkpoint, then writes its manifest (sizes and
 // SHA-256 of every file, computed while uploading) last, with a
-// conditional write, then its record, then applies retention. The
+// conditional write, carrying the small files (planInline), then its
+// record, then applies retention. The
 // checkpoint exists from the instant its manifest does. A failure before
 // the manifest leaves the Staged usable and the uploaded objects to be
 // removed (now, or by the next OpenObject).
@@ -48,13 +49,30 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files, err := r.files.upload(s.dir, name, func() { r.callHook(pointFileUploaded) })
+	// The lease is checked while the files go up: the check must end
+	// before the manifest, not before the upload.
+	leased := make(chan error, 1)
+	go func() { leased <- r.lease.check(r.ctx) }()
+	listed, err := listCheckpointFiles(s.dir)
 	if err != nil {
+		<-leased
+		return "", err
+	}
+	small, big := planInline(listed)
+	files, err := r.files.uploadFiles(s.dir, name, big, func() { r.callHook(pointFileUploaded) })
+	if err != nil {
+		<-leased
+		r.deleteObjects(name)
+		return "", err
+	}
+	carried, inline, err := readInline(s.dir, small)
+	if err != nil {
+		<-leased
 		r.deleteObjects(name)
 		return "", err
 	}
 	r.callHook(pointUploaded)
-	manifest, err := r.writeManifest(name, rec, files)
+	manifest, err := r.writeManifest(name, rec, append(files, carried...), inline, <-leased)
 	if err != nil {
 		return "", err
 	}
@@ -109,16 +127,18 @@ func (r *ObjectRun) keepLocal(staged, name string, manifest []byte) {
 	}
 }
 
-// writeManifest writes a checkpoint's manifest (see objFiles.putManifest);
-// on failure the checkpoint's objects are deleted.
-func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum) ([]byte, error) {
+// writeManifest writes a checkpoint's manifest with the bytes of the
+// files it carries (see objFiles.putManifest); on failure the
+// checkpoint's objects are deleted.
+// leaseErr is the result of the lease check made for this commit.
+func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum, inline []byte, leaseErr error) ([]byte, error) {
 	// The manifest is the commit point: a writer whose lease was taken
 	// (its generation is over) must not commit, and must not delete the
 	// objects either, which may be the new writer's under the same name.
-	if err := r.lease.check(r.ctx); err != nil {
+	if err := leaseErr; err != nil {
 		return nil, fmt.Errorf("committing %s: %w", name, err)
 	}
-	b, err := r.files.putManifest(name, rec, files, func(err error) {
+	b, err := r.files.putManifest(name, rec, files, inline, func(err error) {
 		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
 	})
 	if err != nil {
@@ -128,9 +148,10 @@ func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum) ([]b
 	return b, nil
 }
 
-// record writes the record naming a checkpoint whose manifest is written,
-// then applies retention. A checkpoint whose record could not be written
-// is taken back: Commit reports the failure.
+// record adds the record naming a checkpoint whose manifest is written
+// (its segment is written in the background: appendSegmentLater), then
+// applies retention. A checkpoint whose record is refused (out of step
+// order, the lease lost) is taken back: Commit reports the failure.
 func (r *ObjectRun) record(name string, rec Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -142,7 +163,13 @@ func (r *ObjectRun) record(name string, rec Record) error {
 		}
 	}
 	if err == nil {
-		err = r.appendSegment(rec)
+		err = r.appendSegmentLater(rec)
+	}
+	if werr := r.segmentsFailed(); werr != nil {
+		// An earlier record could not be written: the run stops here, but
+		// this checkpoint is whole, and the next writer rebuilds its
+		// record from its manifest.
+		return fmt.Errorf("committing %s: %w", name, werr)
 	}
 	if err != nil {
 		if derr := r.removeCheckpoint(name); derr != nil {
@@ -151,6 +178,7 @@ func (r *ObjectRun) record(name string, rec Record) error {
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	r.live[name], r.intact[name] = true, true
+	recorded := r.segs // this record's segment write
 	r.callHook(pointRecorded)
 	// Retention runs off the commit's path: the dropped checkpoints leave
 	// this writer's view now, their manifests and then their files the
@@ -159,6 +187,11 @@ func (r *ObjectRun) record(name string, rec Record) error {
 	for _, drop := range Prune(r.liveRecords(), r.policy) {
 		r.forget(drop)
 		r.bg.Go(func() {
+			// Not before the newer record is written: until then a
+			// reader finds the newer checkpoint by its record only.
+			if <-recorded.done; recorded.err != nil {
+				return // left for the next OpenObject's retention
+			}
 			if err := r.deleteManifest(drop); err != nil {
 				r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
 				return
@@ -203,12 +236,13 @@ func (r *ObjectRun) deleteManifest(name string) error {
 	return nil
 }
 
-// forget drops a checkpoint from the writer's view and its local copy.
-// mu is held.
+// forget drops a checkpoint from the writer's view, and its local copy in
+// the background (Close waits). mu is held.
 func (r *ObjectRun) forget(name string) {
 	delete(r.live, name)
 	delete(r.intact, name)
-	os.RemoveAll(filepath.Join(r.local, name))
+	dir := filepath.Join(r.local, name)
+	r.bg.Go(func() { os.RemoveAll(dir) })
 }
 
 // deleteObjects deletes every object under a checkpoint's prefix.

@@ -3,14 +3,13 @@ package storage
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -30,11 +29,19 @@ type objFiles struct {
 // prefix returns the key prefix of a checkpoint's objects.
 func (o objFiles) prefix(name string) string { return o.run + "/" + objCheckpointDir + name + "/" }
 
-// upload puts every file under dir under the checkpoint's prefix, a few
-// at a time (each big file in parallel multipart parts), and returns
-// their sizes and digests, computed in the same pass. fileDone, when not
-// nil, is called after each file.
+// upload puts every file under dir under the checkpoint's prefix (see
+// uploadFiles) and returns their sizes and digests.
 func (o objFiles) upload(dir, name string, fileDone func()) ([]FileSum, error) {
+	files, err := listCheckpointFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return o.uploadFiles(dir, name, files, fileDone)
+}
+
+// listCheckpointFiles lists the files of a checkpoint directory (Path and
+// Size), refusing anything but regular files and directories.
+func listCheckpointFiles(dir string) ([]FileSum, error) {
 	files, problems, err := listTree(dir)
 	if err != nil {
 		return nil, err
@@ -42,6 +49,20 @@ func (o objFiles) upload(dir, name string, fileDone func()) ([]FileSum, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("checkpoints hold regular files and directories only: %s", strings.Join(problems, "; "))
 	}
+	for _, f := range files {
+		if f.Path == ManifestFile+objCorruptSuffix {
+			return nil, fmt.Errorf("%s is a reserved name in a checkpoint", f.Path)
+		}
+	}
+	return files, nil
+}
+
+// uploadFiles puts the listed files under dir under the checkpoint's
+// prefix, a few at a time (each big file in parallel multipart parts),
+// and returns their sizes and digests, computed in the same pass.
+// fileDone, when not nil, is called after each file.
+func (o objFiles) uploadFiles(dir, name string, files []FileSum, fileDone func()) ([]FileSum, error) {
+	files = slices.Clone(files)
 	errs := make([]error, len(files))
 	sem := make(chan struct{}, uploadParallel)
 	var wg sync.WaitGroup
@@ -99,11 +120,12 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		return dir, false, nil
 	}
 	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
-	raw, err := o.getSmall(o.prefix(name) + ManifestFile)
+	rc, _, err := o.st.Get(o.ctx, o.prefix(name)+ManifestFile)
 	if err != nil {
 		return "", false, err
 	}
-	m, err := DecodeManifest(raw)
+	defer rc.Close()
+	m, doc, rest, err := readManifestObject(rc)
 	if err != nil {
 		return "", false, bad(fmt.Sprintf("unreadable manifest: %v", err))
 	}
@@ -117,6 +139,11 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		return "", false, fmt.Errorf("listing checkpoint %s: %w", name, err)
 	}
 	var found []FileSum
+	for _, f := range m.Files {
+		if f.Inline {
+			found = append(found, FileSum{Path: f.Path, Size: f.Size}) // read below
+		}
+	}
 	for _, obj := range listed {
 		if rel := obj.Key[len(o.prefix(name)):]; rel != ManifestFile {
 			found = append(found, FileSum{Path: rel, Size: obj.Size})
@@ -130,17 +157,26 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		return "", false, fmt.Errorf("creating restore directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	sums := make([]FileSum, len(m.Files))
-	for i, f := range m.Files {
-		if sums[i], err = o.fetchFile(name, tmp, f.Path); err != nil {
+	sums, err := copyInline(m, rest, tmp)
+	if err != nil {
+		return "", false, bad(err.Error())
+	}
+	rc.Close()
+	for _, f := range m.Files {
+		if f.Inline {
+			continue
+		}
+		sum, err := o.fetchFile(name, tmp, f.Path)
+		if err != nil {
 			return "", false, err
 		}
+		sums = append(sums, sum)
 	}
 	if problems := m.Check(sums); len(problems) > 0 {
 		return "", false, bad(problems...)
 	}
 	// The manifest goes in last: it marks the copy whole.
-	if err := os.WriteFile(filepath.Join(tmp, ManifestFile), raw, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, ManifestFile), doc, 0o644); err != nil {
 		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -166,59 +202,53 @@ func (o objFiles) fetchFile(name, dir, rel string) (FileSum, error) {
 		return FileSum{}, err
 	}
 	defer rc.Close()
-	p := filepath.Join(dir, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return FileSum{}, fmt.Errorf("restoring %s: %w", rel, err)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	sum, err := writeFileFrom(dir, rel, rc)
 	if err != nil {
-		return FileSum{}, fmt.Errorf("restoring %s: %w", rel, err)
+		return FileSum{}, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), rc)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return FileSum{}, fmt.Errorf("restoring %s: %w", path.Join(name, rel), err)
-	}
-	return FileSum{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return sum, nil
 }
 
 // getSmall reads a whole object of at most maxManifestSize bytes.
-func (o objFiles) getSmall(key string) ([]byte, error) {
+func (o objFiles) getSmall(key string) ([]byte, error) { return o.getUpTo(key, maxManifestSize) }
+
+// getUpTo reads a whole object of at most limit bytes.
+func (o objFiles) getUpTo(key string, limit int64) ([]byte, error) {
 	rc, _, err := o.st.Get(o.ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxManifestSize+1))
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", key, err)
 	}
-	if len(b) > maxManifestSize {
-		return nil, fmt.Errorf("%s is over %d bytes", key, maxManifestSize)
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is over %d bytes", key, limit)
 	}
 	return b, nil
 }
 
-// putManifest writes a checkpoint's manifest once: with If-None-Match
-// where the server supports it, so that two writers can never both commit
-// a name. It returns the manifest's bytes.
-func (o objFiles) putManifest(name string, rec Record, files []FileSum, warn func(error)) ([]byte, error) {
+// putManifest writes a checkpoint's manifest once, followed in its object
+// by the bytes of the files it carries (inline, in the manifest's order
+// of the files marked Inline): with If-None-Match where the server
+// supports it, so that two writers can never both commit a name. It
+// returns the manifest's own bytes.
+func (o objFiles) putManifest(name string, rec Record, files []FileSum, inline []byte, warn func(error)) ([]byte, error) {
 	rec.Checkpoint = ""
-	b, err := EncodeManifest(Manifest{Record: rec, Files: files})
+	doc, err := EncodeManifest(Manifest{Record: rec, Files: files})
 	if err != nil {
 		return nil, err
 	}
+	body := func() io.Reader { return io.MultiReader(bytes.NewReader(doc), bytes.NewReader(inline)) }
 	key := o.prefix(name) + ManifestFile
-	_, err = o.st.PutIfAbsent(o.ctx, key, bytes.NewReader(b))
+	_, err = o.st.PutIfAbsent(o.ctx, key, body())
 	if errors.Is(err, objstore.ErrConditionalUnsupported) {
 		warn(err)
-		_, err = o.st.Put(o.ctx, key, bytes.NewReader(b))
+		_, err = o.st.Put(o.ctx, key, body())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("writing manifest of %s: %w", name, err)
 	}
-	return b, nil
+	return doc, nil
 }

@@ -32,21 +32,116 @@ func segmentSeq(key string) (int64, bool) {
 	return n, err == nil
 }
 
-// appendSegment writes one record as a segment object. mu is held.
+// appendSegment writes one record as a segment object, after any segment
+// still being written in the background. mu is held.
 func (r *ObjectRun) appendSegment(rec Record) error {
-	line, err := encodeRecord(rec)
+	if err := r.waitSegments(); err != nil {
+		return err
+	}
+	line, key, err := r.nextSegment(rec)
 	if err != nil {
 		return err
 	}
-	key := r.segmentKey(rec.Step, r.seq)
 	if _, err := r.st.Put(r.ctx, key, bytes.NewReader(line)); err != nil {
 		return fmt.Errorf("appending progress record: %w", err)
 	}
-	r.seq++
-	r.recs, r.keys = append(r.recs, rec), append(r.keys, key)
-	r.cursor = key
+	r.addSegment(rec, key)
 	r.callHook(pointFlushed)
 	return nil
+}
+
+// appendSegmentLater adds a record to the writer's view now and writes
+// its segment in the background, after the segments before it (so a
+// reader's cursor never passes a segment still to come). A checkpoint's
+// record goes this way: its manifest, written first, already holds it,
+// and a crash before the segment is written leaves OpenObject to rebuild
+// it from the manifest. A failed write fails every later write of the
+// run, and Close. mu is held.
+func (r *ObjectRun) appendSegmentLater(rec Record) error {
+	if err := r.segmentsFailed(); err != nil {
+		return err
+	}
+	line, key, err := r.nextSegment(rec)
+	if err != nil {
+		return err
+	}
+	r.addSegment(rec, key)
+	prev, w := r.segs, &segmentWrite{done: make(chan struct{})}
+	r.segs = w
+	r.bg.Go(func() {
+		defer close(w.done)
+		if prev != nil {
+			if <-prev.done; prev.err != nil {
+				w.err = prev.err
+				return
+			}
+		}
+		if _, err := r.st.Put(r.ctx, key, bytes.NewReader(line)); err != nil {
+			w.err = fmt.Errorf("recording checkpoint %s: %w", rec.Checkpoint, err)
+			r.log.Warn("could not write a checkpoint's progress record: the next writer rebuilds it from its manifest",
+				"checkpoint", rec.Checkpoint, "error", err)
+			return
+		}
+		r.callHook(pointFlushed)
+	})
+	return nil
+}
+
+// segmentWrite is a progress segment being written in the background.
+type segmentWrite struct {
+	done chan struct{} // closed when err is set
+	err  error
+}
+
+// waitSegments waits for the segments being written in the background.
+// mu is held (the writes do not take it).
+func (r *ObjectRun) waitSegments() error {
+	if w := r.segs; w != nil {
+		<-w.done
+		if w.err != nil {
+			return w.err
+		}
+		r.segs = nil
+	}
+	return nil
+}
+
+// flushed waits for the segments being written in the background: a
+// read-only reader sees every record written so far once it returns.
+func (r *ObjectRun) flushed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waitSegments()
+}
+
+// segmentsFailed returns the error of a background segment write that
+// failed, without waiting. mu is held.
+func (r *ObjectRun) segmentsFailed() error {
+	if w := r.segs; w != nil {
+		select {
+		case <-w.done:
+			return w.err
+		default:
+		}
+	}
+	return nil
+}
+
+// nextSegment encodes a record and takes its segment's key. mu is held.
+func (r *ObjectRun) nextSegment(rec Record) (line []byte, key string, err error) {
+	if line, err = encodeRecord(rec); err != nil {
+		return nil, "", err
+	}
+	key = r.segmentKey(rec.Step, r.seq)
+	r.seq++
+	return line, key, nil
+}
+
+// addSegment adds a written (or queued) record to the writer's view. mu
+// is held.
+func (r *ObjectRun) addSegment(rec Record, key string) {
+	r.recs, r.keys = append(r.recs, rec), append(r.keys, key)
+	r.cursor = key
 }
 
 // follow reads the segments written since the last call: a List after
@@ -113,6 +208,9 @@ func (r *ObjectRun) TruncateAfter(step int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.writable(); err != nil {
+		return err
+	}
+	if err := r.waitSegments(); err != nil {
 		return err
 	}
 	cut := len(r.recs)

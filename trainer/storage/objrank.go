@@ -28,9 +28,10 @@ type Sharded interface {
 	// Reserve takes the next checkpoint name; it is never reused.
 	Reserve() (string, error)
 	// CommitFiles writes the manifest of a reserved checkpoint whose
-	// files (every rank's) are uploaded, then its record, then applies
-	// retention.
-	CommitFiles(name string, rec Record, files []FileSum) error
+	// files (every rank's) are uploaded, carrying the writer's own small
+	// files (inline, left by RankStore.UploadLarge), then its record,
+	// then applies retention.
+	CommitFiles(name string, rec Record, files []FileSum, inline InlineFiles) error
 	// Abandon deletes what was uploaded under a reserved name that will
 	// not be committed.
 	Abandon(name string) error
@@ -57,10 +58,15 @@ func (r *ObjectRun) Reserve() (string, error) {
 
 // CommitFiles commits a reserved checkpoint whose files are uploaded: it
 // writes the manifest (files are every rank's sums) with a conditional
-// write, then the record, then applies retention. The checkpoint exists
-// from the instant its manifest does. On failure before the manifest the
-// uploaded objects are deleted.
-func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum) error {
+// write, carrying inline's files, then the record, then applies
+// retention. The checkpoint exists from the instant its manifest does.
+// On failure before the manifest the uploaded objects are deleted.
+// inline.Dir, when set, is taken over: its files move to the writer's
+// local copy of the checkpoint, or are removed.
+func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline InlineFiles) error {
+	if inline.Dir != "" {
+		defer os.RemoveAll(inline.Dir)
+	}
 	r.mu.Lock()
 	err := r.writable()
 	switch {
@@ -72,22 +78,62 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum) error 
 	default:
 		rec, err = r.prepare(rec)
 	}
-	if err == nil {
-		files = slices.SortedFunc(slices.Values(files), func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
-		err = checkFileSums(files) // two ranks' files under one name among others
-	}
 	delete(r.reserved, name)
 	r.mu.Unlock()
+	var data []byte
+	if err == nil {
+		// The lease is checked while the carried files are read.
+		leased := make(chan error, 1)
+		go func() { leased <- r.lease.check(r.ctx) }()
+		var carried []FileSum
+		carried, data, err = readInline(inline.Dir, inline.Files)
+		files = slices.SortedFunc(slices.Values(append(slices.Clone(files), carried...)),
+			func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
+		if err == nil {
+			err = checkFileSums(files) // two ranks' files under one name among others
+		}
+		if lerr := <-leased; err == nil && lerr != nil {
+			_, err = r.writeManifest(name, rec, files, nil, lerr)
+			return err
+		}
+	}
 	if err != nil {
 		r.deleteObjects(name)
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	r.callHook(pointUploaded)
-	if _, err := r.writeManifest(name, rec, files); err != nil {
+	manifest, err := r.writeManifest(name, rec, files, data, nil)
+	if err != nil {
 		return err
 	}
+	r.keepOwn(inline.Dir, name, manifest)
 	r.callHook(pointManifested)
 	return r.record(name, rec)
+}
+
+// keepOwn moves the writer's own files of a committed checkpoint into its
+// local copy, beside those the node's ranks uploaded; the copy is whole
+// (it gets the manifest) when it holds every file.
+func (r *ObjectRun) keepOwn(dir, name string, manifest []byte) {
+	if dir == "" {
+		return
+	}
+	local := filepath.Join(r.local, name)
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		return
+	}
+	if err := moveInto(dir, local); err != nil {
+		r.log.Warn("could not keep the local copy of a committed checkpoint", "checkpoint", name, "error", err)
+		return
+	}
+	m, err := DecodeManifest(manifest)
+	if err != nil {
+		return
+	}
+	have, _, err := listTree(local)
+	if err == nil && len(m.Check(have)) == 0 {
+		_ = os.WriteFile(filepath.Join(local, ManifestFile), manifest, 0o644)
+	}
 }
 
 // Abandon deletes the uploaded objects of a reserved checkpoint that will
@@ -170,6 +216,24 @@ func (r *RankStore) Upload(name, dir string) ([]FileSum, error) {
 		r.log.Warn("could not keep the local copy of an uploaded checkpoint", "checkpoint", name, "error", err)
 	}
 	return files, nil
+}
+
+// UploadLarge is Upload for the writer's own rank (rank 0): it uploads the
+// files under dir that the manifest will not carry (planInline) and
+// returns their sums, and leaves dir, with every file, to CommitFiles,
+// which carries the rest inside the manifest (one request for a small
+// checkpoint) and keeps dir as the node's copy.
+func (r *RankStore) UploadLarge(name, dir string) ([]FileSum, InlineFiles, error) {
+	listed, err := listCheckpointFiles(dir)
+	if err != nil {
+		return nil, InlineFiles{}, err
+	}
+	small, big := planInline(listed)
+	files, err := r.files.uploadFiles(dir, name, big, nil)
+	if err != nil {
+		return nil, InlineFiles{}, err
+	}
+	return files, InlineFiles{Dir: dir, Files: small}, nil
 }
 
 // Fetch returns the local directory of committed checkpoint name: a copy

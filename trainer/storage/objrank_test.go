@@ -56,7 +56,12 @@ func (f rankFixture) commitByRanks(t *testing.T, step int64, files []map[string]
 		}
 		all = append(all, sums...)
 	}
-	return name, f.w.CommitFiles(name, Record{Step: step}, all)
+	if err := f.w.CommitFiles(name, Record{Step: step}, all, InlineFiles{}); err != nil {
+		return name, err
+	}
+	// The record's segment goes up in the background; the tests read
+	// the run as a reader does.
+	return name, f.w.flushed()
 }
 
 func TestRankUploadCommit(t *testing.T) {
@@ -107,8 +112,8 @@ func TestCommitFilesNeedsReserve(t *testing.T) {
 	f := newRankFixture(t)
 	name, err := f.commitByRanks(t, 1, []map[string]string{{"m": "x"}})
 	must.NoError(t, err)
-	must.ErrorContains(t, f.w.CommitFiles(name, Record{Step: 2}, nil), "not reserved or is committed already")
-	must.ErrorContains(t, f.w.CommitFiles("checkpoint_000009", Record{Step: 2}, nil), "not reserved")
+	must.ErrorContains(t, f.w.CommitFiles(name, Record{Step: 2}, nil, InlineFiles{}), "not reserved or is committed already")
+	must.ErrorContains(t, f.w.CommitFiles("checkpoint_000009", Record{Step: 2}, nil, InlineFiles{}), "not reserved")
 }
 
 // TestFetchOncePerNode restores one checkpoint on two nodes of two ranks

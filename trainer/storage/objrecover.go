@@ -165,13 +165,16 @@ func (r *ObjectRun) rebuild(ckpts map[string]*ckptObjects) error {
 	return r.reload()
 }
 
-// readManifest reads and decodes a checkpoint's manifest.
+// readManifest reads and decodes a checkpoint's manifest (not the files
+// its object carries).
 func (r *ObjectRun) readManifest(name string) (Manifest, error) {
-	b, err := r.getSmall(r.ckptKey(name, ManifestFile))
+	rc, _, err := r.st.Get(r.ctx, r.ckptKey(name, ManifestFile))
 	if err != nil {
 		return Manifest{}, err
 	}
-	return DecodeManifest(b)
+	defer rc.Close()
+	m, _, _, err := readManifestObject(rc)
+	return m, err
 }
 
 // getSmall reads a whole object of at most maxManifestSize bytes.

@@ -64,7 +64,7 @@ func (r *ObjectRun) quarantine(name string) (string, error) {
 		return "", err
 	}
 	key := r.ckptKey(name, ManifestFile)
-	b, err := r.getSmall(key)
+	b, err := r.files.getUpTo(key, maxManifestObject) // with the files it carries
 	if err != nil {
 		return "", fmt.Errorf("moving corrupt checkpoint aside: %w", err)
 	}

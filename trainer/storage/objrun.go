@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -67,7 +68,7 @@ type ObjectRun struct {
 	ownLocal bool   // local was made by us and is removed by Close
 	hook     func(point string)
 	lease    *lease         // writer only
-	bg       sync.WaitGroup // retention's file deletions in flight
+	bg       sync.WaitGroup // retention's deletions and segment writes in flight
 
 	mu sync.Mutex
 	// Guarded by mu:
@@ -82,6 +83,7 @@ type ObjectRun struct {
 	closed   bool
 	recovery Recovery
 	reserved map[string]bool // names Reserve gave, not yet committed or abandoned
+	segs     *segmentWrite   // the last segment written in the background
 }
 
 // OpenObject opens the run named run on st as its writer: it takes the
@@ -198,6 +200,9 @@ func (r *ObjectRun) writable() error {
 	case r.closed:
 		return ErrClosed
 	}
+	if err := r.segmentsFailed(); err != nil {
+		return err
+	}
 	return r.lease.lost()
 }
 
@@ -282,9 +287,10 @@ func (r *ObjectRun) Close() error {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	r.bg.Wait() // deletions hold no lock; the lease is held until they end
+	r.bg.Wait() // deletions and writes hold no lock; the lease is held until they end
 	r.mu.Lock()
-	return r.release()
+	werr := r.segmentsFailed()
+	return errors.Join(werr, r.release())
 }
 
 func (r *ObjectRun) release() error {

@@ -1,0 +1,182 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+func TestPlanInline(t *testing.T) {
+	f := func(path string, size int64) FileSum { return FileSum{Path: path, Size: size} }
+	paths := func(files []FileSum) []string {
+		var out []string
+		for _, f := range files {
+			out = append(out, f.Path)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name           string
+		files          []FileSum
+		inline, upload []string
+	}{
+		{"nothing", nil, nil, nil},
+		{"a small checkpoint goes whole", []FileSum{f("a", 1 << 20), f("b", 3 << 20)}, []string{"a", "b"}, nil},
+		{"up to the limit", []FileSum{f("a", inlineWhole)}, []string{"a"}, nil},
+		{"one byte over: small files only", []FileSum{f("a", inlineWhole + 1), f("meta", 100)}, []string{"meta"}, []string{"a"}},
+		{"small files up to their total", []FileSum{
+			f("big", 1 << 30), f("s1", inlineSmall), f("s2", inlineSmall), f("t", inlineSmall + 1),
+		}, []string{"s1", "s2"}, []string{"big", "t"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inline, upload := planInline(tc.files)
+			must.Eq(t, tc.inline, paths(inline))
+			must.Eq(t, tc.upload, paths(upload))
+		})
+	}
+	var many []FileSum
+	for i := range 2 * inlineSmallTotal / inlineSmall {
+		many = append(many, f(strings.Repeat("x", i+1), inlineSmall))
+	}
+	many = append(many, f("big", inlineWhole))
+	inline, _ := planInline(many)
+	var total int64
+	for _, f := range inline {
+		total += f.Size
+	}
+	must.EqOp(t, int64(inlineSmallTotal), total)
+}
+
+// A small checkpoint is one object, its manifest; a bigger one uploads
+// its big files and carries its small ones. Both restore whole.
+func TestInlineCheckpointObjects(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket, Prefix: "inline"}, objstore.Config{})
+	must.NoError(t, err)
+	w, err := OpenObject(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	defer w.Close()
+	big := strings.Repeat("b", inlineWhole+1)
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		objects []string
+	}{
+		{"small", map[string]string{"model.bin": "weights", "opt/state": "moments"}, []string{ManifestFile}},
+		{"mixed", map[string]string{"model.bin": big, "rng.json": "{}"}, []string{ManifestFile, "model.bin"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := w.Stage()
+			must.NoError(t, err)
+			writeTree(t, s.Dir(), tc.files)
+			name, err := w.Commit(s, Record{Step: 1})
+			must.NoError(t, err)
+			must.NoError(t, w.flushed())
+			objs, err := st.List(ctx, objstore.ListOptions{Prefix: "run/checkpoints/" + name + "/"})
+			must.NoError(t, err)
+			var keys []string
+			for _, o := range objs {
+				keys = append(keys, strings.TrimPrefix(o.Key, "run/checkpoints/"+name+"/"))
+			}
+			must.Eq(t, tc.objects, keys)
+
+			ro, err := OpenObjectReadOnly(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
+			must.NoError(t, err)
+			defer ro.Close()
+			res, err := ro.LatestIntact()
+			must.NoError(t, err)
+			must.EqOp(t, name, res.Name)
+			must.Eq(t, tc.files, readTree(t, res.Path))
+		})
+	}
+}
+
+// A manifest object whose carried bytes were changed, cut short or
+// extended is refused by restore, which falls back to the checkpoint
+// before it.
+func TestInlineCorruptionIsCaught(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		mangle func(carried []byte) []byte
+		want   string
+	}{
+		{"flipped", func(b []byte) []byte { b[0] ^= 1; return b }, "sha256"},
+		{"cut short", func(b []byte) []byte { return b[:len(b)-1] }, "ends"},
+		{"extended", func(b []byte) []byte { return append(b, 'x') }, "after its files"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.NewBucket(t)}, objstore.Config{})
+			must.NoError(t, err)
+			w, err := OpenObject(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
+			must.NoError(t, err)
+			commit := func(content string) string {
+				s, err := w.Stage()
+				must.NoError(t, err)
+				writeTree(t, s.Dir(), map[string]string{"a": content, "b": "second"})
+				name, err := w.Commit(s, Record{Step: 1})
+				must.NoError(t, err)
+				return name
+			}
+			first := commit("first")
+			second := commit("later")
+			must.NoError(t, w.Close())
+
+			key := "run/checkpoints/" + second + "/" + ManifestFile
+			rc, _, err := st.Get(ctx, key)
+			must.NoError(t, err)
+			_, doc, rest, err := readManifestObject(rc)
+			must.NoError(t, err)
+			carried, err := io.ReadAll(rest)
+			must.NoError(t, err)
+			rc.Close()
+			must.EqOp(t, "latersecond", string(carried))
+			_, err = st.Put(ctx, key, io.MultiReader(bytes.NewReader(doc), bytes.NewReader(tc.mangle(carried))))
+			must.NoError(t, err)
+
+			ro, err := OpenObjectReadOnly(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
+			must.NoError(t, err)
+			defer ro.Close()
+			res, err := ro.LatestIntact()
+			must.NoError(t, err)
+			must.EqOp(t, first, res.Name)
+			must.SliceLen(t, 1, res.Skipped)
+			must.ErrorIs(t, res.Skipped[0].Err, ErrCorruptCheckpoint)
+			must.ErrorContains(t, res.Skipped[0].Err, tc.want)
+		})
+	}
+}
+
+func FuzzReadManifestObject(f *testing.F) {
+	doc, err := EncodeManifest(Manifest{Files: []FileSum{
+		{Path: "a", Size: 3, SHA256: strings.Repeat("0", 64), Inline: true},
+		{Path: "b", Size: 1 << 30, SHA256: strings.Repeat("1", 64)},
+	}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(append(doc, "abc"...))
+	f.Add(doc[:len(doc)-1])
+	f.Add([]byte(`{"format_version":1}` + "\nxyz"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, doc, rest, err := readManifestObject(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		// What it accepts is a manifest DecodeManifest takes again, and
+		// copying its files reads no more than the object holds.
+		again, err := DecodeManifest(doc)
+		must.NoError(t, err)
+		must.Eq(t, m, again)
+		_, _ = copyInline(m, rest, t.TempDir())
+	})
+}
