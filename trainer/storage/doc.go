@@ -66,23 +66,31 @@
 // Layout under <prefix>/<run name>/:
 //
 //	progress/<step>-<seq>.jsonl      one segment per record, both numbers zero-padded
-//	checkpoints/checkpoint_NNNNNN/   a checkpoint's files, one object each
-//	  MANIFEST.json                  written last: the checkpoint exists iff it does
+//	checkpoints/checkpoint_NNNNNN/   a checkpoint's big files, one object each
+//	  MANIFEST.json                  written last: the checkpoint exists iff it does;
+//	                                 its JSON, then the bytes of the small files it carries
 //	  MANIFEST.json.corrupt          a quarantined checkpoint's manifest, kept for a person
 //	.writer.lease                    the single writer's lease
 //
-// A checkpoint is committed in this order: its files are uploaded (a few
-// files at a time, each big file in parallel multipart parts) while their
-// SHA-256 is computed in the same pass; the manifest is written with
+// A checkpoint is committed in this order: its big files are uploaded (a
+// few files at a time, each big file in parallel multipart parts) while
+// their SHA-256 is computed in the same pass; the manifest is written with
 // If-None-Match: * (a plain write on a server that does not implement it:
-// the lease alone keeps writers apart); then the record's segment. The
+// the lease alone keeps writers apart), carrying the small files (marked
+// "inline": a checkpoint of at most 4 MiB whole, else files of at most
+// 64 KiB up to 1 MiB: planInline), so that a small checkpoint is one
+// request; then the record's segment, in the background and in order
+// with later segments (a reader sees the checkpoint once it is written;
+// retention waits for it before deleting an older manifest). The
 // files come from a local staging directory (Stage, Commit), or from
 // every rank of a gang, which share no directory: the writer reserves the
 // checkpoint's name (Reserve), each rank uploads its own files with a
 // RankStore, opened without the lease, and the writer writes the one
 // manifest from the ranks' sums (CommitFiles) or deletes what was
 // uploaded (Abandon): the Sharded interface, which a Run does not need,
-// since its ranks share its directory and the writer moves their files. A kill before the manifest leaves objects no
+// since its ranks share its directory and the writer moves their files.
+// The writer's own rank keeps its small files for the manifest
+// (RankStore.UploadLarge). A kill before the manifest leaves objects no
 // reader looks at, which the next writer deletes at open with any
 // unfinished multipart upload; a kill between the manifest and the record
 // leaves a checkpoint whose record the next writer rebuilds from the
