@@ -28,11 +28,11 @@ func TestPlanInline(t *testing.T) {
 		inline, upload []string
 	}{
 		{"nothing", nil, nil, nil},
-		{"a small checkpoint goes whole", []FileSum{f("a", 1 << 20), f("b", 3 << 20)}, []string{"a", "b"}, nil},
+		{"a small checkpoint goes whole", []FileSum{f("a", 1<<20), f("b", 3<<20)}, []string{"a", "b"}, nil},
 		{"up to the limit", []FileSum{f("a", inlineWhole)}, []string{"a"}, nil},
-		{"one byte over: small files only", []FileSum{f("a", inlineWhole + 1), f("meta", 100)}, []string{"meta"}, []string{"a"}},
+		{"one byte over: small files only", []FileSum{f("a", inlineWhole+1), f("meta", 100)}, []string{"meta"}, []string{"a"}},
 		{"small files up to their total", []FileSum{
-			f("big", 1 << 30), f("s1", inlineSmall), f("s2", inlineSmall), f("t", inlineSmall + 1),
+			f("big", 1<<30), f("s1", inlineSmall), f("s2", inlineSmall), f("t", inlineSmall+1),
 		}, []string{"s1", "s2"}, []string{"big", "t"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
