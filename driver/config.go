@@ -136,7 +136,7 @@ func (c TaskConfig) RunSpec() workerenv.Run {
 		Config:      json.RawMessage(c.TrainConfig),
 		Checkpoint: workerenv.CheckpointPolicy{NumToKeep: c.Checkpoint.NumToKeep,
 			ScoreAttribute: c.Checkpoint.ScoreAttribute, ScoreOrder: c.Checkpoint.ScoreOrder,
-			AsyncUpload: c.Checkpoint.AsyncUpload},
+			AsyncUpload: c.Checkpoint.AsyncUpload, Staging: c.Checkpoint.Staging},
 		MaxFailures:       c.Failure.MaxFailures,
 		RendezvousTimeout: c.Rendezvous.Timeout,
 		ConsulOutageGrace: c.Rendezvous.ConsulOutageGrace,
@@ -162,6 +162,7 @@ type CheckpointConfig struct {
 	ScoreAttribute string
 	ScoreOrder     string // "max", "min" or empty
 	AsyncUpload    *bool  // nil: the runtime's default
+	Staging        string // "disk", "memory" or empty
 }
 
 // FailureConfig is the task's failure {} block.
@@ -213,6 +214,7 @@ func taskConfigSpec() *hclspec.Spec {
 			"score_attribute": specAttr("score_attribute", "string", false),
 			"score_order":     specAttr("score_order", "string", false),
 			"async_upload":    specAttr("async_upload", "bool", false),
+			"staging":         specAttr("staging", "string", false),
 		})),
 		"failure": specBlock("failure", specObject(map[string]*hclspec.Spec{
 			"max_failures": specAttr("max_failures", "number", false),
@@ -382,6 +384,11 @@ func decodeCheckpoint(c cty.Value, out *CheckpointConfig) error {
 	}
 	if out.ScoreOrder != "" {
 		if err := oneOf("checkpoint.score_order", out.ScoreOrder, "max", "min"); err != nil {
+			return err
+		}
+	}
+	if out.Staging = getString(c, "staging"); out.Staging != "" {
+		if err := oneOf("checkpoint.staging", out.Staging, workerenv.StagingDisk, workerenv.StagingMemory); err != nil {
 			return err
 		}
 	}

@@ -77,14 +77,14 @@ func TestDecodeTaskConfig(t *testing.T) {
 		tc, err = DecodeTaskConfig(mustEncodeTaskConfig(t, full(map[string]any{
 			"command": nil, "builtin": "quickstart", "world_size": "4", "train_config": `{"lr":0.001}`, "port": "coll",
 			"rendezvous": map[string]any{"backend": "embedded", "address": "127.0.0.1:7000", "timeout": "30s"},
-			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min", "async_upload": false},
+			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min", "async_upload": false, "staging": "memory"},
 			"failure":    map[string]any{"max_failures": -1},
 		})))
 		must.NoError(t, err)
 		must.Eq(t, TaskConfig{
 			Builtin: "quickstart", Launcher: LauncherAuto, RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: `{"lr":0.001}`, Port: "coll",
 			Rendezvous: RendezvousConfig{Backend: "embedded", Address: "embedded://127.0.0.1:7000", Timeout: 30 * time.Second},
-			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min", AsyncUpload: new(false)},
+			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min", AsyncUpload: new(false), Staging: "memory"},
 			Failure:    FailureConfig{MaxFailures: -1},
 		}, tc)
 	})
@@ -112,6 +112,7 @@ func TestDecodeTaskConfig(t *testing.T) {
 		{"unknown in block", map[string]any{"rendezvous": map[string]any{"ttl": "1s"}}, "rendezvous.ttl"},
 		{"negative keep", map[string]any{"checkpoint": map[string]any{"num_to_keep": -1}}, "checkpoint.num_to_keep"},
 		{"score order", map[string]any{"checkpoint": map[string]any{"score_order": "up"}}, "checkpoint.score_order"},
+		{"staging", map[string]any{"checkpoint": map[string]any{"staging": "ram"}}, "checkpoint.staging"},
 		{"max failures", map[string]any{"failure": map[string]any{"max_failures": -2}}, "failure.max_failures"},
 		{"unknown launcher", map[string]any{"launcher": "torchrun"}, "launcher"},
 		{"launcher for a builtin", map[string]any{"command": nil, "builtin": "quickstart", "launcher": "external"}, "launcher"},

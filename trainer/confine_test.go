@@ -48,7 +48,7 @@ func TestOwnCheckpointDir(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ownCheckpointDir(runDir, 1, tc.path)
+			got, err := ownCheckpointDir(filepath.Join(runDir, scratchDir), 1, tc.path)
 			if tc.want == "" {
 				must.ErrorContains(t, err, tc.path)
 				must.ErrorContains(t, err, "rank 1 reported checkpoint directory")

@@ -127,7 +127,7 @@ func (s *Session) reportMsg(ctx context.Context, ckpt *Checkpoint) (m reportMsg,
 	m.Next = s.nextName
 	if ckpt != nil {
 		m.Has = true
-		own, err = ownCheckpointDir(s.runDir, s.rank, ckpt.Path())
+		own, err = ownCheckpointDir(s.scratch, s.rank, ckpt.Path())
 		if err == nil {
 			m.Files, err = treeFiles(own)
 		}
@@ -341,7 +341,7 @@ func (s *Session) stageFromRanks(ctx context.Context, msgs []reportMsg) (*storag
 		if m.Checkpoint == "" {
 			continue
 		}
-		d, err := ownCheckpointDir(s.runDir, r, m.Checkpoint)
+		d, err := ownCheckpointDir(s.scratch, r, m.Checkpoint)
 		if err == nil {
 			byRank[r], err = treeFiles(d)
 		}
@@ -439,11 +439,11 @@ func (s *Session) closeStorage() {
 // rank's directory, a stranger's files outside the run) is refused before
 // anything is moved. Links are resolved first; the resolved path is
 // returned.
-func ownCheckpointDir(runDir string, rank int, reported string) (string, error) {
+func ownCheckpointDir(scratchRoot string, rank int, reported string) (string, error) {
 	refuse := func(why string) (string, error) {
 		return "", fmt.Errorf("rank %d reported checkpoint directory %s, which %s: a checkpoint must be built in a directory from Session.NewCheckpointDir", rank, reported, why)
 	}
-	scratch, err := filepath.EvalSymlinks(filepath.Join(runDir, scratchDir))
+	scratch, err := filepath.EvalSymlinks(scratchRoot)
 	if err != nil {
 		return refuse(fmt.Sprintf("cannot be checked (%v)", err))
 	}

@@ -46,6 +46,7 @@ var ErrUnsharedStorage = errors.New("storage_path is not shared between workers"
 // every rank; each other rank checks it sees the same run directory.
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	var rp resumePoint
+	s.scratch = s.memoryScratch(env)
 	s.beforeResume(env)
 	if s.rank == 0 {
 		rp = s.openStorage(ctx, env)
@@ -69,6 +70,9 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 		return err
 	}
 	s.runDir = rp.RunDir
+	if s.scratch == "" {
+		s.scratch = filepath.Join(s.runDir, scratchDir)
+	}
 	s.step, s.resumed = rp.Step, true
 	if rp.Checkpoint != "" {
 		s.latest = CheckpointFromDirectory(rp.Checkpoint)
@@ -122,6 +126,9 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	// Checkpoints half-built by an earlier attempt are garbage now.
 	scratch := filepath.Join(st.LocalDir(), scratchDir)
 	os.RemoveAll(scratch)
+	if s.scratch != "" {
+		os.RemoveAll(s.scratch) // checkpoints staged in memory
+	}
 	runDir, err := filepath.Abs(st.LocalDir())
 	if err != nil {
 		return resumePoint{Err: err.Error()}

@@ -45,6 +45,9 @@ func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
 func (s *Session) beforeResume(env workerenv.Env) {
 	if s.rank != 0 && s.localRank == 0 && storage.IsObjectPath(env.StoragePath) {
 		os.RemoveAll(filepath.Join(s.nodeCache(env), scratchDir))
+		if s.scratch != "" {
+			os.RemoveAll(s.scratch) // checkpoints staged in memory
+		}
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,6 +26,7 @@ type Session struct {
 	attempt              string // storage.AttemptID of the run's secret: with generation, names rank 0 as the storage writer
 	config               json.RawMessage
 	runDir               string
+	scratch              string // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)
 	group                *collective.Group
 	store                storage.RunStore   // rank 0 only
 	sharded              storage.Sharded    // rank 0 on an object store: store, whose ranks upload their own files
@@ -123,12 +123,12 @@ func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
 // NewCheckpointDir returns a fresh empty directory to build a checkpoint
 // in: on the run's storage directory, from which Report moves its files
 // into the committed checkpoint (a rename rather than a copy), or, on an
-// object store, in the node's local cache directory, from which this rank
-// uploads them. It is the only kind of directory Report accepts: a rank's
+// object store, in the node's local cache directory (or in memory:
+// CheckpointConfig.Staging), from which this rank uploads them. It is the only kind of directory Report accepts: a rank's
 // checkpoint must be built in a directory this rank's NewCheckpointDir
 // made.
 func (s *Session) NewCheckpointDir() (string, error) {
-	dir := filepath.Join(s.runDir, scratchDir)
+	dir := s.scratch
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("make checkpoint scratch dir: %w", err)
 	}

@@ -68,6 +68,16 @@ type CheckpointConfig struct {
 	// should not wait for, off for a directory, where a commit is a
 	// rename. Use Async(true) or Async(false) to choose.
 	AsyncUpload *bool
+	// Staging says where NewCheckpointDir builds checkpoints on an
+	// object store: "disk" (the default: the node's cache directory) or
+	// "memory" (a RAM-backed directory, /dev/shm), so that a training
+	// step that writes a checkpoint pays a memory copy rather than a disk
+	// write, as PyTorch's async_save stages to host memory. The files
+	// move to the node's cache directory as their upload ends. It needs
+	// free memory for two checkpoints per node (one uploading, one
+	// built); without a RAM-backed /dev/shm it is "disk", with a warning.
+	// A directory StoragePath ignores it.
+	Staging string
 }
 
 // Async returns a pointer to on, for CheckpointConfig.AsyncUpload.

@@ -337,6 +337,9 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	if a := s.Run.Checkpoint.AsyncUpload; a != nil {
 		ckpt["async_upload"] = *a
 	}
+	if st := s.Run.Checkpoint.Staging; st != "" {
+		ckpt["staging"] = st
+	}
 	cfg := string(s.ConfigJSON)
 	if cfg == "" {
 		cfg = "{}"

@@ -322,7 +322,7 @@ var (
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "checkpoint"}, {Type: "failure"}, {Type: "storage"}},
 	}
 	checkpointSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}, {Name: "async_upload"}},
+		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}, {Name: "async_upload"}, {Name: "staging"}},
 	}
 	failureSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "max_failures"}},
@@ -368,6 +368,11 @@ func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 			if d.boolean(attr, &on) {
 				r.Checkpoint.AsyncUpload = &on
 			}
+		}
+		if attr := cc.Attributes["staging"]; attr != nil && d.enum(attr, &r.Checkpoint.Staging, workerenv.StagingDisk, workerenv.StagingMemory) &&
+			r.Checkpoint.Staging == workerenv.StagingMemory && !strings.HasPrefix(r.StoragePath, "s3://") {
+			d.rangeErrorf(attr.Range, "Staging in memory needs an object store",
+				`staging = "memory" builds checkpoints in RAM for their upload to an object store; storage_path %q is a directory, where a commit is a rename. Remove staging, or keep the run on s3://.`, r.StoragePath)
 		}
 	}
 	if fb := d.single(c, "failure"); fb != nil {

@@ -206,6 +206,9 @@ type Checkpoint struct {
 	// AsyncUpload: checkpoint uploads go on after Report returns (nil:
 	// the runtime's default, on for s3:// storage paths).
 	AsyncUpload *bool `json:",omitempty"`
+	// Staging is where ranks build checkpoints before their upload to an
+	// object store: workerenv.StagingDisk ("" too) or StagingMemory.
+	Staging string `json:",omitempty"`
 }
 
 // Failure is the gang's failure budget.

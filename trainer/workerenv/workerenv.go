@@ -155,7 +155,16 @@ type CheckpointPolicy struct {
 	// AsyncUpload: checkpoint uploads go on after Report returns (nil:
 	// the storage's default, on for s3:// paths).
 	AsyncUpload *bool `json:"async_upload,omitempty"`
+	// Staging is where ranks build checkpoints on an object store:
+	// StagingDisk ("" too) or StagingMemory.
+	Staging string `json:"staging,omitempty"`
 }
+
+// Where checkpoints are built before their upload (CheckpointPolicy.Staging).
+const (
+	StagingDisk   = "disk"   // the node's cache directory
+	StagingMemory = "memory" // a RAM-backed directory (/dev/shm)
+)
 
 // Event is one line of the Events file.
 type Event struct {
