@@ -43,7 +43,7 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		opts.Nomad = c
 	}
-	srv, err := dashboard.New(opts)
+	srv, err := dashboard.New(ctx, opts)
 	if err != nil {
 		return fail(stderr, "dashboard", err)
 	}

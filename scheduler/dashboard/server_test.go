@@ -29,15 +29,23 @@ func newTestServer(t *testing.T, o Options) *httptest.Server {
 	if o.Interval == 0 {
 		o.Interval = 5 * time.Millisecond
 	}
-	s, err := New(o)
+	s, err := New(context.Background(), o)
 	must.NoError(t, err)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return hs
 }
 
+// appendSteps writes records for steps through the storage writer.
+func appendSteps(t *testing.T, run storage.RunStore, steps ...int64) {
+	t.Helper()
+	for _, s := range steps {
+		must.NoError(t, run.Append(storage.Record{Step: s, Metrics: map[string]any{"loss": 1 / float64(s+1)}}))
+	}
+}
+
 // commit writes a checkpoint with a record for step through the storage writer.
-func commit(t *testing.T, run *storage.Run, step int64, loss float64) {
+func commit(t *testing.T, run storage.RunStore, step int64, loss float64) {
 	t.Helper()
 	st, err := run.Stage()
 	must.NoError(t, err)
