@@ -323,3 +323,30 @@ func TestRootNotThereYet(t *testing.T) {
 	appendSteps(t, run, 1)
 	must.SliceLen(t, 1, list())
 }
+
+// FuzzRunAt: on an object store too, a key resolves to a run under the
+// storage path, one level or more down, never above it nor to a scratch
+// (dot) name.
+func FuzzRunAt(f *testing.F) {
+	for _, k := range []string{"r", "exp/trial_0001", "..", "../x", "a/../b", "/etc", ".staging-1", `a\b`, "a//b", "", "."} {
+		f.Add(k)
+	}
+	const root = "s3://bucket/runs"
+	s := &Server{root: root, remote: true}
+	f.Fuzz(func(t *testing.T, key string) {
+		parent, name, err := s.runAt(key)
+		if err != nil {
+			return
+		}
+		full := parent + "/" + name
+		rel, ok := strings.CutPrefix(full, root+"/")
+		if !ok || rel != key {
+			t.Fatalf("key %q resolved to %q, not under %q", key, full, root)
+		}
+		for _, part := range strings.Split(rel, "/") {
+			if part == "" || strings.HasPrefix(part, ".") {
+				t.Fatalf("key %q resolved to a scratch or empty name in %q", key, full)
+			}
+		}
+	})
+}
