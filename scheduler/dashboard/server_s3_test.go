@@ -70,6 +70,10 @@ func TestRunOnS3(t *testing.T) {
 	run := openS3(t, root, "r", o, storage.Policy{NumToKeep: 1})
 	appendSteps(t, run, 1)
 	commit(t, run, 2, 0.5)
+	// The commit's record may follow in the background: closing the
+	// writer waits for it, and the run goes on with a new one.
+	must.NoError(t, run.Close())
+	run = openS3(t, root, "r", o, storage.Policy{NumToKeep: 1})
 	hs := newTestServer(t, Options{Root: root + "/r", Storage: o})
 
 	runs := listRuns(t, hs.URL)

@@ -72,9 +72,21 @@ func TestFollower(t *testing.T) {
 		must.SliceEmpty(t, got.Records)
 		must.False(t, got.Reset, must.Sprint("a run not started yet is no reset"))
 
-		w, err := OpenStore(ctx, root, "r", Policy{NumToKeep: 1}, append(opts, WithLocalDir(t.TempDir()))...)
-		must.NoError(t, err)
+		open := func() RunStore {
+			w, err := OpenStore(ctx, root, "r", Policy{NumToKeep: 1}, append(opts, WithLocalDir(t.TempDir()))...)
+			must.NoError(t, err)
+			return w
+		}
+		w := open()
 		defer func() { w.Close() }()
+		// settle waits for what a writer may do after Commit returns (on S3
+		// the record and retention's deletions can follow in the
+		// background): Close waits for it, and the run is opened again, as
+		// a resumed writer opens it.
+		settle := func() {
+			must.NoError(t, w.Close())
+			w = open()
+		}
 		appendAll := func(steps ...int64) {
 			for _, s := range steps {
 				must.NoError(t, w.Append(Record{Step: s, Metrics: map[string]any{"loss": 1 / float64(s+1)}}))
@@ -82,6 +94,7 @@ func TestFollower(t *testing.T) {
 		}
 		commit := func(step int64) {
 			commitRS(t, w, map[string]string{"model.bin": "w"}, Record{Step: step, Metrics: map[string]any{"loss": 0.5}})
+			settle()
 		}
 		type step struct {
 			name      string
