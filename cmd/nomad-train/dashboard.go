@@ -17,7 +17,7 @@ func init() {
 
 func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("dashboard", "dashboard [-listen 127.0.0.1:8265] [-address ...] [storage path or experiment dir]\n\n"+
-		"Serves a web dashboard of the runs under a storage path (./results by default)\n"+
+		"Serves a web dashboard of the runs under a storage path (./results by default; s3://bucket/prefix with the AWS environment)\n"+
 		"and, with a Nomad address, of the nomad-train jobs on the cluster. It only reads.", stderr)
 	listen := fs.String("listen", "127.0.0.1:8265", "address to serve on (Ray's dashboard port, loopback only by default)")
 	var cf clusterFlags
@@ -43,7 +43,7 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		opts.Nomad = c
 	}
-	srv, err := dashboard.New(opts)
+	srv, err := dashboard.New(ctx, opts)
 	if err != nil {
 		return fail(stderr, "dashboard", err)
 	}

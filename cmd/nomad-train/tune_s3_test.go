@@ -1,18 +1,26 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/scheduler/dashboard"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
 )
 
 // A tune of the quickstart whose storage is on S3: the trials keep their
@@ -88,9 +96,80 @@ train "qs-s3" {
 	trials, _ := filepath.Glob(filepath.Join(dir, "results", "qs-s3", "trial_*", "progress.jsonl"))
 	must.SliceEmpty(t, trials, must.Sprint("the trials' records are on S3, not here"))
 	must.FileExists(t, filepath.Join(dir, "results", "qs-s3", "experiment_state.json"))
+	checkDashboardOnS3(t, bin, dir, env, srv, url)
 
 	again := tuneOnce()
 	must.StrContains(t, again, "== qs-s3: 2 trials (2 TERMINATED)")
 	must.StrContains(t, again, "==> best trial "+best[1]+": loss "+best[2]+",")
 	must.Eq(t, written, keys())
+}
+
+// checkDashboardOnS3: the dashboard of the experiment's state directory
+// (./results, the default) shows every trial's records, read from S3
+// where the state says the trials are; the dashboard of the experiment's
+// S3 prefix lists its trials as runs.
+func checkDashboardOnS3(t *testing.T, bin, dir string, env []string, srv *s3test.Server, url string) {
+	t.Helper()
+	st, ok, err := tune.LoadState(filepath.Join(dir, "results", "qs-s3"))
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.EqOp(t, url+"/qs-s3", st.TrialStorage)
+
+	base := startDashboardIn(t, bin, dir, env)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"api/experiment/events?key=qs-s3", nil)
+	must.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	must.EqOp(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	var u dashboard.ExperimentUpdate
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			must.NoError(t, json.Unmarshal([]byte(data), &u))
+			break
+		}
+	}
+	must.SliceLen(t, len(st.Trials), u.Trials)
+	for _, ts := range st.Trials {
+		must.NotNil(t, u.Records[ts.ID], must.Sprint(ts.ID))
+		must.SliceLen(t, ts.Iterations, u.Records[ts.ID].Records, must.Sprint(ts.ID))
+	}
+
+	// The standard AWS environment names the server: the CLI has no
+	// storage flags.
+	s3env := append(slices.Clone(env), "AWS_ENDPOINT_URL_S3="+srv.Endpoint, "AWS_REGION="+srv.Region)
+	base = startDashboardIn(t, bin, dir, s3env, url+"/qs-s3")
+	resp, err = http.Get(base + "api/runs")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	var runs []dashboard.RunSummary
+	must.NoError(t, json.NewDecoder(resp.Body).Decode(&runs))
+	var keys []string
+	for _, r := range runs {
+		keys = append(keys, r.Key)
+	}
+	slices.Sort(keys)
+	must.Eq(t, []string{"trial_0000", "trial_0001"}, keys)
+}
+
+// startDashboardIn serves `nomad-train dashboard [args]` from dir with env
+// on a free port and returns its URL.
+func startDashboardIn(t *testing.T, bin, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"dashboard", "-listen", "127.0.0.1:0"}, args...)...)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.StdoutPipe()
+	must.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	must.NoError(t, cmd.Start())
+	t.Cleanup(func() { stopCLI(t, cmd) })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	must.NoError(t, err, must.Sprint(stderr.String()))
+	m := regexp.MustCompile(`http://\S+/`).FindString(line)
+	must.NotEq(t, "", m, must.Sprint(line))
+	return m
 }

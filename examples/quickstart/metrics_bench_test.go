@@ -101,7 +101,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 // the quickstart run in it as a browser would, until the returned stop is
 // called; it fails the benchmark if the dashboard never streamed.
 func watchDashboard(b *testing.B, root string) (stop func()) {
-	srv, err := dashboard.New(dashboard.Options{Root: root})
+	srv, err := dashboard.New(context.Background(), dashboard.Options{Root: root})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,19 +4,25 @@
 // failure and workers, and one experiment's trial table with every trial's
 // curves overlaid.
 //
-// It only reads. Progress comes through trainer/storage's readers
-// (ScanProgress on the bytes appended since the last look, OpenReadOnly's
-// Best for the checkpoints that exist, FailedForGood), the experiment's
-// table through scheduler/tune's LoadState, workers through
-// scheduler/nomad's narrow API. Training never waits for it: an open
-// dashboard stats a few files once per interval and reads only what was
-// appended, so a run's steps/s is the same with it open or closed.
+// It only reads, and every record of a run it reads through
+// trainer/storage, on a directory or an object store (s3://bucket/prefix)
+// alike: storage.ListRuns for the runs under the storage path,
+// storage.Follow for a run's new records, the checkpoints that exist and
+// its failure mark. An experiment's table comes through scheduler/tune's
+// LoadState, and its trials' records through storage from where the
+// state says the tuner keeps them (the experiment directory, or S3);
+// workers through scheduler/nomad's narrow API, and a job's storage path
+// and options from the job. Training never waits for it: an open
+// dashboard looks once per interval and reads only what is new (the bytes
+// appended to a progress file; on S3 a HEAD and a List after the last
+// segment read, and the new segments), so a run's steps/s is the same
+// with it open or closed.
 //
 // Pages are one HTML file and a script, embedded in the binary (no CDN,
 // works offline). The browser gets a snapshot and then the new records as
 // server-sent events (/api/run/events, /api/experiment/events): one event
 // per interval in which something changed, with reset set when the
-// progress file was rewritten (a resumed run rolls back its history).
+// history was rewritten (a resumed run rolls back its history).
 //
 // Curves are drawn in the browser with uPlot (MIT, 50 KB minified, no
 // dependencies), vendored under assets/ with its licence. It was chosen over
@@ -27,7 +33,7 @@
 //
 // Example:
 //
-//	srv, err := dashboard.New(dashboard.Options{Root: "./results"})
+//	srv, err := dashboard.New(ctx, dashboard.Options{Root: "./results"})
 //	if err != nil {
 //		return err
 //	}

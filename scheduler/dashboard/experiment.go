@@ -2,8 +2,8 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-	"path/filepath"
 	"reflect"
 
 	"github.com/nomad-train/nomad-train/scheduler/tune"
@@ -36,12 +36,14 @@ type ExperimentUpdate struct {
 	Records map[string]*TrialRecords `json:"records,omitempty"`
 }
 
-// expWatch follows one experiment for one page.
+// expWatch follows one experiment for one page: its state in its
+// directory, each trial's run where the tuner keeps it (the directory, or
+// the object store the state names).
 type expWatch struct {
 	dir    string
 	name   string
 	trials []Trial
-	follow map[string]*follower
+	follow map[string]*storage.Follower
 }
 
 // handleExperimentEvents streams the experiment ?key= names.
@@ -54,9 +56,10 @@ func (s *Server) handleExperimentEvents(w http.ResponseWriter, r *http.Request) 
 		httpError(w, err)
 		return
 	}
-	ew := &expWatch{dir: dir, follow: map[string]*follower{}}
-	s.stream(w, r, func(context.Context) (any, error) {
-		u, err := ew.update()
+	ew := &expWatch{dir: dir, follow: map[string]*storage.Follower{}}
+	defer ew.close()
+	s.stream(w, r, func(ctx context.Context) (any, error) {
+		u, err := ew.update(ctx)
 		if u == nil || err != nil {
 			return nil, err
 		}
@@ -64,12 +67,14 @@ func (s *Server) handleExperimentEvents(w http.ResponseWriter, r *http.Request) 
 	})
 }
 
-// update returns what changed since the last call, or nil.
-func (ew *expWatch) update() (*ExperimentUpdate, error) {
+// update returns what changed since the last call, or nil. ctx bounds
+// the trials' followers for their whole life.
+func (ew *expWatch) update(ctx context.Context) (*ExperimentUpdate, error) {
 	st, ok, err := tune.LoadState(ew.dir)
 	if err != nil || !ok {
 		return nil, err
 	}
+	root, opts := st.TrialRuns(ew.dir)
 	u := &ExperimentUpdate{Records: map[string]*TrialRecords{}}
 	changed := false
 	if ew.name != st.Name {
@@ -81,15 +86,17 @@ func (ew *expWatch) update() (*ExperimentUpdate, error) {
 			Iterations: t.Iterations, Failures: t.Failures, Exploits: t.Exploits}
 		f := ew.follow[t.ID]
 		if f == nil {
-			f = newFollower(filepath.Join(ew.dir, t.ID, storage.ProgressFile))
+			if f, err = storage.Follow(ctx, root, t.ID, opts...); err != nil {
+				return nil, fmt.Errorf("following trial %s: %w", t.ID, err)
+			}
 			ew.follow[t.ID] = f
 		}
-		recs, reset, err := f.next()
+		got, err := f.Next()
 		if err != nil {
 			return nil, err
 		}
-		if reset || len(recs) > 0 {
-			u.Records[t.ID] = &TrialRecords{Reset: reset, Records: pointsOf(recs)}
+		if got.Reset || len(got.Records) > 0 {
+			u.Records[t.ID] = &TrialRecords{Reset: got.Reset, Records: pointsOf(got.Records)}
 			changed = true
 		}
 	}
@@ -100,4 +107,11 @@ func (ew *expWatch) update() (*ExperimentUpdate, error) {
 		return nil, nil
 	}
 	return u, nil
+}
+
+// close releases the trials' followers.
+func (ew *expWatch) close() {
+	for _, f := range ew.follow {
+		f.Close()
+	}
 }

@@ -54,20 +54,25 @@ func (s *Server) nomadStatus(ctx context.Context, jobID string) (*NomadStatus, e
 }
 
 // jobStorage returns where a nomad-train job keeps its run: the storage
-// path and run name from its meta, or "" when that path is not a local
-// directory (its curves are then not shown).
-func (s *Server) jobStorage(ctx context.Context, jobID string) (root, name string, err error) {
+// path and run name from its meta, and the store's options from its
+// workers' settings; root is "" when the path is neither an object store
+// nor a local directory (its curves are then not shown).
+func (s *Server) jobStorage(ctx context.Context, jobID string) (root, name string, opts []storage.Option, err error) {
 	job, err := s.nomad.JobInfo(ctx, jobID)
 	if err != nil {
-		return "", "", fmt.Errorf("reading run %q: %w", jobID, err)
+		return "", "", nil, fmt.Errorf("reading run %q: %w", jobID, err)
 	}
 	name, ok := job.Meta[trainspec.MetaRun]
 	if !ok {
-		return "", "", fmt.Errorf("%w: job %q is not a nomad-train run", nomad.ErrNoSuchRun, jobID)
+		return "", "", nil, fmt.Errorf("%w: job %q is not a nomad-train run", nomad.ErrNoSuchRun, jobID)
 	}
-	root, err = storage.LocalDir(job.Meta[trainspec.MetaStoragePath])
+	sp := job.Meta[trainspec.MetaStoragePath]
+	if storage.IsObjectPath(sp) {
+		return sp, name, []storage.Option{storage.WithStorageOptions(trainspec.StorageOptionsOf(job))}, nil
+	}
+	root, err = storage.LocalDir(sp)
 	if err != nil {
-		return "", name, nil
+		return "", name, nil, nil
 	}
-	return root, name, nil
+	return root, name, nil, nil
 }

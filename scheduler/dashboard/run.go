@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
 	"time"
 
@@ -70,8 +68,7 @@ type RunUpdate struct {
 type runWatch struct {
 	root, name string // storage path and run name
 	jobID      string // Nomad job, or ""
-	f          *follower
-	ckpts      []Checkpoint
+	f          *storage.Follower
 	failed     bool
 	nomadAt    time.Time
 	nomad      *NomadStatus
@@ -86,6 +83,9 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	if rw.f != nil {
+		defer rw.f.Close()
+	}
 	s.stream(w, r, func(ctx context.Context) (any, error) {
 		u, err := s.runUpdate(ctx, rw)
 		if u == nil || err != nil {
@@ -95,26 +95,33 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// watchRun starts following a run; ctx bounds the follower's reads of an
+// object store.
 func (s *Server) watchRun(ctx context.Context, key, job string) (*runWatch, error) {
 	rw := &runWatch{jobID: job, first: true}
 	if job != "" && s.nomad == nil {
 		return nil, fmt.Errorf("%w: no Nomad address was given", errBadKey)
 	}
+	var opts []storage.Option
 	if job != "" {
-		root, name, err := s.jobStorage(ctx, job)
+		root, name, jobOpts, err := s.jobStorage(ctx, job)
 		if err != nil {
 			return nil, err
 		}
-		rw.root, rw.name = root, name
+		rw.root, rw.name, opts = root, name, jobOpts
 	} else {
-		dir, err := s.localDir(key)
+		root, name, err := s.runAt(key)
 		if err != nil {
 			return nil, err
 		}
-		rw.root, rw.name = filepath.Dir(dir), filepath.Base(dir)
+		rw.root, rw.name, opts = root, name, s.opts
 	}
 	if rw.root != "" {
-		rw.f = newFollower(filepath.Join(rw.root, rw.name, storage.ProgressFile))
+		f, err := storage.Follow(ctx, rw.root, rw.name, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("following run %s: %w", storage.RunLocation(rw.root, rw.name), err)
+		}
+		rw.f = f
 	}
 	return rw, nil
 }
@@ -128,18 +135,19 @@ func (s *Server) runUpdate(ctx context.Context, rw *runWatch) (*RunUpdate, error
 	changed := rw.first
 	rw.first = false
 	if rw.f != nil {
-		recs, reset, err := rw.f.next()
+		got, err := rw.f.Next()
 		if err != nil {
 			return nil, err
 		}
-		u.Reset = u.Reset || reset
-		u.Records = pointsOf(recs)
-		changed = changed || reset || len(recs) > 0
-		if ck, moved := rw.checkpoints(recs, reset); moved || u.Name != "" {
+		u.Reset = u.Reset || got.Reset
+		u.Records = pointsOf(got.Records)
+		changed = changed || got.Reset || len(got.Records) > 0
+		if got.CheckpointsChanged || u.Name != "" {
+			ck := checkpointsOf(got.Checkpoints)
 			u.Checkpoints = &ck
 			changed = true
 		}
-		fail, failed, err := storage.FailedForGood(rw.root, rw.name, "")
+		fail, failed, err := rw.f.Failed("")
 		if err != nil {
 			return nil, err
 		}
@@ -166,30 +174,14 @@ func (s *Server) runUpdate(ctx context.Context, rw *runWatch) (*RunUpdate, error
 	return u, nil
 }
 
-// checkpoints brings the list of checkpoints that exist up to date with
-// the new records: a checkpoint exists while its directory does (as
-// storage's readers judge it), and one deleted by retention never comes
-// back, so only the last list and the new records are looked at (a few
-// directories: the retained ones), never the whole history. moved reports
-// a change.
-func (rw *runWatch) checkpoints(recs []storage.Record, reset bool) (ck []Checkpoint, moved bool) {
-	if reset {
-		rw.ckpts, moved = nil, true
-	}
-	cands := rw.ckpts
+// checkpointsOf turns the records of the checkpoints that exist (as
+// storage judges them: a directory, or a manifest on an object store)
+// into the page's list.
+func checkpointsOf(recs []storage.Record) []Checkpoint {
+	ck := make([]Checkpoint, 0, len(recs))
 	for _, r := range recs {
-		if r.Checkpoint != "" {
-			p := pointOf(r)
-			cands = append(cands, Checkpoint{Name: r.Checkpoint, Step: p.Step, Time: p.Time, Metrics: p.Metrics, Generation: p.Generation})
-		}
+		p := pointOf(r)
+		ck = append(ck, Checkpoint{Name: r.Checkpoint, Step: p.Step, Time: p.Time, Metrics: p.Metrics, Generation: p.Generation})
 	}
-	ck = make([]Checkpoint, 0, len(cands))
-	for _, c := range cands {
-		if fi, err := os.Lstat(filepath.Join(rw.root, rw.name, c.Name)); err == nil && fi.IsDir() {
-			ck = append(ck, c)
-		}
-	}
-	moved = moved || !reflect.DeepEqual(ck, rw.ckpts)
-	rw.ckpts = ck
-	return ck, moved
+	return ck
 }

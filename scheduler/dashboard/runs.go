@@ -2,9 +2,7 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,19 +39,20 @@ type RunSummary struct {
 	Error    string             `json:"error,omitempty"`
 }
 
-// summarizer folds a local run's records into its summary as they come.
+// summarizer folds a run's records into its summary as they come.
 type summarizer struct {
-	f   *follower
+	f   *storage.Follower
 	sum RunSummary
 	gen uint64 // generation and attempt of the last record
 	att int
 }
 
 func (z *summarizer) update() error {
-	recs, reset, err := z.f.next()
+	got, err := z.f.Next()
 	if err != nil {
 		return err
 	}
+	recs, reset := got.Records, got.Reset
 	if reset {
 		z.sum.Records, z.sum.Restarts, z.sum.Step, z.sum.Metrics, z.sum.Updated = 0, 0, 0, nil, 0
 	}
@@ -82,7 +81,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listRuns(ctx context.Context) ([]RunSummary, error) {
 	var out []RunSummary
 	if s.root != "" {
-		local, err := s.listLocal()
+		local, err := s.listStorage(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -100,50 +99,48 @@ func (s *Server) listRuns(ctx context.Context) ([]RunSummary, error) {
 	return out, nil
 }
 
-// listLocal lists the runs (directories with a progress file) and the
-// experiments (with an experiment state) in the storage path, or the
-// storage path itself when it is an experiment.
-func (s *Server) listLocal() ([]RunSummary, error) {
-	if isExperiment(s.root) {
+// listStorage lists the runs (through storage: on a directory or an
+// object store) and the experiments (directories with an experiment
+// state) in the storage path, or the storage path itself when it is an
+// experiment.
+func (s *Server) listStorage(ctx context.Context) ([]RunSummary, error) {
+	if !s.remote && isExperiment(s.root) {
 		return []RunSummary{s.experimentSummary(".", s.root)}, nil
 	}
-	ents, err := os.ReadDir(s.root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil // no run has started yet
-	}
+	runs, err := storage.ListRuns(ctx, s.root, s.opts...)
 	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", err)
+		return nil, err
 	}
 	var out []RunSummary
-	for _, e := range ents {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
+	for _, name := range runs {
+		out = append(out, s.runSummary(name))
+	}
+	if !s.remote {
+		exps, err := tune.ListExperiments(s.root)
+		if err != nil {
+			return nil, err
 		}
-		dir := filepath.Join(s.root, e.Name())
-		switch {
-		case isExperiment(dir):
-			out = append(out, s.experimentSummary(e.Name(), dir))
-		case fileExists(filepath.Join(dir, storage.ProgressFile)):
-			out = append(out, s.runSummary(e.Name(), dir))
+		for _, name := range exps {
+			out = append(out, s.experimentSummary(name, filepath.Join(s.root, name)))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Updated > out[j].Updated })
 	return out, nil
 }
 
-func fileExists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
-}
-
-// runSummary brings a local run's summary up to date.
-func (s *Server) runSummary(key, dir string) RunSummary {
+// runSummary brings the summary of the run named key up to date. Its
+// follower outlives the request: it is bounded by the server's context.
+func (s *Server) runSummary(key string) RunSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	z := s.summaries[dir]
+	z := s.summaries[key]
 	if z == nil {
-		z = &summarizer{f: newFollower(filepath.Join(dir, storage.ProgressFile)), sum: RunSummary{Kind: "run", Key: key, Name: key}}
-		s.summaries[dir] = z
+		f, err := storage.Follow(s.ctx, s.root, key, s.opts...)
+		if err != nil {
+			return RunSummary{Kind: "run", Key: key, Name: key, Error: err.Error()}
+		}
+		z = &summarizer{f: f, sum: RunSummary{Kind: "run", Key: key, Name: key}}
+		s.summaries[key] = z
 	}
 	sum := z.sum
 	sum.Error = ""
@@ -156,7 +153,7 @@ func (s *Server) runSummary(key, dir string) RunSummary {
 	if s.now().Sub(time.Unix(0, int64(sum.Updated*1e9))) > idleAfter {
 		sum.State = "idle"
 	}
-	if _, failed, err := storage.FailedForGood(filepath.Dir(dir), filepath.Base(dir), ""); err == nil && failed {
+	if _, failed, err := z.f.Failed(""); err == nil && failed {
 		sum.State = "failed"
 	}
 	return sum

@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
-	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 //go:embed assets
@@ -30,9 +27,14 @@ const DefaultInterval = time.Second
 
 // Options configure a Server.
 type Options struct {
-	// Root is a storage path (its runs and experiments are listed) or one
-	// experiment's directory. It may be empty when Nomad is given.
+	// Root is a storage path (its runs and experiments are listed): a
+	// directory or an object store (s3://bucket/prefix); or one run's own
+	// path (its storage path is shown); or one experiment's directory. It
+	// may be empty when Nomad is given.
 	Root string
+	// Storage are an s3:// Root's non-secret options (endpoint, region,
+	// path style); credentials come the standard AWS way.
+	Storage workerenv.StorageOptions
 	// Nomad lists the nomad-train jobs and their workers; nil for none.
 	Nomad nomad.API
 	// Logger defaults to a null logger.
@@ -45,7 +47,10 @@ type Options struct {
 
 // Server serves the dashboard. Its handler is safe for concurrent use.
 type Server struct {
-	root     string // local directory of Options.Root, or ""
+	ctx      context.Context  // bounds the reads that outlive a request (the runs list's)
+	root     string           // Options.Root's storage path (a directory or an s3:// location), or ""
+	remote   bool             // root is on an object store
+	opts     []storage.Option // the object store's options
 	nomad    nomad.API
 	log      hclog.Logger
 	interval time.Duration
@@ -55,9 +60,11 @@ type Server struct {
 	summaries map[string]*summarizer
 }
 
-// New checks the options and returns a Server.
-func New(o Options) (*Server, error) {
-	s := &Server{nomad: o.Nomad, log: o.Logger, interval: o.Interval, now: o.Now, summaries: map[string]*summarizer{}}
+// New checks the options and returns a Server. ctx bounds New's look at
+// the storage path and, for the server's life, its reads of the runs it
+// lists.
+func New(ctx context.Context, o Options) (*Server, error) {
+	s := &Server{ctx: ctx, nomad: o.Nomad, log: o.Logger, interval: o.Interval, now: o.Now, summaries: map[string]*summarizer{}}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -72,23 +79,9 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("dashboard: give a storage path, a Nomad address or both")
 	}
 	if o.Root != "" {
-		dir, err := storage.LocalDir(o.Root)
-		if err != nil {
+		if err := s.setRoot(ctx, o.Root, o.Storage); err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
 		}
-		// A storage path no run has written to yet lists no runs until one does.
-		fi, err := os.Stat(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("dashboard: reading storage path: %w", err)
-		}
-		if err == nil && !fi.IsDir() {
-			return nil, fmt.Errorf("dashboard: storage path %s is not a directory", dir)
-		}
-		// A run's own directory shows its storage path, the run among them.
-		if _, err := os.Lstat(filepath.Join(dir, storage.ProgressFile)); err == nil {
-			dir = filepath.Dir(dir)
-		}
-		s.root = dir
 	}
 	return s, nil
 }
@@ -106,37 +99,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/run/events", s.handleRunEvents)
 	mux.HandleFunc("GET /api/experiment/events", s.handleExperimentEvents)
 	return mux
-}
-
-// errBadKey is returned for a run or experiment key that names no
-// directory under the root.
-var errBadKey = errors.New("not a run or experiment under the storage path")
-
-// localDir resolves a key, a slash-separated path under the root ("." for
-// the root itself), to its directory, refusing one that leaves the root.
-func (s *Server) localDir(key string) (string, error) {
-	if s.root == "" {
-		return "", fmt.Errorf("%w: no storage path was given", errBadKey)
-	}
-	if key == "." {
-		return s.root, nil
-	}
-	clean := path.Clean(key)
-	if key == "" || clean != key || !filepath.IsLocal(filepath.FromSlash(key)) || strings.Contains(key, `\`) {
-		return "", fmt.Errorf("%w: %q", errBadKey, key)
-	}
-	for _, part := range strings.Split(key, "/") {
-		if strings.HasPrefix(part, ".") {
-			return "", fmt.Errorf("%w: %q", errBadKey, key)
-		}
-	}
-	return filepath.Join(s.root, filepath.FromSlash(key)), nil
-}
-
-// isExperiment reports whether dir holds an experiment's state.
-func isExperiment(dir string) bool {
-	_, err := os.Lstat(filepath.Join(dir, tune.StateFile))
-	return err == nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

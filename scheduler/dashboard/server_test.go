@@ -29,15 +29,23 @@ func newTestServer(t *testing.T, o Options) *httptest.Server {
 	if o.Interval == 0 {
 		o.Interval = 5 * time.Millisecond
 	}
-	s, err := New(o)
+	s, err := New(context.Background(), o)
 	must.NoError(t, err)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return hs
 }
 
+// appendSteps writes records for steps through the storage writer.
+func appendSteps(t *testing.T, run storage.RunStore, steps ...int64) {
+	t.Helper()
+	for _, s := range steps {
+		must.NoError(t, run.Append(storage.Record{Step: s, Metrics: map[string]any{"loss": 1 / float64(s+1)}}))
+	}
+}
+
 // commit writes a checkpoint with a record for step through the storage writer.
-func commit(t *testing.T, run *storage.Run, step int64, loss float64) {
+func commit(t *testing.T, run storage.RunStore, step int64, loss float64) {
 	t.Helper()
 	st, err := run.Stage()
 	must.NoError(t, err)
@@ -314,4 +322,31 @@ func TestRootNotThereYet(t *testing.T) {
 	defer run.Close()
 	appendSteps(t, run, 1)
 	must.SliceLen(t, 1, list())
+}
+
+// FuzzRunAt: on an object store too, a key resolves to a run under the
+// storage path, one level or more down, never above it nor to a scratch
+// (dot) name.
+func FuzzRunAt(f *testing.F) {
+	for _, k := range []string{"r", "exp/trial_0001", "..", "../x", "a/../b", "/etc", ".staging-1", `a\b`, "a//b", "", "."} {
+		f.Add(k)
+	}
+	const root = "s3://bucket/runs"
+	s := &Server{root: root, remote: true}
+	f.Fuzz(func(t *testing.T, key string) {
+		parent, name, err := s.runAt(key)
+		if err != nil {
+			return
+		}
+		full := parent + "/" + name
+		rel, ok := strings.CutPrefix(full, root+"/")
+		if !ok || rel != key {
+			t.Fatalf("key %q resolved to %q, not under %q", key, full, root)
+		}
+		for _, part := range strings.Split(rel, "/") {
+			if part == "" || strings.HasPrefix(part, ".") {
+				t.Fatalf("key %q resolved to a scratch or empty name in %q", key, full)
+			}
+		}
+	})
 }

@@ -64,6 +64,11 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		e.log.Info("restoring experiment", "trials", len(st.Trials))
 		e.resume()
 	}
+	e.state.TrialStorage, e.state.TrialStorageOptions = e.cfg.TrialStorage, nil
+	if e.cfg.TrialStorage != "" {
+		o := e.cfg.TrialStorageOptions
+		e.state.TrialStorageOptions = &o
+	}
 	for _, ts := range e.state.Trials {
 		e.rt[ts.ID] = &trialRuntime{last: Result{Trial: ts.ID, Value: math.NaN()}}
 		e.sched.OnTrialAdd(ts.ID, ts.Config)

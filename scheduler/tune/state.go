@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // StateFile is the experiment state inside the experiment directory.
@@ -65,6 +67,12 @@ type ExperimentState struct {
 	Name    string        `json:"name"`
 	Elapsed time.Duration `json:"elapsed_ns"` // time spent in earlier Fit calls
 	Trials  []*TrialState `json:"trials"`
+	// TrialStorage is where the trials keep their runs when not in the
+	// experiment directory (Config.TrialStorage, an s3:// location), and
+	// TrialStorageOptions the store's non-secret options: a reader of the
+	// state (the dashboard) finds the trials' records there.
+	TrialStorage        string                    `json:"trial_storage,omitempty"`
+	TrialStorageOptions *workerenv.StorageOptions `json:"trial_storage_options,omitempty"`
 }
 
 // LoadState reads an experiment's state; ok is false when there is none.
@@ -81,6 +89,29 @@ func LoadState(expDir string) (st *ExperimentState, ok bool, err error) {
 		return nil, false, fmt.Errorf("decode experiment state %s: %w", filepath.Join(expDir, StateFile), err)
 	}
 	return st, true, nil
+}
+
+// ListExperiments returns the names of the experiments in dir, sorted:
+// the directories that hold an experiment state. A dir that does not
+// exist holds none.
+func ListExperiments(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list experiments: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, e.Name(), StateFile)); err == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
 }
 
 // stateVersion is the version of the experiment state this package writes.

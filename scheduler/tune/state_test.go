@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // sampleState is a state as the tuner writes it: trials in every status,
@@ -112,4 +114,28 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("trial table: %q", table.String())
 		}
 	})
+}
+
+// An experiment whose trials are on an object store says so in its state,
+// and TrialRuns finds them there, with the store's options; otherwise
+// they are in the experiment directory.
+func TestTrialRuns(t *testing.T) {
+	dir := t.TempDir()
+	st := sampleState()
+	root, opts := st.TrialRuns(dir)
+	must.EqOp(t, dir, root)
+	must.SliceEmpty(t, opts)
+
+	st.TrialStorage = "s3://bucket/runs/exp"
+	st.TrialStorageOptions = &workerenv.StorageOptions{Endpoint: "http://127.0.0.1:9000", PathStyle: true}
+	b, err := st.encode()
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(dir, StateFile), b, 0o644))
+	back, ok, err := LoadState(dir)
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.Eq(t, st, back)
+	root, opts = back.TrialRuns(dir)
+	must.EqOp(t, "s3://bucket/runs/exp", root)
+	must.SliceLen(t, 1, opts)
 }

@@ -26,6 +26,19 @@ func newTrialStore(expDir string, cfg Config) trialStore {
 	return trialStore{root: cfg.TrialStorage, opts: []storage.Option{storage.WithStorageOptions(cfg.TrialStorageOptions)}}
 }
 
+// TrialRuns returns where the experiment in expDir keeps its trials'
+// runs, as the tuner reads them: the storage path (expDir itself, or the
+// object store the state names) and the options to open it with. Trial
+// id's run is the run named id there.
+func (st *ExperimentState) TrialRuns(expDir string) (root string, opts []storage.Option) {
+	cfg := Config{TrialStorage: st.TrialStorage}
+	if st.TrialStorageOptions != nil {
+		cfg.TrialStorageOptions = *st.TrialStorageOptions
+	}
+	s := newTrialStore(expDir, cfg)
+	return s.root, s.opts
+}
+
 // remote reports whether the trials are kept on an object store.
 func (s trialStore) remote() bool { return storage.IsObjectPath(s.root) }
 

@@ -54,6 +54,12 @@ func failedObject(root, run, attempt string, cfg objstore.Config) (Failure, bool
 		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
 	}
 	defer cancel()
+	return failedOn(ctx, st, run, attempt)
+}
+
+// failedOn reads the failure mark of run on an open store (a reader that
+// keeps its store open looks at it without opening one each time).
+func failedOn(ctx context.Context, st *objstore.Store, run, attempt string) (Failure, bool, error) {
 	b, err := objFiles{ctx: ctx, st: st}.getSmall(run + "/" + FailedFile)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return Failure{}, false, nil
