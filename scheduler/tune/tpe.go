@@ -16,12 +16,14 @@ func init() {
 // are split into the gamma(n) = min(ceil(n/10), 25) best ("below") and the
 // rest, a Parzen estimator is fitted to each, and of NEICandidates points
 // drawn from the good one the one with the highest ratio of good to bad
-// density wins (the highest expected improvement). The space's top-level
-// dimensions are modelled together (Optuna's multivariate TPE: each
-// component is one trial in all those dimensions, with Scott's-rule
-// bandwidths), so a candidate keeps a good trial's coordinates together;
-// dimensions inside choices, and every dimension with Independent, are
-// sampled one at a time (Optuna's default). Until NStartupTrials trials
+// density wins (the highest expected improvement). Each numeric kernel's
+// bandwidth is the distance to its farther neighbour, and kernels are
+// scored by their shape, as Optuna 3.1 scores them (newTPEParzen). The
+// space's top-level dimensions are modelled together (as Optuna's
+// multivariate TPE: each component is one trial in all those dimensions),
+// so a candidate keeps a good trial's coordinates together; dimensions
+// inside choices, and every dimension with Independent, are sampled one
+// at a time (Optuna's default). Until NStartupTrials trials
 // have finished, values are drawn at random. Trials that the scheduler
 // stopped early rank after the finished ones, by the time they reached
 // and then their last value.
@@ -279,8 +281,8 @@ func (t *modelSearch) tpeSample(s TPESettings, name string, m dimModel) float64 
 	trials := t.finished()
 	below, above := t.tpeSplit(trials, tpeGamma(len(trials)))
 	ob, oa := observations(below, name), observations(above, name)
-	good := newParzen(m, ob, s.PriorWeight, defaultWeights(len(ob)))
-	bad := newParzen(m, oa, s.PriorWeight, defaultWeights(len(oa)))
+	good := newTPEParzen(m, ob, s.PriorWeight, defaultWeights(len(ob)))
+	bad := newTPEParzen(m, oa, s.PriorWeight, defaultWeights(len(oa)))
 	return bestCandidate(t.rng, good, bad, s.NEICandidates)
 }
 

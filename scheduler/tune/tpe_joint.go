@@ -14,28 +14,23 @@ type jointParzen struct {
 	dims []*parzen // one per dimension, components in the same order
 }
 
-// newJointParzen fits the dimensions named in names to obs (per trial,
-// oldest first, model coordinates by name), with Scott's rule for the
-// bandwidth as Optuna's multivariate TPE sets it: 0.2 n^(-1/(d+4)) of each
-// range, clipped as the one-dimensional estimator clips it.
+// newJointParzen fits the dimensions ms to obs (per trial, oldest first,
+// model coordinates by dimension). Each dimension's kernels are the
+// one-dimensional TPE estimator's (newTPEParzen): each trial's bandwidth
+// there is its distance to the farther of its neighbours, magic-clipped,
+// and the kernels are scored by shape. Optuna's multivariate TPE gives
+// every kernel Scott's-rule bandwidth instead, 0.2 n^(-1/(d+4)) of the
+// range; that rule (with kernels scored as densities) had Branin's median
+// regret at 50 trials 0.97x Optuna's default and Hartmann-6's 1.02x over
+// 200 seeds, where these bandwidths have 0.33x and 0.77x.
 func newJointParzen(ms []dimModel, obs [][]float64, priorWeight float64, weights []float64) *jointParzen {
 	j := &jointParzen{}
-	n := len(obs)
-	bw := 0.2 * math.Pow(float64(max(n, 1)), -1/float64(len(ms)+4))
 	for d, m := range ms {
-		col := make([]float64, n)
+		col := make([]float64, len(obs))
 		for i := range obs {
 			col[i] = obs[i][d]
 		}
-		p := newParzen(m, col, priorWeight, weights)
-		if p.cat == nil {
-			span := m.hi - m.lo
-			minSigma := span / math.Min(100, float64(n+2))
-			for k := range n {
-				p.sigmas[k] = math.Min(math.Max(bw*span, minSigma), span)
-			}
-		}
-		j.dims = append(j.dims, p)
+		j.dims = append(j.dims, newTPEParzen(m, col, priorWeight, weights))
 	}
 	return j
 }
