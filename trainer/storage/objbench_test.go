@@ -56,7 +56,8 @@ func BenchmarkCommitVsPlainPut(b *testing.B) {
 			}
 			payload := make([]byte, mib<<20)
 			_, _ = rand.NewChaCha8([32]byte{byte(mib)}).Read(payload)
-			run := strings.ReplaceAll(name, "-", "")
+			benchRuns++ // a fresh run each time (-count, calibration)
+			run := fmt.Sprintf("%s%d", strings.ReplaceAll(name, "-", ""), benchRuns)
 			r, err := OpenObject(ctx, st, run, Policy{NumToKeep: benchKeep}, WithLocalDir(b.TempDir()))
 			if err != nil {
 				b.Fatal(err)
@@ -118,6 +119,9 @@ func BenchmarkCommitVsPlainPut(b *testing.B) {
 // benchKeep is the retention of the benchmark's run: 1, so that each
 // commit also deletes the previous checkpoint, as a long run's do.
 var benchKeep = 1
+
+// benchRuns numbers the benchmark's runs on its server.
+var benchRuns int
 
 // rankCommit commits a one-file checkpoint as a gang does, the file
 // rank 0's, and times it from the reservation on.
