@@ -65,7 +65,8 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 		r.deleteObjects(name)
 		return "", err
 	}
-	carried, inline, err := readInline(s.dir, small)
+	carried, inline, err := readInline(s.dir, small, r.inlineBuf.take())
+	defer r.inlineBuf.give(inline)
 	if err != nil {
 		<-leased
 		r.deleteObjects(name)

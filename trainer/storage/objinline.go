@@ -66,10 +66,12 @@ type InlineFiles struct {
 	Files []FileSum `json:"files,omitempty"` // Path and Size; unhashed
 }
 
-// readInline reads the listed files under dir, in order, into one buffer,
-// and returns their sums marked Inline. A file whose size changed since
-// it was listed is an error: its bytes would not match the manifest.
-func readInline(dir string, files []FileSum) ([]FileSum, []byte, error) {
+// readInline reads the listed files under dir, in order, into buf (grown
+// when short; a writer reuses one, whose pages are already the process's)
+// and returns their sums marked Inline, and the bytes. A file whose size
+// changed since it was listed is an error: its bytes would not match the
+// manifest.
+func readInline(dir string, files []FileSum, buf []byte) ([]FileSum, []byte, error) {
 	var size int64
 	for _, f := range files {
 		size += f.Size
@@ -77,21 +79,58 @@ func readInline(dir string, files []FileSum) ([]FileSum, []byte, error) {
 	if size > inlineWhole {
 		return nil, nil, fmt.Errorf("%d bytes to carry in a manifest, more than %d", size, inlineWhole)
 	}
-	data := make([]byte, 0, size)
+	if int64(cap(buf)) < size {
+		buf = make([]byte, size)
+	}
+	data := buf[:size]
 	sums := make([]FileSum, len(files))
+	var off int64
 	for i, f := range files {
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
-		if err != nil {
+		part := data[off : off+f.Size]
+		if err := readExactly(filepath.Join(dir, filepath.FromSlash(f.Path)), part); err != nil {
 			return nil, nil, fmt.Errorf("reading %s: %w", f.Path, err)
 		}
-		if int64(len(b)) != f.Size {
-			return nil, nil, fmt.Errorf("%s changed size while being committed (%d bytes, then %d)", f.Path, f.Size, len(b))
-		}
-		sum := sha256.Sum256(b)
+		sum := sha256.Sum256(part)
 		sums[i] = FileSum{Path: f.Path, Size: f.Size, SHA256: hex.EncodeToString(sum[:]), Inline: true}
-		data = append(data, b...)
+		off += f.Size
 	}
 	return sums, data, nil
+}
+
+// readExactly fills b from the file at p, which must hold exactly len(b)
+// bytes.
+func readExactly(p string, b []byte) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, b); err != nil {
+		return fmt.Errorf("changed size while being committed: %w", err)
+	}
+	if n, _ := f.Read(make([]byte, 1)); n > 0 {
+		return errors.New("changed size while being committed: it grew")
+	}
+	return nil
+}
+
+// inlineBuffer lends a writer's one buffer for carried files.
+type inlineBuffer chan []byte
+
+func (b inlineBuffer) take() []byte {
+	select {
+	case buf := <-b:
+		return buf
+	default:
+		return nil
+	}
+}
+
+func (b inlineBuffer) give(buf []byte) {
+	select {
+	case b <- buf[:0]:
+	default:
+	}
 }
 
 // readManifestObject decodes the manifest at the head of a manifest

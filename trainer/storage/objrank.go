@@ -86,7 +86,8 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		leased := make(chan error, 1)
 		go func() { leased <- r.lease.check(r.ctx) }()
 		var carried []FileSum
-		carried, data, err = readInline(inline.Dir, inline.Files)
+		carried, data, err = readInline(inline.Dir, inline.Files, r.inlineBuf.take())
+		defer r.inlineBuf.give(data)
 		files = slices.SortedFunc(slices.Values(append(slices.Clone(files), carried...)),
 			func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
 		if err == nil {

@@ -84,6 +84,8 @@ type ObjectRun struct {
 	recovery Recovery
 	reserved map[string]bool // names Reserve gave, not yet committed or abandoned
 	segs     *segmentWrite   // the last segment written in the background
+
+	inlineBuf inlineBuffer // for the files a manifest carries
 }
 
 // OpenObject opens the run named run on st as its writer: it takes the
@@ -126,6 +128,7 @@ func newObjectRun(ctx context.Context, st *objstore.Store, run string, p Policy,
 		log: o.log.Named("storage").With("run", run, "store", st.Location().String()),
 		now: o.now, local: o.localDir,
 		live: map[string]bool{}, intact: map[string]bool{},
+		inlineBuf: make(inlineBuffer, 1),
 	}
 	r.files = objFiles{ctx: ctx, st: st, run: run}
 	r.check.path = r.key(objProgressDir)
