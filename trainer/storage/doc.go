@@ -126,7 +126,9 @@
 // of two takers exactly one wins): the gang has left that generation, and
 // its rank 0 is dead or fenced out. Any other lease it waits for until it
 // expires, at most one time to live, and takes over if it was not renewed
-// meanwhile (a killed writer); otherwise it gets ErrLocked. A holder whose
+// meanwhile (a killed writer), with If-Match on the expired lease's ETag,
+// so that of two writers that found it expired exactly one takes it;
+// otherwise it gets ErrLocked. A holder whose
 // renewal finds its lease changed, or that cannot renew it, fails every
 // later write; before each manifest it also reads the lease (HEAD) and
 // compares the ETag, because S3 cannot make one write conditional on

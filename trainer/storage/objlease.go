@@ -118,11 +118,45 @@ func (l *lease) acquire(ctx context.Context) error {
 			}
 		}
 		l.log.Warn("taking over an expired writer lease", "holder", cur.Holder, "host", cur.Host, "pid", cur.PID)
-		if err := l.st.Delete(ctx, l.key); err != nil {
-			return fmt.Errorf("deleting expired lease: %w", err)
+		switch err := l.takeOver(ctx, etag); {
+		case err == nil:
+			l.startRenewal(ctx)
+			return nil
+		case errors.Is(err, objstore.ErrChanged), errors.Is(err, objstore.ErrNotFound):
+			// Another taker was first, or the holder came back: look again.
+		default:
+			return err
 		}
 	}
 	return fmt.Errorf("%w: lease changed hands while taking it", ErrLocked)
+}
+
+// takeOver replaces the expired lease whose ETag was read as etag, only
+// if it is still that one: of two writers that found it expired, exactly
+// one takes it, and neither deletes a lease the other has just written.
+// It returns ErrChanged (or ErrNotFound) when the lease is no longer the
+// one read. On a server without If-Match writes it deletes the lease
+// with If-Match, or, failing that too, outright (the older, racy way,
+// with a warning), and creates its own with If-None-Match.
+func (l *lease) takeOver(ctx context.Context, etag string) error {
+	err := l.put(ctx, putIfMatch, etag)
+	if !errors.Is(err, objstore.ErrConditionalUnsupported) {
+		return err
+	}
+	err = l.st.DeleteIfMatch(ctx, l.key, etag)
+	if errors.Is(err, objstore.ErrConditionalUnsupported) {
+		l.log.Warn("server has no conditional writes but If-None-Match: two writers taking over an expired lease at once could both delete it", "error", err)
+		err = l.st.Delete(ctx, l.key)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting expired lease: %w", err)
+	}
+	if err := l.put(ctx, putIfAbsent, ""); errors.Is(err, objstore.ErrExists) {
+		return fmt.Errorf("%w: %w", objstore.ErrChanged, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func (l *lease) read(ctx context.Context) (leaseBody, string, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
@@ -114,4 +115,32 @@ func TestObjectLeaseReleasedAfterCancel(t *testing.T) {
 	must.ErrorIs(t, err, objstore.ErrNotFound, must.Sprint("Close releases the lease even after its context ended"))
 	_, err = OpenObject(context.Background(), st, "r", Policy{}, WithLeaseTTL(time.Hour))
 	must.NoError(t, err, must.Sprint("the next writer opens at once"))
+}
+
+// Two writers that found the same lease expired: the first takes it over;
+// the second, acting on the ETag it read before, neither takes it nor
+// deletes the first's (before: it deleted whatever lease was there, then
+// both held one).
+func TestExpiredLeaseTakeOverIsConditional(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.NewBucket(t)}, objstore.Config{})
+	must.NoError(t, err)
+	key := "r/" + objLeaseKey
+	b, err := json.Marshal(leaseBody{Holder: "gone", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Minute)})
+	must.NoError(t, err)
+	_, err = st.Put(ctx, key, bytes.NewReader(b))
+	must.NoError(t, err)
+	info, err := st.Head(ctx, key)
+	must.NoError(t, err)
+	taker := func(holder string) *lease {
+		return &lease{st: st, key: key, ttl: time.Hour, now: time.Now, log: hclog.NewNullLogger(), holder: holder}
+	}
+	first, second := taker("first"), taker("second")
+	must.NoError(t, first.takeOver(ctx, info.ETag))
+	must.ErrorIs(t, second.takeOver(ctx, info.ETag), objstore.ErrChanged)
+	cur, etag, err := first.read(ctx)
+	must.NoError(t, err)
+	must.EqOp(t, "first", cur.Holder)
+	must.EqOp(t, first.etag, etag)
 }
