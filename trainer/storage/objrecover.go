@@ -177,9 +177,6 @@ func (r *ObjectRun) readManifest(name string) (Manifest, error) {
 	return m, err
 }
 
-// getSmall reads a whole object of at most maxManifestSize bytes.
-func (r *ObjectRun) getSmall(key string) ([]byte, error) { return r.files.getSmall(key) }
-
 // listLive refreshes which recorded checkpoints exist, for a reader: one
 // Head per checkpoint not yet known gone (a name never comes back). mu
 // is held.
