@@ -16,8 +16,8 @@ import (
 func TestOwnCheckpointDir(t *testing.T) {
 	runDir := t.TempDir()
 	scratch := filepath.Join(runDir, scratchDir)
-	s0 := &Session{rank: 0, runDir: runDir}
-	s1 := &Session{rank: 1, runDir: runDir}
+	s0 := &Session{rank: 0, runDir: runDir, scratch: scratch}
+	s1 := &Session{rank: 1, runDir: runDir, scratch: scratch}
 	own, err := s1.NewCheckpointDir()
 	must.NoError(t, err)
 	other, err := s0.NewCheckpointDir()
@@ -48,7 +48,7 @@ func TestOwnCheckpointDir(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ownCheckpointDir(filepath.Join(runDir, scratchDir), 1, tc.path)
+			got, err := ownCheckpointDir(scratch, 1, tc.path)
 			if tc.want == "" {
 				must.ErrorContains(t, err, tc.path)
 				must.ErrorContains(t, err, "rank 1 reported checkpoint directory")
