@@ -157,7 +157,13 @@ func (r *ObjectRun) record(name string, rec Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec.Checkpoint = name
-	err := r.writable()
+	if werr := r.segmentsFailed(); werr != nil {
+		// An earlier record could not be written: the run stops here, but
+		// this checkpoint is whole, and the next writer rebuilds its
+		// record from its manifest.
+		return fmt.Errorf("committing %s: %w", name, werr)
+	}
+	err := r.open()
 	if err == nil {
 		if n := len(r.recs); n > 0 && rec.Step < r.recs[n-1].Step {
 			err = fmt.Errorf("%w: step %d is lower than step %d, the last recorded", ErrInvalidRecord, rec.Step, r.recs[n-1].Step)
@@ -165,12 +171,6 @@ func (r *ObjectRun) record(name string, rec Record) error {
 	}
 	if err == nil {
 		err = r.appendSegmentLater(rec)
-	}
-	if werr := r.segmentsFailed(); werr != nil {
-		// An earlier record could not be written: the run stops here, but
-		// this checkpoint is whole, and the next writer rebuilds its
-		// record from its manifest.
-		return fmt.Errorf("committing %s: %w", name, werr)
 	}
 	if err != nil {
 		if derr := r.removeCheckpoint(name); derr != nil {

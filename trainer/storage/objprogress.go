@@ -58,9 +58,7 @@ func (r *ObjectRun) appendSegment(rec Record) error {
 // it from the manifest. A failed write fails every later write of the
 // run, and Close. mu is held.
 func (r *ObjectRun) appendSegmentLater(rec Record) error {
-	if err := r.segmentsFailed(); err != nil {
-		return err
-	}
+	// An earlier write that failed fails this one too, in the background.
 	line, key, err := r.nextSegment(rec)
 	if err != nil {
 		return err

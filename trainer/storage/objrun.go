@@ -197,14 +197,20 @@ func (r *ObjectRun) Recovery() Recovery {
 
 // writable reports why the writer cannot write. mu is held.
 func (r *ObjectRun) writable() error {
+	if err := r.segmentsFailed(); err != nil {
+		return err
+	}
+	return r.open()
+}
+
+// open reports why the writer cannot write, a failed background write
+// aside. mu is held.
+func (r *ObjectRun) open() error {
 	switch {
 	case r.readOnly:
 		return ErrReadOnly
 	case r.closed:
 		return ErrClosed
-	}
-	if err := r.segmentsFailed(); err != nil {
-		return err
 	}
 	return r.lease.lost()
 }
