@@ -33,19 +33,36 @@ var ErrDeniedUser = errors.New("user is in the plugin's denied_users")
 func isReservedEnv(k string) bool { return workerenv.Reserved(k) }
 
 // checkTaskEnv refuses a task environment that sets reserved variables,
-// naming them all.
-func checkTaskEnv(env map[string]string) error {
-	var bad []string
+// naming them all. own looks up the driver's own environment (os.LookupEnv),
+// which is the client agent's: Nomad hands the agent's environment to the
+// tasks of a driver without filesystem isolation, so a reserved variable
+// with the very value the driver has came from where the agent was
+// started, not from the job, and the message says so.
+func checkTaskEnv(env map[string]string, own func(string) (string, bool)) error {
+	var fromJob, fromAgent []string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		if isReservedEnv(k) {
-			bad = append(bad, k)
+		if !isReservedEnv(k) {
+			continue
+		}
+		if v, ok := own(k); ok && v == env[k] {
+			fromAgent = append(fromAgent, k)
+		} else {
+			fromJob = append(fromJob, k)
 		}
 	}
-	if len(bad) == 0 {
+	var parts []string
+	if len(fromJob) > 0 {
+		parts = append(parts, fmt.Sprintf("%s; remove them from the job (env block, templates with env = true): the driver sets them for every worker",
+			strings.Join(fromJob, ", ")))
+	}
+	if len(fromAgent) > 0 {
+		parts = append(parts, fmt.Sprintf("%s set in the Nomad client agent's own environment, which Nomad hands to this driver's tasks; unset them where the agent is started (its service unit or shell) and restart it",
+			strings.Join(fromAgent, ", ")))
+	}
+	if len(parts) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s; remove them from the job (env block, templates with env = true): the driver sets them for every worker",
-		ErrReservedEnv, strings.Join(bad, ", "))
+	return fmt.Errorf("%w: %s", ErrReservedEnv, strings.Join(parts, "; and "))
 }
 
 // selfWithheld are variables the dynamic loader, glibc or the Go runtime

@@ -35,7 +35,7 @@ func TestCheckTaskEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkTaskEnv(tc.env)
+			err := checkTaskEnv(tc.env, noEnv)
 			if tc.want == "" {
 				must.NoError(t, err)
 				return
@@ -44,6 +44,28 @@ func TestCheckTaskEnv(t *testing.T) {
 			must.ErrorContains(t, err, ": "+tc.want+";")
 		})
 	}
+}
+
+// noEnv is a driver started with no environment.
+func noEnv(string) (string, bool) { return "", false }
+
+// A reserved variable the client agent itself was started with reaches
+// every task (Nomad hands a driver without isolation the agent's
+// environment): the refusal says to fix the agent, not the job.
+func TestCheckTaskEnvFromTheAgent(t *testing.T) {
+	agent := func(k string) (string, bool) {
+		if k == workerenv.StoragePath {
+			return "/srv/runs", true
+		}
+		return "", false
+	}
+	err := checkTaskEnv(map[string]string{workerenv.StoragePath: "/srv/runs", workerenv.MemberID: "x", "PATH": "/bin"}, agent)
+	must.ErrorIs(t, err, ErrReservedEnv)
+	must.ErrorContains(t, err, ": "+workerenv.MemberID+"; remove them from the job")
+	must.ErrorContains(t, err, "; and "+workerenv.StoragePath+" set in the Nomad client agent's own environment")
+	// The same name with another value is the job's.
+	err = checkTaskEnv(map[string]string{workerenv.StoragePath: "/elsewhere"}, agent)
+	must.ErrorContains(t, err, ": "+workerenv.StoragePath+"; remove them from the job")
 }
 
 // The driver binary gets none of the job's loader variables; the command
@@ -190,7 +212,7 @@ func TestCompiledJobsPassTheEnvCheck(t *testing.T) {
 			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 			for _, g := range job.TaskGroups {
 				for _, task := range g.Tasks {
-					must.NoError(t, checkTaskEnv(task.Env), must.Sprintf("task %s", task.Name))
+					must.NoError(t, checkTaskEnv(task.Env, noEnv), must.Sprintf("task %s", task.Name))
 				}
 			}
 		})

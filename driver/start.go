@@ -149,7 +149,7 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	if !in.SecretFound && !pcfg.AllowUnauthenticated {
 		return ProcessSpec{}, "", noSecretError(tc, secretPath)
 	}
-	if err := checkTaskEnv(tc.GetEnv()); err != nil {
+	if err := checkTaskEnv(tc.GetEnv(), os.LookupEnv); err != nil {
 		return ProcessSpec{}, "", err
 	}
 	user := tc.GetUser()
