@@ -90,6 +90,9 @@ func TunerJob(o DetachOptions) (*api.Job, error) {
 	if strings.Contains(string(o.Source), specLeftDelim) || strings.Contains(string(o.Source), specRightDelim) {
 		return nil, fmt.Errorf("detach tuner: the spec holds %q", specLeftDelim)
 	}
+	if s.Run.IsS3() {
+		return nil, fmt.Errorf("detach tuner: storage_path %q is an object store; a detached tuner keeps its experiment state in a directory the clients share, and cannot keep it on S3 yet: run `tune` without -detach, or keep the experiment in a shared directory", s.Run.StoragePath)
+	}
 	if !filepath.IsAbs(s.Run.StoragePath) {
 		return nil, fmt.Errorf("detach tuner: storage_path %q must be an absolute path that the clients share", s.Run.StoragePath)
 	}
