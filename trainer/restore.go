@@ -124,11 +124,7 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	s.store, s.writes = st, newWriteQueue()
 	s.sharded, _ = st.(storage.Sharded)
 	// Checkpoints half-built by an earlier attempt are garbage now.
-	scratch := filepath.Join(st.LocalDir(), scratchDir)
-	os.RemoveAll(scratch)
-	if s.scratch != "" {
-		os.RemoveAll(s.scratch) // checkpoints staged in memory
-	}
+	scratch := s.clearScratch(st.LocalDir())
 	runDir, err := filepath.Abs(st.LocalDir())
 	if err != nil {
 		return resumePoint{Err: err.Error()}

@@ -3,8 +3,6 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -44,10 +42,7 @@ func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
 // before the resume point is shared.
 func (s *Session) beforeResume(env workerenv.Env) {
 	if s.rank != 0 && s.localRank == 0 && storage.IsObjectPath(env.StoragePath) {
-		os.RemoveAll(filepath.Join(s.nodeCache(env), scratchDir))
-		if s.scratch != "" {
-			os.RemoveAll(s.scratch) // checkpoints staged in memory
-		}
+		s.clearScratch(s.nodeCache(env))
 	}
 }
 

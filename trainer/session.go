@@ -124,9 +124,9 @@ func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
 // in: on the run's storage directory, from which Report moves its files
 // into the committed checkpoint (a rename rather than a copy), or, on an
 // object store, in the node's local cache directory (or in memory:
-// CheckpointConfig.Staging), from which this rank uploads them. It is the only kind of directory Report accepts: a rank's
-// checkpoint must be built in a directory this rank's NewCheckpointDir
-// made.
+// CheckpointConfig.Staging), from which this rank uploads them. It is the
+// only kind of directory Report accepts: a rank's checkpoint must be
+// built in a directory this rank's NewCheckpointDir made.
 func (s *Session) NewCheckpointDir() (string, error) {
 	dir := s.scratch
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -35,6 +35,18 @@ func (s *Session) memoryScratch(env workerenv.Env) string {
 	return ""
 }
 
+// clearScratch removes the checkpoints an earlier attempt half-built under
+// local, and those staged in memory, and returns local's scratch
+// directory.
+func (s *Session) clearScratch(local string) string {
+	scratch := filepath.Join(local, scratchDir)
+	os.RemoveAll(scratch)
+	if s.scratch != "" {
+		os.RemoveAll(s.scratch)
+	}
+	return scratch
+}
+
 // privateDir makes dir (mode 0700) or checks that the existing one is a
 // directory, not a link, owned by this user and closed to others.
 func privateDir(dir string) (string, error) {

@@ -3,6 +3,8 @@ package trainspec
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -310,12 +312,7 @@ func Format(src []byte, filename string) ([]byte, hcl.Diagnostics) {
 
 // writeVolumes writes a group's volume requests, sorted by name.
 func writeVolumes(parent *hclwrite.Body, vols map[string]*api.VolumeRequest) {
-	names := make([]string, 0, len(vols))
-	for k := range vols {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(vols)) {
 		v := vols[name]
 		b := spaced(parent).AppendNewBlock("volume", []string{name}).Body()
 		b.SetAttributeValue("type", cty.StringVal(v.Type))

@@ -15,6 +15,14 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
 
+// flushed waits for the segments being written in the background: a
+// read-only reader sees every record written so far once it returns.
+func (r *ObjectRun) flushed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waitSegments()
+}
+
 // refusingClient fails the PUTs of progress segments while refuse is set,
 // as a server that stops taking writes would.
 type refusingClient struct {

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
@@ -38,8 +41,8 @@ func (r *ObjectRun) Stage() (*Staged, error) {
 // Commit uploads a staged checkpoint, then writes its manifest (sizes and
 // SHA-256 of every file, computed while uploading) last, with a
 // conditional write, carrying the small files (planInline), then its
-// record, then applies retention. The
-// checkpoint exists from the instant its manifest does. A failure before
+// record, then applies retention. The checkpoint exists from the instant
+// its manifest does. A failure before
 // the manifest leaves the Staged usable and the uploaded objects to be
 // removed (now, or by the next OpenObject).
 func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
@@ -51,29 +54,25 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	}
 	// The lease is checked while the files go up: the check must end
 	// before the manifest, not before the upload.
-	leased := make(chan error, 1)
-	go func() { leased <- r.lease.check(r.ctx) }()
+	leased := r.checkLease()
 	listed, err := listCheckpointFiles(s.dir)
 	if err != nil {
-		<-leased
 		return "", err
 	}
 	small, big := planInline(listed)
 	files, err := r.files.uploadFiles(s.dir, name, big, func() { r.callHook(pointFileUploaded) })
 	if err != nil {
-		<-leased
 		r.deleteObjects(name)
 		return "", err
 	}
-	carried, inline, err := readInline(s.dir, small, r.inlineBuf.take())
+	files, inline, err := r.carry(files, InlineFiles{Dir: s.dir, Files: small})
 	defer r.inlineBuf.give(inline)
 	if err != nil {
-		<-leased
 		r.deleteObjects(name)
 		return "", err
 	}
 	r.callHook(pointUploaded)
-	manifest, err := r.writeManifest(name, rec, append(files, carried...), inline, <-leased)
+	manifest, err := r.writeManifest(name, rec, files, inline, leased())
 	if err != nil {
 		return "", err
 	}
@@ -126,6 +125,28 @@ func (r *ObjectRun) keepLocal(staged, name string, manifest []byte) {
 	if err := os.Rename(staged, dir); err != nil {
 		os.RemoveAll(staged)
 	}
+}
+
+// checkLease starts the lease check a commit makes before its manifest,
+// so that it overlaps the commit's other work; the function returned
+// waits for its answer.
+func (r *ObjectRun) checkLease() func() error {
+	answer := make(chan error, 1)
+	go func() { answer <- r.lease.check(r.ctx) }()
+	return sync.OnceValue(func() error { return <-answer })
+}
+
+// carry reads the files a manifest carries (inline, in its writer's
+// reused buffer: give it back) and returns them marked, after files,
+// sorted by path.
+func (r *ObjectRun) carry(files []FileSum, inline InlineFiles) ([]FileSum, []byte, error) {
+	carried, data, err := readInline(inline.Dir, inline.Files, r.inlineBuf.take())
+	if err != nil {
+		return nil, data, err
+	}
+	all := slices.SortedFunc(slices.Values(append(slices.Clone(files), carried...)),
+		func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
+	return all, data, nil
 }
 
 // writeManifest writes a checkpoint's manifest with the bytes of the

@@ -104,14 +104,6 @@ func (r *ObjectRun) waitSegments() error {
 	return nil
 }
 
-// flushed waits for the segments being written in the background: a
-// read-only reader sees every record written so far once it returns.
-func (r *ObjectRun) flushed() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.waitSegments()
-}
-
 // segmentsFailed returns the error of a background segment write that
 // failed, without waiting. mu is held.
 func (r *ObjectRun) segmentsFailed() error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,33 +80,26 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 	delete(r.reserved, name)
 	r.mu.Unlock()
 	var data []byte
+	leased := func() error { return nil }
 	if err == nil {
 		// The lease is checked while the carried files are read.
-		leased := make(chan error, 1)
-		go func() { leased <- r.lease.check(r.ctx) }()
-		var carried []FileSum
-		carried, data, err = readInline(inline.Dir, inline.Files, r.inlineBuf.take())
+		leased = r.checkLease()
+		files, data, err = r.carry(files, inline)
 		defer r.inlineBuf.give(data)
-		files = slices.SortedFunc(slices.Values(append(slices.Clone(files), carried...)),
-			func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
-		if err == nil {
-			err = checkFileSums(files) // two ranks' files under one name among others
-		}
-		if lerr := <-leased; err == nil && lerr != nil {
-			_, err = r.writeManifest(name, rec, files, nil, lerr)
-			return err
-		}
+	}
+	if err == nil {
+		err = checkFileSums(files) // two ranks' files under one name among others
 	}
 	if err != nil {
 		r.deleteObjects(name)
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	r.callHook(pointUploaded)
-	manifest, err := r.writeManifest(name, rec, files, data, nil)
+	manifest, err := r.writeManifest(name, rec, files, data, leased())
 	if err != nil {
 		return err
 	}
-	r.keepOwn(inline.Dir, name, manifest)
+	r.keepOwn(inline.Dir, name, files, manifest)
 	r.callHook(pointManifested)
 	return r.record(name, rec)
 }
@@ -115,7 +107,7 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 // keepOwn moves the writer's own files of a committed checkpoint into its
 // local copy, beside those the node's ranks uploaded; the copy is whole
 // (it gets the manifest) when it holds every file.
-func (r *ObjectRun) keepOwn(dir, name string, manifest []byte) {
+func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, manifest []byte) {
 	if dir == "" {
 		return
 	}
@@ -127,12 +119,8 @@ func (r *ObjectRun) keepOwn(dir, name string, manifest []byte) {
 		r.log.Warn("could not keep the local copy of a committed checkpoint", "checkpoint", name, "error", err)
 		return
 	}
-	m, err := DecodeManifest(manifest)
-	if err != nil {
-		return
-	}
 	have, _, err := listTree(local)
-	if err == nil && len(m.Check(have)) == 0 {
+	if err == nil && len(Manifest{Files: files}.Check(have)) == 0 {
 		_ = os.WriteFile(filepath.Join(local, ManifestFile), manifest, 0o644)
 	}
 }

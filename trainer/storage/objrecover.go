@@ -189,15 +189,11 @@ func (r *ObjectRun) listLive() error {
 		if known, ok := r.live[name]; ok && !known {
 			continue
 		}
-		_, err := r.st.Head(r.ctx, r.ckptKey(name, ManifestFile))
-		switch {
-		case errors.Is(err, objstore.ErrNotFound):
-			r.live[name] = false
-		case err != nil:
-			return fmt.Errorf("checking checkpoint %s: %w", name, err)
-		default:
-			r.live[name] = true
+		ok, err := r.hasManifest(name)
+		if err != nil {
+			return err
 		}
+		r.live[name] = ok
 	}
 	return nil
 }
