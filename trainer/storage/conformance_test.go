@@ -76,7 +76,7 @@ func s3Backend(t *testing.T) backend {
 			return r
 		},
 		crash:   func(r RunStore) { r.(*ObjectRun).lease.release(ctx) },
-		setHook: func(r RunStore, h func(string)) { r.(*ObjectRun).hook = h },
+		setHook: func(r RunStore, h func(string)) { r.(*ObjectRun).hook.Store(&h) },
 		settle:  func(t *testing.T, w RunStore) { must.NoError(t, w.(*ObjectRun).flushed()) },
 		corrupt: func(t *testing.T, name, file string, data []byte) {
 			key := "r/checkpoints/" + name + "/"

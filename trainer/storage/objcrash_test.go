@@ -72,7 +72,7 @@ func TestObjectCrashHelper(t *testing.T) {
 	for index := int64(0); index < 2; index++ {
 		must.NoError(t, r.Append(Record{Step: 2 * index}))
 		if index == 1 {
-			r.hook = stopAt
+			r.hook.Store(&stopAt)
 		}
 		if os.Getenv(envObjCrashRanks) == "1" {
 			commitAsRanks(t, r, index)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -64,11 +65,11 @@ type ObjectRun struct {
 	readOnly bool
 	log      hclog.Logger
 	now      func() time.Time
-	local    string // staging and restore directory
-	ownLocal bool   // local was made by us and is removed by Close
-	hook     func(point string)
-	lease    *lease         // writer only
-	bg       sync.WaitGroup // retention's deletions and segment writes in flight
+	local    string                             // staging and restore directory
+	ownLocal bool                               // local was made by us and is removed by Close
+	hook     atomic.Pointer[func(point string)] // tests stop here; background writes call it too
+	lease    *lease                             // writer only
+	bg       sync.WaitGroup                     // retention's deletions and segment writes in flight
 
 	mu sync.Mutex
 	// Guarded by mu:
@@ -154,8 +155,8 @@ func (r *ObjectRun) ckptKey(name, file string) string {
 func (r *ObjectRun) where() string { return r.st.Location().String() + "/" + r.run }
 
 func (r *ObjectRun) callHook(point string) {
-	if r.hook != nil {
-		r.hook(point)
+	if h := r.hook.Load(); h != nil {
+		(*h)(point)
 	}
 }
 
