@@ -234,7 +234,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		task.Artifacts = []*api.TaskArtifact{art}
 	}
 	task.Templates = []*api.Template{SecretTemplate(s.Name)}
-	if p := s.credentialsPath(); p != "" {
+	if p := s.S3CredentialsPath(); p != "" {
 		task.Templates = append(task.Templates, S3CredentialsTemplate(p))
 	}
 	compileVolumes(s.Volumes, workers, task)

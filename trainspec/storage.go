@@ -69,9 +69,10 @@ func S3CredentialsVariablePath(jobID string) string {
 	return SecretVariablePath(jobID) + "/" + WorkerGroup
 }
 
-// credentialsPath is the Variable a spec's workers read their keys from,
-// or "" when they get none from a Variable (no S3, or CredentialsNode).
-func (s *Spec) credentialsPath() string {
+// S3CredentialsPath is the Variable a spec's workers (and a detached
+// tuner) read their S3 keys from, or "" when they get none from a
+// Variable (no S3, or CredentialsNode).
+func (s *Spec) S3CredentialsPath() string {
 	st := s.Run.Storage
 	switch {
 	case !s.Run.IsS3():
@@ -138,7 +139,7 @@ func StorageNote(s *Spec) string {
 	if !s.Run.IsS3() {
 		return ""
 	}
-	if p := s.credentialsPath(); p != "" {
+	if p := s.S3CredentialsPath(); p != "" {
 		note := fmt.Sprintf("storage on S3: local workers use the AWS chain (AWS_* variables, ~/.aws); on Nomad they read %s and %s from the Variable %s (nomad var put %s %s=... %s=...)",
 			S3AccessKeyItem, S3SecretKeyItem, p, p, S3AccessKeyItem, S3SecretKeyItem)
 		if s.Tune != nil {

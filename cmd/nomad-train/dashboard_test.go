@@ -245,7 +245,7 @@ train "exp" {
 		tuner := startCLI(t, bin, dir, "tune", spec)
 		expDir := filepath.Join(dir, "results", "exp")
 		counts := func() map[string]int {
-			st, ok, err := tune.LoadState(expDir)
+			st, ok, err := tune.LoadState(context.Background(), expDir)
 			if err != nil || !ok {
 				return nil
 			}

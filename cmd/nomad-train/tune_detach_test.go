@@ -17,11 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // tunerTask plays the Nomad client for the detached tuner's task: it
@@ -50,6 +55,11 @@ func newTunerTask(t *testing.T, bin, agent string, job *api.Job) *tunerTask {
 	must.NoError(t, os.MkdirAll(secrets, 0o700))
 	interp := strings.NewReplacer("${NOMAD_TASK_DIR}", local, "${NOMAD_SECRETS_DIR}", secrets)
 	for _, tp := range task.Templates {
+		if tp.Envvars != nil && *tp.Envvars {
+			// The S3 keys from a Variable: this test's own AWS_*
+			// variables stand for them.
+			continue
+		}
 		// The delimiters are in no spec: the template renders verbatim.
 		must.StrNotContains(t, *tp.EmbeddedTmpl, *tp.LeftDelim)
 		must.NoError(t, os.WriteFile(filepath.Join(dir, *tp.DestPath), []byte(*tp.EmbeddedTmpl), 0o644))
@@ -79,6 +89,8 @@ func newTunerTask(t *testing.T, bin, agent string, job *api.Job) *tunerTask {
 	if task.Identity != nil && task.Identity.Env {
 		tt.env = append(tt.env, "NOMAD_TOKEN=workload-identity-jwt")
 	}
+	// Every start of the task is in the same allocation.
+	tt.env = append(tt.env, "NOMAD_ALLOC_ID=8f1e0c5a-3b4d-4e6f-9a0b-1c2d3e4f5a6b")
 	return tt
 }
 
@@ -102,34 +114,19 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
-// `tune -detach` registers the tuner's job; the test plays the client:
-// it runs the job's task (nomad-train tuner, reaching the fake agent
-// through the task API socket), kills it while one trial's job is still
-// running on the cluster, and starts it again, as Nomad's restart policy
-// would. The restarted tuner resumes the experiment from its state on the
-// storage and adopts the trial's job: every trial's job is registered
-// once and runs once to its end, and status shows the experiment.
-func TestTuneDetachSurvivesTunerCrash(t *testing.T) {
-	bin := buildCLI(t)
-	dir := t.TempDir()
-	storage := filepath.Join(dir, "shared")
-	spec := filepath.Join(dir, "train.hcl")
-	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
-train "dt" {
-  entrypoint { builtin = "quickstart" }
-  config = {
-    lr      = grid_search([0.1, 0.05, 0.02])
-    epochs  = 3
-    samples = 200
-  }
-  run { storage_path = %q }
-  tune {
-    max_concurrent_trials = 2
-    metric                = "loss"
-    mode                  = "min"
-  }
-}
-`, storage)), 0o644))
+// detachCrash plays a Nomad client for a detached experiment "dt" of
+// three trials of three epochs, at most two at a time: `tune -detach`
+// registers the tuner's job on a fake Nomad, whose node runs the trials'
+// workers on this machine; the test runs the job's task (nomad-train
+// tuner, reaching the fake agent through the task API socket), kills it
+// once trial_0000 has ended while trial_0001's job still runs, and starts
+// it again, as Nomad's restart policy would. The restarted tuner must
+// resume the experiment from its state at where (read with opts) and
+// adopt the trial's job: every trial's job is registered once and runs
+// once to its end, and status shows the experiment. It returns the fake
+// agent and what `tune -detach` printed.
+func detachCrash(t *testing.T, bin, spec, where string, opts ...storage.Option) (*nomadtest.Server, string) {
+	t.Helper()
 	srv := nomadtest.New(t)
 	held := make(chan struct{}) // trial_0001 runs once closed
 	workers := nomadtest.LocalWorkers(bin, []string{"worker"}, nil)
@@ -154,22 +151,25 @@ train "dt" {
 	code := dispatch(ctx, []string{"tune", "-detach", "-address", node.URL, spec}, &out, &errb)
 	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
 	must.StrContains(t, out.String(), `==> tune "dt" detached: job dt-tuner`)
+	detached := out.String()
 	job := srv.Job("dt-tuner")
 	must.NotNil(t, job)
-	must.Eq(t, []any{"tuner", "${NOMAD_TASK_DIR}/train.hcl"}, job.TaskGroups[0].Tasks[0].Config["args"].([]any))
 	task := newTunerTask(t, bin, node.URL, job)
 
 	var log1 bytes.Buffer
 	first := task.start(&log1)
-	expDir := filepath.Join(storage, "dt")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("first tuner:\n%s", log1.String())
+		}
+	})
 	waitFor(t, ctx, "trial_0000 to end and trial_0001 to run", func() bool {
-		st, ok, err := tune.LoadState(expDir)
+		st, ok, err := tune.LoadState(ctx, where, opts...)
 		return err == nil && ok && len(st.Trials) == 3 && st.Trials[0].Status == tune.StatusTerminated &&
 			st.Trials[1].Status == tune.StatusRunning && srv.Job("dt-trial_0001") != nil
 	})
 	must.NoError(t, first.Process.Kill()) // the tuner crashes, or its node is lost
 	_ = first.Wait()
-	t.Logf("first tuner:\n%s", log1.String())
 
 	var log2 bytes.Buffer
 	second := task.start(&log2)
@@ -178,15 +178,18 @@ train "dt" {
 	must.NoError(t, err, must.Sprintf("the restarted tuner:\n%s", log2.String()))
 	must.StrContains(t, log2.String(), "3 TERMINATED")
 
-	st, ok, err := tune.LoadState(expDir)
+	st, ok, err := tune.LoadState(ctx, where, opts...)
 	must.NoError(t, err)
 	must.True(t, ok)
 	for _, tr := range st.Trials {
 		must.EqOp(t, tune.StatusTerminated, tr.Status, must.Sprintf("%s: %s", tr.ID, tr.Reason))
 		must.EqOp(t, 3, tr.Iterations, must.Sprint(tr.ID))
-		progress, err := os.ReadFile(filepath.Join(expDir, tr.ID, "progress.jsonl"))
+		r, err := storage.OpenStoreReadOnly(ctx, where, tr.ID, storage.Policy{}, opts...)
 		must.NoError(t, err)
-		must.EqOp(t, 3, strings.Count(string(progress), "\n"), must.Sprintf("%s ran more than once:\n%s", tr.ID, progress))
+		recs, err := r.Records()
+		must.NoError(t, err)
+		must.NoError(t, r.Close())
+		must.SliceLen(t, 3, recs, must.Sprintf("%s ran more than once", tr.ID))
 	}
 	n := 0
 	for _, r := range srv.Requests() {
@@ -196,13 +199,87 @@ train "dt" {
 	}
 	must.EqOp(t, 1+3, n, must.Sprint("the tuner's job and each trial's once"))
 	must.True(t, srv.SawToken("workload-identity-jwt"), must.Sprint("the tuner authenticates with its workload identity"))
-	must.FileExists(t, filepath.Join(expDir, "results.csv"))
 
 	out.Reset()
 	code = dispatch(ctx, []string{"status", "-address", node.URL, "dt"}, &out, &errb)
 	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
 	must.StrContains(t, out.String(), "experiment dt: tuner job dt-tuner running")
 	must.StrContains(t, out.String(), "== dt: 3 trials (3 TERMINATED)")
+	return srv, detached
+}
+
+const detachSpecTail = `
+  config = {
+    lr      = grid_search([0.1, 0.05, 0.02])
+    epochs  = 3
+    samples = 200
+  }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+  }
+}
+`
+
+// A detached experiment in a directory the clients share survives its
+// tuner's crash (detachCrash).
+func TestTuneDetachSurvivesTunerCrash(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared")
+	_, spec := hclSpec(t, fmt.Sprintf(`train "dt" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = %q }`, shared)+detachSpecTail)
+	srv, _ := detachCrash(t, bin, spec, filepath.Join(shared, "dt"))
+	job := srv.Job("dt-tuner")
+	must.Eq(t, []any{"tuner", "${NOMAD_TASK_DIR}/train.hcl"}, job.TaskGroups[0].Tasks[0].Config["args"].([]any))
+	must.SliceLen(t, 1, job.TaskGroups[0].Tasks[0].VolumeMounts, must.Sprint("the shared directory, mounted"))
+	must.FileExists(t, filepath.Join(shared, "dt", "results.csv"))
+}
+
+// The same crash with the experiment on S3: the tuner's job mounts no
+// volume and reads the store's keys as the trials' workers do; the
+// experiment's state, its results and the trials' runs are all in the
+// bucket, and nothing of the experiment is written on the machine. The
+// restarted tuner (a new process in the same allocation) takes the
+// killed one's lease at once; status reads the state from S3 too.
+func TestTuneDetachOnS3(t *testing.T) {
+	srv := s3test.Start(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_ENDPOINT_URL_S3", "")
+	bin := buildCLI(t)
+	url := "s3://" + srv.Bucket + "/runs"
+	dir, spec := hclSpec(t, fmt.Sprintf(`train "dt" {
+  entrypoint { builtin = "quickstart" }
+  run {
+    storage {
+      path       = %q
+      endpoint   = %q
+      region     = %q
+      path_style = true
+    }
+  }`, url, srv.Endpoint, srv.Region)+detachSpecTail)
+	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})}
+	start := time.Now()
+	fake, out := detachCrash(t, bin, spec, url+"/dt", opts...)
+	must.Less(t, storage.DefaultLeaseTTL, time.Since(start), must.Sprint("the restarted tuner did not wait out the lease"))
+	must.StrContains(t, out, "storage "+url+"/dt")
+	job := fake.Job("dt-tuner")
+	must.MapEmpty(t, job.TaskGroups[0].Volumes, must.Sprint("no shared directory to mount"))
+	task := job.TaskGroups[0].Tasks[0]
+	must.SliceLen(t, 2, task.Templates)
+	must.EqOp(t, trainspec.S3CredentialsFile, *task.Templates[1].DestPath)
+	must.True(t, *task.Templates[1].Envvars)
+
+	_, err := srv.Client(t).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &srv.Bucket, Key: new("runs/dt/results.csv")})
+	must.NoError(t, err, must.Sprint("results.csv beside the state"))
+	local, _ := filepath.Glob(filepath.Join(dir, "*"))
+	must.Eq(t, []string{spec}, local, must.Sprint("nothing of the experiment on this machine"))
 }
 
 // -detach needs a cluster to detach to, and variables it can carry there.

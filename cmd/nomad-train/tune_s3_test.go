@@ -21,6 +21,8 @@ import (
 	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/scheduler/dashboard"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // A tune of the quickstart whose storage is on S3: the trials keep their
@@ -93,9 +95,11 @@ train "qs-s3" {
 	must.StrHasPrefix(t, url+"/qs-s3/"+best[1]+"/checkpoints/checkpoint_", best[3])
 	written := keys()
 	must.SliceContains(t, written, "runs/qs-s3/"+best[1]+"/checkpoints/"+filepath.Base(best[3])+"/MANIFEST.json")
-	trials, _ := filepath.Glob(filepath.Join(dir, "results", "qs-s3", "trial_*", "progress.jsonl"))
-	must.SliceEmpty(t, trials, must.Sprint("the trials' records are on S3, not here"))
-	must.FileExists(t, filepath.Join(dir, "results", "qs-s3", "experiment_state.json"))
+	must.SliceContains(t, written, "runs/qs-s3/experiment_state.json")
+	must.SliceContains(t, written, "runs/qs-s3/results.csv")
+	must.SliceNotContains(t, written, "runs/qs-s3/tuner-lease.json", must.Sprint("released at the end"))
+	local, _ := filepath.Glob(filepath.Join(dir, "*"))
+	must.Eq(t, []string{filepath.Join(dir, "train.hcl")}, local, must.Sprint("the experiment is on S3, nothing of it here"))
 	checkDashboardOnS3(t, bin, dir, env, srv, url)
 
 	again := tuneOnce()
@@ -104,55 +108,57 @@ train "qs-s3" {
 	must.Eq(t, written, keys())
 }
 
-// checkDashboardOnS3: the dashboard of the experiment's state directory
-// (./results, the default) shows every trial's records, read from S3
-// where the state says the trials are; the dashboard of the experiment's
-// S3 prefix lists its trials as runs.
+// checkDashboardOnS3: the dashboard of the bucket's storage path lists
+// the experiment, read from its state on S3, and streams every trial's
+// records; the dashboard of the experiment's own S3 prefix shows it
+// alone. The standard AWS environment names the server: the CLI has no
+// storage flags.
 func checkDashboardOnS3(t *testing.T, bin, dir string, env []string, srv *s3test.Server, url string) {
 	t.Helper()
-	st, ok, err := tune.LoadState(filepath.Join(dir, "results", "qs-s3"))
+	s3env := append(slices.Clone(env), "AWS_ENDPOINT_URL_S3="+srv.Endpoint, "AWS_REGION="+srv.Region)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	st, ok, err := tune.LoadState(context.Background(), url+"/qs-s3", storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true}))
 	must.NoError(t, err)
 	must.True(t, ok)
 	must.EqOp(t, url+"/qs-s3", st.TrialStorage)
 
-	base := startDashboardIn(t, bin, dir, env)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"api/experiment/events?key=qs-s3", nil)
-	must.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	must.NoError(t, err)
-	defer resp.Body.Close()
-	must.EqOp(t, http.StatusOK, resp.StatusCode)
-	sc := bufio.NewScanner(resp.Body)
-	var u dashboard.ExperimentUpdate
-	for sc.Scan() {
-		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			must.NoError(t, json.Unmarshal([]byte(data), &u))
-			break
+	for _, c := range []struct{ root, key string }{{url, "qs-s3"}, {url + "/qs-s3", "."}} {
+		base := startDashboardIn(t, bin, dir, s3env, c.root)
+		resp, err := http.Get(base + "api/runs")
+		must.NoError(t, err)
+		var runs []dashboard.RunSummary
+		must.NoError(t, json.NewDecoder(resp.Body).Decode(&runs))
+		resp.Body.Close()
+		must.SliceLen(t, 1, runs, must.Sprint(c.root))
+		must.EqOp(t, "experiment", runs[0].Kind)
+		must.EqOp(t, c.key, runs[0].Key)
+		must.EqOp(t, "2 terminated", runs[0].State)
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"api/experiment/events?key="+c.key, nil)
+		must.NoError(t, err)
+		resp, err = http.DefaultClient.Do(req)
+		must.NoError(t, err)
+		must.EqOp(t, http.StatusOK, resp.StatusCode)
+		sc := bufio.NewScanner(resp.Body)
+		var u dashboard.ExperimentUpdate
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				must.NoError(t, json.Unmarshal([]byte(data), &u))
+				break
+			}
+		}
+		resp.Body.Close()
+		cancel()
+		must.SliceLen(t, len(st.Trials), u.Trials)
+		for _, ts := range st.Trials {
+			must.NotNil(t, u.Records[ts.ID], must.Sprint(ts.ID))
+			must.SliceLen(t, ts.Iterations, u.Records[ts.ID].Records, must.Sprint(ts.ID))
 		}
 	}
-	must.SliceLen(t, len(st.Trials), u.Trials)
-	for _, ts := range st.Trials {
-		must.NotNil(t, u.Records[ts.ID], must.Sprint(ts.ID))
-		must.SliceLen(t, ts.Iterations, u.Records[ts.ID].Records, must.Sprint(ts.ID))
-	}
-
-	// The standard AWS environment names the server: the CLI has no
-	// storage flags.
-	s3env := append(slices.Clone(env), "AWS_ENDPOINT_URL_S3="+srv.Endpoint, "AWS_REGION="+srv.Region)
-	base = startDashboardIn(t, bin, dir, s3env, url+"/qs-s3")
-	resp, err = http.Get(base + "api/runs")
-	must.NoError(t, err)
-	defer resp.Body.Close()
-	var runs []dashboard.RunSummary
-	must.NoError(t, json.NewDecoder(resp.Body).Decode(&runs))
-	var keys []string
-	for _, r := range runs {
-		keys = append(keys, r.Key)
-	}
-	slices.Sort(keys)
-	must.Eq(t, []string{"trial_0000", "trial_0001"}, keys)
 }
 
 // startDashboardIn serves `nomad-train dashboard [args]` from dir with env

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
+	"os"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // DetachTune registers x's tuner job (`tune -detach`), built by
@@ -27,7 +28,7 @@ func DetachTune(ctx context.Context, c nomad.API, x *tune.Experiment, o tune.Det
 		return 1
 	}
 	fmt.Fprintf(stdout, "==> tune %q detached: job %s (evaluation %s), storage %s\n", x.Spec.Name, *job.ID, r.EvalID,
-		filepath.Join(x.Spec.Run.StoragePath, x.Spec.Name))
+		storage.RunLocation(x.Spec.Run.StoragePath, x.Spec.Name))
 	fmt.Fprintf(stdout, "    follow it with: nomad-train status %s\n", x.Spec.Name)
 	return 0
 }
@@ -41,13 +42,14 @@ func DetachTune(ctx context.Context, c nomad.API, x *tune.Experiment, o tune.Det
 func RunTuner(ctx context.Context, c nomad.API, x *tune.Experiment, namespace string, stdout, stderr io.Writer) int {
 	cfg := x.Config
 	cfg.Progress, cfg.KeepErrored = stdout, true
+	cfg.Instance = os.Getenv("NOMAD_ALLOC_ID") // a restart in the allocation takes the experiment's lease at once
 	nj := &tune.NomadJobs{API: c, Spec: x.Spec, Namespace: namespace}
 	if kv := nomad.EnvConsulKV(); kv != nil {
 		nj.KV = kv
 	}
 	grid, err := tune.New(nj, x.Space, cfg).Fit(ctx)
 	if grid != nil {
-		if werr := grid.WriteFiles(); werr != nil && err == nil {
+		if werr := grid.WriteFiles(context.WithoutCancel(ctx)); werr != nil && err == nil {
 			err = werr
 		}
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
@@ -42,10 +42,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 	if o.Live != nil {
 		cfg.Progress = o.Live
 	}
-	where := filepath.Join(cfg.StoragePath, cfg.Name)
-	if cfg.TrialStorage != "" {
-		where = cfg.TrialStorage + " (the tuner's state in " + where + ")"
-	}
+	where := storage.RunLocation(cfg.StoragePath, cfg.Name)
 	var backend tune.Backend
 	if o.Nomad != nil {
 		nj := &tune.NomadJobs{API: o.Nomad, Spec: x.Spec, Namespace: o.Namespace, NoWait: !o.WaitForCapacity}
@@ -79,7 +76,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 	}
 	failed := 0
 	if grid != nil {
-		if werr := grid.WriteFiles(); werr != nil {
+		if werr := grid.WriteFiles(context.WithoutCancel(ctx)); werr != nil {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
 			return 1
 		}
@@ -114,7 +111,7 @@ func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.C
 			fmt.Fprintf(stderr, "nomad-train tune: %s failed: %s\n", tr.ID, tr.Reason)
 		}
 	}
-	fmt.Fprintf(stdout, "==> results %s, %s\n", filepath.Join(grid.Path, "results.csv"), filepath.Join(grid.Path, "results.json"))
+	fmt.Fprintf(stdout, "==> results %s, %s\n", storage.RunLocation(grid.Path, tune.ResultFiles[0]), storage.RunLocation(grid.Path, tune.ResultFiles[1]))
 	s := Summary{Kind: "experiment", Name: cfg.Name, Wall: wall, Unit: "trial reports",
 		Steps: int64(grid.TotalIterations()), Trials: len(grid.Trials), FailedTrials: grid.NumErrors(),
 		Storage: cfg.StoragePath}

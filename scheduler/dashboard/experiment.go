@@ -36,11 +36,12 @@ type ExperimentUpdate struct {
 	Records map[string]*TrialRecords `json:"records,omitempty"`
 }
 
-// expWatch follows one experiment for one page: its state in its
-// directory, each trial's run where the tuner keeps it (the directory, or
-// the object store the state names).
+// expWatch follows one experiment for one page: its state in its place,
+// each trial's run where the state says the tuner keeps it.
 type expWatch struct {
-	dir    string
+	where string
+	opts  []storage.Option // the object store's, for the state
+
 	name   string
 	trials []Trial
 	follow map[string]*storage.Follower
@@ -48,15 +49,12 @@ type expWatch struct {
 
 // handleExperimentEvents streams the experiment ?key= names.
 func (s *Server) handleExperimentEvents(w http.ResponseWriter, r *http.Request) {
-	dir, err := s.localDir(r.URL.Query().Get("key"))
-	if err == nil && !isExperiment(dir) {
-		err = errBadKey
-	}
+	where, err := s.experimentAt(r.Context(), r.URL.Query().Get("key"))
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	ew := &expWatch{dir: dir, follow: map[string]*storage.Follower{}}
+	ew := &expWatch{where: where, opts: s.opts, follow: map[string]*storage.Follower{}}
 	defer ew.close()
 	s.stream(w, r, func(ctx context.Context) (any, error) {
 		u, err := ew.update(ctx)
@@ -70,11 +68,11 @@ func (s *Server) handleExperimentEvents(w http.ResponseWriter, r *http.Request) 
 // update returns what changed since the last call, or nil. ctx bounds
 // the trials' followers for their whole life.
 func (ew *expWatch) update(ctx context.Context) (*ExperimentUpdate, error) {
-	st, ok, err := tune.LoadState(ew.dir)
+	st, ok, err := tune.LoadState(ctx, ew.where, ew.opts...)
 	if err != nil || !ok {
 		return nil, err
 	}
-	root, opts := st.TrialRuns(ew.dir)
+	root, opts := st.TrialRuns(ew.where)
 	u := &ExperimentUpdate{Records: map[string]*TrialRecords{}}
 	changed := false
 	if ew.name != st.Name {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -104,8 +104,8 @@ func (s *Server) listRuns(ctx context.Context) ([]RunSummary, error) {
 // state) in the storage path, or the storage path itself when it is an
 // experiment.
 func (s *Server) listStorage(ctx context.Context) ([]RunSummary, error) {
-	if !s.remote && isExperiment(s.root) {
-		return []RunSummary{s.experimentSummary(".", s.root)}, nil
+	if s.isExperiment(ctx, s.root) {
+		return []RunSummary{s.experimentSummary(ctx, ".", s.root)}, nil
 	}
 	runs, err := storage.ListRuns(ctx, s.root, s.opts...)
 	if err != nil {
@@ -115,14 +115,12 @@ func (s *Server) listStorage(ctx context.Context) ([]RunSummary, error) {
 	for _, name := range runs {
 		out = append(out, s.runSummary(name))
 	}
-	if !s.remote {
-		exps, err := tune.ListExperiments(s.root)
-		if err != nil {
-			return nil, err
-		}
-		for _, name := range exps {
-			out = append(out, s.experimentSummary(name, filepath.Join(s.root, name)))
-		}
+	exps, err := storage.ListExperiments(ctx, s.root, s.opts...)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range exps {
+		out = append(out, s.experimentSummary(ctx, name, storage.RunLocation(s.root, name)))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Updated > out[j].Updated })
 	return out, nil
@@ -160,9 +158,9 @@ func (s *Server) runSummary(key string) RunSummary {
 }
 
 // experimentSummary counts an experiment's trials by status.
-func (s *Server) experimentSummary(key, dir string) RunSummary {
-	sum := RunSummary{Kind: "experiment", Key: key, Name: filepath.Base(dir)}
-	st, ok, err := tune.LoadState(dir)
+func (s *Server) experimentSummary(ctx context.Context, key, where string) RunSummary {
+	sum := RunSummary{Kind: "experiment", Key: key, Name: path.Base(filepath.ToSlash(where))}
+	st, ok, err := tune.LoadState(ctx, where, s.opts...)
 	if err != nil {
 		sum.Error = err.Error()
 		return sum
@@ -184,8 +182,6 @@ func (s *Server) experimentSummary(key, dir string) RunSummary {
 		}
 	}
 	sum.State = strings.Join(parts, ", ")
-	if fi, err := os.Stat(filepath.Join(dir, tune.StateFile)); err == nil {
-		sum.Updated = float64(fi.ModTime().UnixNano()) / 1e9
-	}
+	sum.Updated = float64(st.Written.UnixNano()) / 1e9
 	return sum
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -112,8 +111,33 @@ func (s *Server) runAt(key string) (root, name string, err error) {
 	return full[:i], full[i+1:], nil
 }
 
-// isExperiment reports whether dir holds an experiment's state.
-func isExperiment(dir string) bool {
-	_, err := os.Lstat(filepath.Join(dir, tune.StateFile))
+// isExperiment reports whether where holds an experiment's state.
+func (s *Server) isExperiment(ctx context.Context, where string) bool {
+	_, _, err := storage.ReadExperimentState(ctx, where, s.opts...)
 	return err == nil
+}
+
+// experimentAt resolves an experiment's key ("." for the root itself) to
+// its place, on either backend, or errBadKey when no experiment is there.
+func (s *Server) experimentAt(ctx context.Context, key string) (string, error) {
+	var where string
+	switch {
+	case !s.remote:
+		dir, err := s.localDir(key)
+		if err != nil {
+			return "", err
+		}
+		where = dir
+	case key == ".":
+		where = s.root
+	default:
+		if err := checkKey(key); err != nil {
+			return "", err
+		}
+		where = s.root + "/" + key
+	}
+	if !s.isExperiment(ctx, where) {
+		return "", fmt.Errorf("%w: %q", errBadKey, key)
+	}
+	return where, nil
 }

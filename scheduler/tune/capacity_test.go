@@ -48,7 +48,7 @@ func awaitState(t *testing.T, dir, id, status, reason string) {
 	t.Helper()
 	var last *TrialState
 	for range 2000 {
-		st, ok, err := LoadState(dir)
+		st, ok, err := LoadState(context.Background(), dir)
 		must.NoError(t, err)
 		if ok {
 			for _, ts := range st.Trials {

@@ -20,7 +20,7 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 	if e.trials.remote() {
 		return fmt.Errorf("clone %s into %s: PBT copies checkpoints between trials in a directory, and these trials are kept on %s", d.Donor, ts.ID, e.trials.root)
 	}
-	donor, err := storage.OpenReadOnly(e.dir, d.Donor, storage.Policy{})
+	donor, err := storage.OpenReadOnly(e.where, d.Donor, storage.Policy{})
 	if err != nil {
 		return fmt.Errorf("open donor storage: %w", err)
 	}
@@ -39,7 +39,7 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 			src = r
 		}
 	}
-	st, err := storage.Open(e.dir, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
+	st, err := storage.Open(e.where, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
 		ScoreAttribute: e.cfg.Checkpoint.ScoreAttribute, ScoreOrder: e.cfg.Checkpoint.ScoreOrder})
 	if err != nil {
 		return fmt.Errorf("open trial storage: %w", err)

@@ -12,18 +12,22 @@ import (
 
 // Config configures a Tuner: Ray's TuneConfig and RunConfig in one.
 type Config struct {
-	// Name is the experiment's name; its directory is StoragePath/Name and
-	// each trial is a run in it (StoragePath/Name/trial_0003).
+	// Name is the experiment's name; its place is StoragePath/Name, which
+	// holds its state and each trial as a run (StoragePath/Name/trial_0003).
 	Name string
-	// StoragePath is the root of run storage (default "./results").
+	// StoragePath is the root of run storage (default "./results"): a
+	// directory, or an object store (s3://bucket/prefix), where the
+	// experiment's state, lock and trials are all kept, so that a tuner
+	// on another machine (a detached tuner Nomad moved) resumes it.
 	StoragePath string
-	// TrialStorage, when set, is where the trials keep their runs instead
-	// of the experiment directory: an object store (s3://bucket/prefix,
-	// each trial under prefix/trial_0003), which the tuner reads through
-	// storage. The experiment's state stays in StoragePath/Name.
-	// TrialStorageOptions are the object store's non-secret options.
-	TrialStorage        string
-	TrialStorageOptions workerenv.StorageOptions
+	// StorageOptions are an object store's non-secret options.
+	StorageOptions workerenv.StorageOptions
+	// Instance names this tuner for the experiment's lease on an object
+	// store: a detached tuner gives its Nomad allocation's ID. A tuner
+	// that finds the lease held by an earlier start of the same instance
+	// takes it at once (Nomad starts a task again only after it exited);
+	// any other holder is waited for until its lease expires.
+	Instance string
 	// NumSamples is how many times the grid is sampled (default 1).
 	NumSamples int
 	// MaxConcurrentTrials bounds the trials running at once (default 1).

@@ -2,6 +2,7 @@ package tune
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -23,8 +26,11 @@ import (
 //     nomad-train binary installed on the clients, as nomad-driver-train
 //     is; raw_exec where the operator enables it). The train driver runs
 //     training workers only; exec is on by default on Linux clients and
-//     isolates the tuner. Its chroot sees /usr (so /usr/local/bin); the
-//     shared storage is mounted into it by a host volume at storage_path;
+//     isolates the tuner. Its chroot sees /usr (so /usr/local/bin). With
+//     storage on S3 the tuner keeps the experiment's state and its lease
+//     there, and reads its keys as the trials' workers do (a template
+//     from the Variable, or the client's role); with a shared directory,
+//     a host volume mounts it into the task at storage_path;
 //   - the spec travels in the job, as a template whose delimiters no spec
 //     contains, so Nomad writes it verbatim into the task's local/train.hcl;
 //   - it reaches Nomad through the task API socket in its secrets
@@ -51,6 +57,9 @@ const (
 	// TunerVolume is the host volume a client mounts the shared storage
 	// through, at storage_path, for the exec driver.
 	TunerVolume = "nomad-train-storage"
+	// MetaTunerStorage holds an S3 storage path's non-secret options
+	// (JSON), for status to read the experiment's state with.
+	MetaTunerStorage = trainspec.ReservedMetaPrefix + "tuner_storage"
 	// DefaultTunerCommand is where the clients have nomad-train.
 	DefaultTunerCommand = "/usr/local/bin/nomad-train"
 	// TaskAPIAddr is the task API socket, which nomad/api dials as a
@@ -90,10 +99,7 @@ func TunerJob(o DetachOptions) (*api.Job, error) {
 	if strings.Contains(string(o.Source), specLeftDelim) || strings.Contains(string(o.Source), specRightDelim) {
 		return nil, fmt.Errorf("detach tuner: the spec holds %q", specLeftDelim)
 	}
-	if s.Run.IsS3() {
-		return nil, fmt.Errorf("detach tuner: storage_path %q is an object store; a detached tuner keeps its experiment state in a directory the clients share, and cannot keep it on S3 yet: run `tune` without -detach, or keep the experiment in a shared directory", s.Run.StoragePath)
-	}
-	if !filepath.IsAbs(s.Run.StoragePath) {
+	if !s.Run.IsS3() && !filepath.IsAbs(s.Run.StoragePath) {
 		return nil, fmt.Errorf("detach tuner: storage_path %q must be an absolute path that the clients share", s.Run.StoragePath)
 	}
 	if o.Driver == "" {
@@ -111,6 +117,13 @@ func TunerJob(o DetachOptions) (*api.Job, error) {
 		job.Namespace = &o.Namespace
 	}
 	job.Meta = map[string]string{MetaTuner: s.Name, trainspec.MetaStoragePath: s.Run.StoragePath}
+	if o := s.Run.Storage.Options(); s.Run.IsS3() && o != (workerenv.StorageOptions{}) {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return nil, fmt.Errorf("detach tuner: %w", err)
+		}
+		job.Meta[MetaTunerStorage] = string(b)
+	}
 	if s.Tune != nil && s.Tune.Metric != "" {
 		job.Meta[MetaTunerMetric] = s.Tune.Metric
 	}
@@ -136,7 +149,10 @@ func TunerJob(o DetachOptions) (*api.Job, error) {
 	// trials' jobs, which takes their kill timeout.
 	t.KillSignal = "SIGTERM"
 	t.KillTimeout = new(trainspec.KillTimeout + 15*time.Second)
-	if o.Driver == "exec" {
+	if p := s.S3CredentialsPath(); p != "" {
+		t.Templates = append(t.Templates, trainspec.S3CredentialsTemplate(p))
+	}
+	if o.Driver == "exec" && !s.Run.IsS3() {
 		g.Volumes = map[string]*api.VolumeRequest{"storage": {Name: "storage", Type: "host", Source: TunerVolume}}
 		t.VolumeMounts = []*api.VolumeMount{{Volume: new("storage"), Destination: new(s.Run.StoragePath)}}
 	}
@@ -194,7 +210,7 @@ func (d *Detached) Write(w io.Writer) {
 	case d.StateErr != nil:
 		fmt.Fprintf(w, "no trial table: %v\n", d.StateErr)
 	case d.State == nil:
-		fmt.Fprintf(w, "no trial table yet in %s\n", filepath.Join(d.Job.Meta[trainspec.MetaStoragePath], name))
+		fmt.Fprintf(w, "no trial table yet in %s\n", storage.RunLocation(d.Job.Meta[trainspec.MetaStoragePath], name))
 	default:
 		WriteTable(w, d.State, d.Job.Meta[MetaTunerMetric])
 	}
@@ -227,7 +243,15 @@ func ReadDetached(ctx context.Context, c nomad.API, experiment string) (*Detache
 	}
 	tr.Observe(snap)
 	d := &Detached{Job: job, Tuner: tr.Status()}
-	st, ok, err := LoadState(filepath.Join(job.Meta[trainspec.MetaStoragePath], experiment))
+	var opts []storage.Option
+	if b := job.Meta[MetaTunerStorage]; b != "" {
+		var o workerenv.StorageOptions
+		if err := json.Unmarshal([]byte(b), &o); err != nil {
+			return nil, fmt.Errorf("tuner job %q: meta %s: %w", id, MetaTunerStorage, err)
+		}
+		opts = append(opts, storage.WithStorageOptions(o))
+	}
+	st, ok, err := LoadState(ctx, storage.RunLocation(job.Meta[trainspec.MetaStoragePath], experiment), opts...)
 	switch {
 	case err != nil:
 		d.StateErr = err

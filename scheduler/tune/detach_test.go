@@ -70,7 +70,6 @@ func TestTunerJobRefuses(t *testing.T) {
 		want      string
 	}{
 		{"relative storage", strings.Replace(detachSpec, "/srv/shared/results", "results", 1), DetachOptions{}, "absolute path"},
-		{"storage on S3", strings.Replace(detachSpec, "/srv/shared/results", "s3://bucket/results", 1), DetachOptions{}, "cannot keep it on S3 yet"},
 		{"unknown driver", detachSpec, DetachOptions{Driver: "docker"}, "want exec or raw_exec"},
 		{"the delimiter in the spec", detachSpec + "# " + specLeftDelim + "\n", DetachOptions{}, "the spec holds"},
 	} {

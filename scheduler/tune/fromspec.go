@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
@@ -51,11 +50,9 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 		cfg.StoragePath = "./results"
 	}
 	if spec.Run.IsS3() {
-		// The trials' runs on S3 (<path>/<experiment>/trial_NNNN), the
-		// tuner's own state and lock on this machine.
-		cfg.TrialStorage = storage.RunLocation(spec.Run.StoragePath, spec.Name)
-		cfg.TrialStorageOptions = spec.Run.Storage.Options()
-		cfg.StoragePath = trainspec.DefaultStoragePath
+		// The experiment on S3: <path>/<experiment>/ holds the state, the
+		// tuner's lease and the trials' runs (trial_NNNN).
+		cfg.StorageOptions = spec.Run.Storage.Options()
 	}
 	return &Experiment{Spec: spec, Space: space, Config: cfg}, nil
 }

@@ -38,9 +38,11 @@ type TrialResult struct {
 
 // ResultGrid is every trial of an experiment (Ray's ResultGrid).
 type ResultGrid struct {
-	Path         string        `json:"path"`
+	Path         string        `json:"path"` // the experiment's place
 	Metric, Mode string        `json:"-"`
 	Trials       []TrialResult `json:"trials"`
+
+	opts []storage.Option // to write beside the state on an object store
 }
 
 // ErrNoResult is returned by Best when no trial reported the metric.
@@ -81,23 +83,24 @@ func (g *ResultGrid) metricReported() error {
 	return &MetricError{Metric: g.Metric, Reported: sortedTrials(reported)}
 }
 
-// LoadResultGrid reads an experiment directory: its state and every
-// trial's storage.
-func LoadResultGrid(expDir, metric, mode string) (*ResultGrid, error) {
-	return loadResultGrid(context.Background(), expDir, trialStore{root: expDir}, metric, mode)
+// LoadResultGrid reads the experiment at where (a directory or an s3://
+// location; opts give an object store's options): its state and every
+// trial's runs.
+func LoadResultGrid(ctx context.Context, where, metric, mode string, opts ...storage.Option) (*ResultGrid, error) {
+	return loadResultGrid(ctx, where, trialStore{root: where, opts: opts}, metric, mode)
 }
 
-// loadResultGrid reads the experiment's state in expDir and its trials'
+// loadResultGrid reads the experiment's state at where and its trials'
 // runs through storage, wherever trials keeps them.
-func loadResultGrid(ctx context.Context, expDir string, trials trialStore, metric, mode string) (*ResultGrid, error) {
-	st, ok, err := LoadState(expDir)
+func loadResultGrid(ctx context.Context, where string, trials trialStore, metric, mode string) (*ResultGrid, error) {
+	st, ok, err := LoadState(ctx, where, trials.opts...)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("no experiment state in %s", expDir)
+		return nil, fmt.Errorf("no experiment state in %s", where)
 	}
-	g := &ResultGrid{Path: expDir, Metric: metric, Mode: mode}
+	g := &ResultGrid{Path: where, Metric: metric, Mode: mode, opts: trials.opts}
 	policy := storage.Policy{}
 	if metric != "" {
 		policy = storage.Policy{ScoreAttribute: metric, ScoreOrder: storage.ScoreMax}

@@ -1,26 +1,27 @@
 package tune
 
 import (
-	"fmt"
+	"bytes"
+	"context"
 	"io"
-	"os"
-	"path/filepath"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
-// WriteFiles writes results.csv and results.json into the experiment
-// directory.
-func (g *ResultGrid) WriteFiles() error {
-	for name, write := range map[string]func(io.Writer) error{"results.csv": g.WriteCSV, "results.json": g.WriteJSON} {
-		f, err := os.Create(filepath.Join(g.Path, name))
-		if err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
+// ResultFiles are the files WriteFiles writes beside the experiment's
+// state.
+var ResultFiles = []string{"results.csv", "results.json"}
+
+// WriteFiles writes results.csv and results.json beside the experiment's
+// state: into its directory, or as objects on its object store.
+func (g *ResultGrid) WriteFiles(ctx context.Context) error {
+	for i, write := range []func(io.Writer) error{g.WriteCSV, g.WriteJSON} {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			return err
 		}
-		err = write(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
+		if err := storage.WriteExperimentFile(ctx, g.Path, ResultFiles[i], b.Bytes(), g.opts...); err != nil {
+			return err
 		}
 	}
 	return nil

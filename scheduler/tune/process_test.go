@@ -194,7 +194,7 @@ func TestKillTunerResumes(t *testing.T) {
 			t.Fatalf("tuner never got half-way:\n%s", b)
 		}
 		time.Sleep(20 * time.Millisecond)
-		st, ok, err := LoadState(exp)
+		st, ok, err := LoadState(context.Background(), exp)
 		if err != nil || !ok {
 			continue
 		}
@@ -222,7 +222,7 @@ func TestKillTunerResumes(t *testing.T) {
 			t.Errorf("worker %s outlived the tuner", p)
 		}
 	}
-	st, _, err := LoadState(exp)
+	st, _, err := LoadState(context.Background(), exp)
 	must.NoError(t, err)
 	kept := map[string][]byte{}
 	unfinished := map[string]int{}
@@ -240,7 +240,7 @@ func TestKillTunerResumes(t *testing.T) {
 	second := tuner()
 	out2, err := second.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out2)))
-	grid, err := LoadResultGrid(exp, "loss", ModeMin)
+	grid, err := LoadResultGrid(context.Background(), exp, "loss", ModeMin)
 	must.NoError(t, err)
 	for _, tr := range grid.Trials {
 		must.EqOp(t, StatusTerminated, tr.Status, must.Sprint(tr.ID))
@@ -284,7 +284,7 @@ func TestPBTOnProcesses(t *testing.T) {
 				HyperparamMutations: map[string]any{"lr": []any{0.1, 0.2, 0.3}}},
 		}).Fit(ctx)
 	must.NoError(t, err, must.Sprint(out.String()))
-	st, _, err := LoadState(g.Path)
+	st, _, err := LoadState(context.Background(), g.Path)
 	must.NoError(t, err)
 	exploited := 0
 	for _, ts := range st.Trials {

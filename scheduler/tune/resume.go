@@ -3,8 +3,6 @@ package tune
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -26,12 +24,12 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		return fmt.Errorf("tune: %w", err)
 	}
 	e.sched = sched
-	st, ok, err := LoadState(e.dir)
+	st, ok, err := LoadState(e.ctx, e.where, e.cfg.storageOpts()...)
 	if err != nil {
 		return err
 	}
 	if !ok && mustExist {
-		return fmt.Errorf("%w in %s", ErrNoExperiment, e.dir)
+		return fmt.Errorf("%w in %s", ErrNoExperiment, e.where)
 	}
 	e.space = space
 	if e.search, err = e.buildSearcher(space); err != nil {
@@ -55,8 +53,8 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		// its rename), in the background: until that write is on disk there
 		// is no state to resume from, and a fresh start makes them again.
 		for _, ts := range st.Trials {
-			if err := os.MkdirAll(filepath.Join(e.dir, ts.ID), 0o755); err != nil {
-				return fmt.Errorf("make trial directory: %w", err)
+			if err := e.makeTrialDir(ts.ID); err != nil {
+				return err
 			}
 		}
 	} else {
@@ -64,10 +62,12 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		e.log.Info("restoring experiment", "trials", len(st.Trials))
 		e.resume()
 	}
-	e.state.TrialStorage, e.state.TrialStorageOptions = e.cfg.TrialStorage, nil
-	if e.cfg.TrialStorage != "" {
-		o := e.cfg.TrialStorageOptions
-		e.state.TrialStorageOptions = &o
+	// The state names where its trials are, with the store's options, so
+	// that a reader (the dashboard) finds them from the state alone.
+	e.state.TrialStorage, e.state.TrialStorageOptions = "", nil
+	if e.trials.remote() {
+		o := e.cfg.StorageOptions
+		e.state.TrialStorage, e.state.TrialStorageOptions = e.where, &o
 	}
 	for _, ts := range e.state.Trials {
 		e.rt[ts.ID] = &trialRuntime{last: Result{Trial: ts.ID, Value: math.NaN()}}
@@ -205,8 +205,8 @@ func (e *experiment) suggest() (made bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	if err := os.MkdirAll(filepath.Join(e.dir, id), 0o755); err != nil {
-		return false, fmt.Errorf("make trial directory: %w", err)
+	if err := e.makeTrialDir(id); err != nil {
+		return false, err
 	}
 	ts := &TrialState{ID: id, Config: v.Config, Params: v.Params, Status: StatusPending}
 	e.state.Trials = append(e.state.Trials, ts)

@@ -1,21 +1,22 @@
 package tune
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
-// StateFile is the experiment state inside the experiment directory.
-const StateFile = "experiment_state.json"
+// StateFile is the experiment state inside the experiment's place.
+const StateFile = storage.ExperimentStateFile
 
 // Trial statuses.
 const (
@@ -67,51 +68,33 @@ type ExperimentState struct {
 	Name    string        `json:"name"`
 	Elapsed time.Duration `json:"elapsed_ns"` // time spent in earlier Fit calls
 	Trials  []*TrialState `json:"trials"`
-	// TrialStorage is where the trials keep their runs when not in the
-	// experiment directory (Config.TrialStorage, an s3:// location), and
-	// TrialStorageOptions the store's non-secret options: a reader of the
-	// state (the dashboard) finds the trials' records there.
+	// TrialStorage is where the trials keep their runs when on an object
+	// store (the experiment's s3:// location), and TrialStorageOptions the
+	// store's non-secret options: a reader of the state (the dashboard)
+	// finds the trials' records there with the state alone.
 	TrialStorage        string                    `json:"trial_storage,omitempty"`
 	TrialStorageOptions *workerenv.StorageOptions `json:"trial_storage_options,omitempty"`
+	// Written is when LoadState's copy was written (not stored).
+	Written time.Time `json:"-"`
 }
 
-// LoadState reads an experiment's state; ok is false when there is none.
-func LoadState(expDir string) (st *ExperimentState, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(expDir, StateFile))
+// LoadState reads the state of the experiment at where (a directory or
+// an s3:// location; opts give an object store's options); ok is false
+// when there is none.
+func LoadState(ctx context.Context, where string, opts ...storage.Option) (st *ExperimentState, ok bool, err error) {
+	b, written, err := storage.ReadExperimentState(ctx, where, opts...)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read experiment state: %w", err)
+		return nil, false, err
 	}
 	st, err = decodeState(b)
 	if err != nil {
-		return nil, false, fmt.Errorf("decode experiment state %s: %w", filepath.Join(expDir, StateFile), err)
+		return nil, false, fmt.Errorf("decode experiment state %s: %w", storage.RunLocation(where, StateFile), err)
 	}
+	st.Written = written
 	return st, true, nil
-}
-
-// ListExperiments returns the names of the experiments in dir, sorted:
-// the directories that hold an experiment state. A dir that does not
-// exist holds none.
-func ListExperiments(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list experiments: %w", err)
-	}
-	var out []string
-	for _, e := range ents {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		if _, err := os.Lstat(filepath.Join(dir, e.Name(), StateFile)); err == nil {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
 }
 
 // stateVersion is the version of the experiment state this package writes.
@@ -180,16 +163,16 @@ func (s *ExperimentState) encode() ([]byte, error) {
 }
 
 // stateWriter writes state snapshots in the background, so the tuner's
-// loop never waits for an fsync: each snapshot is written atomically
-// (temporary file, fsync, rename, fsync of the directory); when snapshots
-// come faster than the disk takes them, only the newest waiting one is
+// loop never waits for an fsync or a PUT: each snapshot is written whole
+// (storage.Experiment.WriteState); when snapshots come faster than the
+// storage takes them, only the newest waiting one is
 // written. A crash may thus lose the last few changes; restore reconciles
 // them from the trials' progress files, which are the source of truth for
 // results.
 type stateWriter struct {
-	path string
-	kick chan struct{} // capacity 1: "a snapshot waits"
-	done chan struct{} // closed when the goroutine has exited
+	write func([]byte) error
+	kick  chan struct{} // capacity 1: "a snapshot waits"
+	done  chan struct{} // closed when the goroutine has exited
 
 	mu      sync.Mutex // guards below
 	pending []byte
@@ -197,8 +180,8 @@ type stateWriter struct {
 	err     error // sticky: the first write error
 }
 
-func newStateWriter(path string) *stateWriter {
-	w := &stateWriter{path: path, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newStateWriter(write func([]byte) error) *stateWriter {
+	w := &stateWriter{write: write, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -224,7 +207,7 @@ func (w *stateWriter) run() {
 		w.pending = nil
 		w.mu.Unlock()
 		if b != nil {
-			if err := writeAtomic(w.path, b); err != nil {
+			if err := w.write(b); err != nil {
 				w.mu.Lock()
 				if w.err == nil {
 					w.err = err
@@ -252,41 +235,6 @@ func (w *stateWriter) close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.err
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir flushes a directory's entries.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("flush directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("flush directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // normalizeNumbers turns whole float64s (as JSON decodes every number)

@@ -2,6 +2,7 @@ package tune
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,9 +36,11 @@ func TestStateRoundTrip(t *testing.T) {
 	b, err := sampleState().encode()
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(filepath.Join(dir, StateFile), b, 0o644))
-	st, ok, err := LoadState(dir)
+	st, ok, err := LoadState(context.Background(), dir)
 	must.NoError(t, err)
 	must.True(t, ok)
+	must.False(t, st.Written.IsZero())
+	st.Written = time.Time{}
 	must.Eq(t, sampleState(), st)
 }
 
@@ -64,7 +67,7 @@ func TestLoadStateRejectsBadTrials(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			must.NoError(t, os.WriteFile(filepath.Join(dir, StateFile), []byte(c.state), 0o644))
-			_, _, err := LoadState(dir)
+			_, _, err := LoadState(context.Background(), dir)
 			must.ErrorContains(t, err, c.err)
 			must.StrContains(t, err.Error(), "decode experiment state")
 		})
@@ -131,9 +134,10 @@ func TestTrialRuns(t *testing.T) {
 	b, err := st.encode()
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(filepath.Join(dir, StateFile), b, 0o644))
-	back, ok, err := LoadState(dir)
+	back, ok, err := LoadState(context.Background(), dir)
 	must.NoError(t, err)
 	must.True(t, ok)
+	back.Written = time.Time{}
 	must.Eq(t, st, back)
 	root, opts = back.TrialRuns(dir)
 	must.EqOp(t, "s3://bucket/runs/exp", root)

@@ -10,32 +10,35 @@ import (
 )
 
 // trialStore is where an experiment's trials keep their runs: the
-// experiment directory (the default), or Config.TrialStorage, an object
-// store (s3://bucket/prefix). The experiment's own state and lock stay in
-// the experiment directory either way; what the trials write is read only
-// through storage.
+// experiment's place (a directory, or a prefix on an object store), each
+// trial a run named by its ID. What the trials write is read only through
+// storage.
 type trialStore struct {
 	root string
 	opts []storage.Option
 }
 
-func newTrialStore(expDir string, cfg Config) trialStore {
-	if cfg.TrialStorage == "" {
-		return trialStore{root: expDir}
+func newTrialStore(where string, o workerenv.StorageOptions) trialStore {
+	if !storage.IsObjectPath(where) {
+		return trialStore{root: where}
 	}
-	return trialStore{root: cfg.TrialStorage, opts: []storage.Option{storage.WithStorageOptions(cfg.TrialStorageOptions)}}
+	return trialStore{root: where, opts: []storage.Option{storage.WithStorageOptions(o)}}
 }
 
-// TrialRuns returns where the experiment in expDir keeps its trials'
-// runs, as the tuner reads them: the storage path (expDir itself, or the
-// object store the state names) and the options to open it with. Trial
-// id's run is the run named id there.
-func (st *ExperimentState) TrialRuns(expDir string) (root string, opts []storage.Option) {
-	cfg := Config{TrialStorage: st.TrialStorage}
+// TrialRuns returns where the experiment at where keeps its trials'
+// runs, as the tuner reads them: the storage path and the options to open
+// it with. Trial id's run is the run named id there. An experiment whose
+// state was kept apart from its trials (an older tuner kept it in a local
+// directory, the trials on S3) names their place in TrialStorage.
+func (st *ExperimentState) TrialRuns(where string) (root string, opts []storage.Option) {
+	var o workerenv.StorageOptions
 	if st.TrialStorageOptions != nil {
-		cfg.TrialStorageOptions = *st.TrialStorageOptions
+		o = *st.TrialStorageOptions
 	}
-	s := newTrialStore(expDir, cfg)
+	if st.TrialStorage != "" {
+		where = st.TrialStorage
+	}
+	s := newTrialStore(where, o)
 	return s.root, s.opts
 }
 
@@ -88,8 +91,13 @@ func (s trialStore) results(ctx context.Context, id string, p storage.Policy) ([
 
 // workerStorage is what a trial's workers get of the store's options.
 func (cfg Config) workerStorage() workerenv.StorageOptions {
-	if cfg.TrialStorage == "" {
+	if !storage.IsObjectPath(cfg.StoragePath) {
 		return workerenv.StorageOptions{}
 	}
-	return cfg.TrialStorageOptions
+	return cfg.StorageOptions
+}
+
+// storageOpts are the options to open the experiment's place with.
+func (cfg Config) storageOpts() []storage.Option {
+	return newTrialStore(cfg.StoragePath, cfg.StorageOptions).opts
 }

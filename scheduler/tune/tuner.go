@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,12 +36,17 @@ type Tuner struct {
 // holds no experiment state.
 var ErrNoExperiment = errors.New("no experiment state to restore")
 
-// Restore returns a tuner that resumes the experiment in expDir (Ray's
-// Tuner.restore): its trials, configs and statuses come from the state
-// file, so no param space is needed. cfg supplies the scheduler, metric and
-// other settings; its Name and StoragePath are taken from expDir.
-func Restore(expDir string, backend Backend, cfg Config) *Tuner {
-	cfg.Name, cfg.StoragePath = filepath.Base(expDir), filepath.Dir(expDir)
+// Restore returns a tuner that resumes the experiment at where, a
+// directory or an s3:// location (Ray's Tuner.restore): its trials,
+// configs and statuses come from the state, so no param space is needed.
+// cfg supplies the scheduler, metric and other settings; its Name and
+// StoragePath are taken from where.
+func Restore(where string, backend Backend, cfg Config) *Tuner {
+	if root, name, ok := storage.SplitRunPath(where); ok {
+		cfg.Name, cfg.StoragePath = name, root
+	} else {
+		cfg.Name, cfg.StoragePath = filepath.Base(where), filepath.Dir(where)
+	}
 	return &Tuner{backend: backend, cfg: cfg, restore: true}
 }
 
@@ -76,29 +80,38 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &experiment{cfg: cfg, backend: t.backend, dir: filepath.Join(cfg.StoragePath, cfg.Name),
+	e := &experiment{cfg: cfg, backend: t.backend, where: storage.RunLocation(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
 		events: make(chan event)}
-	e.trials = newTrialStore(e.dir, cfg)
-	// The trials' records outlive an interrupted Fit: the grid is read
-	// after ctx ends.
+	e.trials = newTrialStore(e.where, cfg.StorageOptions)
+	// The trials' records and the experiment's state outlive an
+	// interrupted Fit: the last state is written and the grid read after
+	// ctx ends.
 	e.ctx = context.WithoutCancel(ctx)
 	if t.restore {
-		if _, ok, err := LoadState(e.dir); err != nil {
+		if _, ok, err := LoadState(e.ctx, e.where, cfg.storageOpts()...); err != nil {
 			return nil, err
 		} else if !ok {
-			return nil, fmt.Errorf("%w in %s", ErrNoExperiment, e.dir)
+			return nil, fmt.Errorf("%w in %s", ErrNoExperiment, e.where)
 		}
 	}
-	if err := os.MkdirAll(e.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("make experiment directory: %w", err)
+	lockOpts := append(cfg.storageOpts(), storage.WithLogger(cfg.Logger))
+	if cfg.Instance != "" {
+		lockOpts = append(lockOpts, storage.WithWriter(cfg.Instance, uint64(time.Now().UnixNano())))
 	}
-	unlock, err := lockDir(e.dir)
+	store, err := storage.OpenExperiment(e.ctx, e.where, lockOpts...)
+	if errors.Is(err, storage.ErrLocked) {
+		return nil, fmt.Errorf("%w: %w", ErrLocked, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-	e.writer = newStateWriter(filepath.Join(e.dir, StateFile))
+	defer func() {
+		if err := store.Close(); err != nil {
+			e.log.Warn("could not release the experiment's lock", "error", err)
+		}
+	}()
+	e.writer = newStateWriter(store.WriteState)
 	if err := e.setup(t.space, t.restore); err != nil {
 		e.writer.close()
 		return nil, err
@@ -107,7 +120,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	if err := e.writer.close(); err != nil && runErr == nil {
 		runErr = err
 	}
-	grid, err := loadResultGrid(e.ctx, e.dir, e.trials, cfg.Metric, cfg.Mode)
+	grid, err := loadResultGrid(e.ctx, e.where, e.trials, cfg.Metric, cfg.Mode)
 	if err != nil {
 		return nil, errors.Join(runErr, err)
 	}
@@ -127,7 +140,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 type experiment struct {
 	cfg     Config
 	backend Backend
-	dir     string
+	where   string          // the experiment's place: a directory, or s3://...
 	trials  trialStore      // where the trials' runs are kept
 	ctx     context.Context // bounds reads of the trials' runs (not cancelled with Fit's)
 	log     hclog.Logger
@@ -202,7 +215,19 @@ func plural(n int, one, many string) string {
 }
 
 func (e *experiment) progressPath(id string) string {
-	return filepath.Join(e.dir, id, storage.ProgressFile)
+	return filepath.Join(e.where, id, storage.ProgressFile)
+}
+
+// makeTrialDir makes a trial's run directory when the trials are kept in
+// a directory (on an object store a run needs none).
+func (e *experiment) makeTrialDir(id string) error {
+	if e.trials.remote() {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(e.where, id), 0o755); err != nil {
+		return fmt.Errorf("make trial directory: %w", err)
+	}
+	return nil
 }
 
 // result turns a record into the scheduler's view.
@@ -403,7 +428,7 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	ts.Status = StatusRunning
 	e.running++
 	if !e.trials.remote() {
-		e.watch.add(filepath.Join(e.dir, ts.ID))
+		e.watch.add(filepath.Join(e.where, ts.ID))
 	}
 	e.log.Debug("starting trial", "trial", ts.ID, "config", string(spec.Config))
 	go func() {
@@ -460,7 +485,9 @@ func (e *experiment) handle(ev event) error {
 	rt.cancel()
 	rt.cancel = nil
 	e.running--
-	e.watch.remove(filepath.Join(e.dir, ts.ID))
+	if !e.trials.remote() {
+		e.watch.remove(filepath.Join(e.where, ts.ID))
+	}
 	if rt.waiting {
 		rt.waiting, ts.Reason = false, rt.reason
 	}
@@ -535,17 +562,4 @@ func (e *experiment) trial(id string) *TrialState {
 		}
 	}
 	panic("tune: unknown trial " + id)
-}
-
-// lockDir takes an exclusive lock on the experiment directory.
-func lockDir(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".tuner.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock experiment: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
-	}
-	return func() { f.Close() }, nil
 }

@@ -246,7 +246,7 @@ func TestRestoreInProcess(t *testing.T) {
 	}
 	_, err := New(&InProcess{Fn: stopper}, lrSpace(4), cfg).Fit(ctx)
 	must.ErrorIs(t, err, context.Canceled)
-	st, ok, err := LoadState(filepath.Join(dir, "exp"))
+	st, ok, err := LoadState(context.Background(), filepath.Join(dir, "exp"))
 	must.NoError(t, err)
 	must.True(t, ok)
 	for i, ts := range st.Trials {
@@ -341,7 +341,7 @@ func TestPBTExploitsInProcess(t *testing.T) {
 			HyperparamMutations: map[string]any{"lr": LogUniform(1e-3, 1)}},
 	}).Fit(context.Background())
 	must.NoError(t, err)
-	st, _, err := LoadState(g.Path)
+	st, _, err := LoadState(context.Background(), g.Path)
 	must.NoError(t, err)
 	exploits := 0
 	for _, ts := range st.Trials {
@@ -448,7 +448,7 @@ func TestRollbackAfterFailure(t *testing.T) {
 	must.Eq(t, []string{"trial_0000@1=10", "trial_0000@2=11", "trial_0000@3=12", "trial_0000@2=21", "trial_0000@3=22", "trial_0000@4=23"}, rec.seen)
 	must.EqOp(t, StatusTerminated, g.Trials[0].Status)
 	must.EqOp(t, 4, g.Trials[0].Iterations)
-	st, _, err := LoadState(g.Path)
+	st, _, err := LoadState(context.Background(), g.Path)
 	must.NoError(t, err)
 	must.EqOp(t, 4, st.Trials[0].Iterations)
 	must.EqOp(t, 1, st.Trials[0].Failures)

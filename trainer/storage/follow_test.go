@@ -24,21 +24,25 @@ type storageRoot struct {
 func eachRoot(t *testing.T, test func(t *testing.T, root string, opts []Option)) {
 	for _, tc := range []storageRoot{
 		{"fs", func(t *testing.T) (string, []Option) { return t.TempDir(), nil }},
-		{"s3", func(t *testing.T) (string, []Option) {
-			srv := s3test.Start(t)
-			t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-			t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-			t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-			return "s3://" + srv.Bucket + "/runs", []Option{WithObjectConfig(objstore.Config{
-				Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})}
-		}},
+		{"s3", s3Root},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, opts := tc.make(t)
 			test(t, root, opts)
 		})
 	}
+}
+
+// s3Root is a prefix on a fresh S3 server (the test skips without an S3
+// server binary), with this process's AWS chain set to reach it.
+func s3Root(t *testing.T) (string, []Option) {
+	srv := s3test.Start(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	return "s3://" + srv.Bucket + "/runs", []Option{WithObjectConfig(objstore.Config{
+		Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})}
 }
 
 func stepsOf(recs []Record) []int64 {

@@ -176,11 +176,25 @@ func scratchName(prefix, base string) string {
 // writeFileAtomic writes b as dir/name through a temporary file renamed
 // over it, so that readers see all of b or what was there before.
 func writeFileAtomic(dir, name string, b []byte) error {
+	return writeFileThrough(dir, name, b, false)
+}
+
+// writeFileDurable is writeFileAtomic that also flushes the file before
+// the rename and the directory after it, so that a crash leaves the old
+// contents or the new, never an empty file.
+func writeFileDurable(dir, name string, b []byte) error {
+	return writeFileThrough(dir, name, b, true)
+}
+
+func writeFileThrough(dir, name string, b []byte, durable bool) error {
 	tmp, err := os.CreateTemp(dir, ".tmp-"+name+"-")
 	if err != nil {
 		return err
 	}
 	_, err = tmp.Write(b)
+	if err == nil && durable {
+		err = tmp.Sync()
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -189,6 +203,10 @@ func writeFileAtomic(dir, name string, b []byte) error {
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
+		return err
 	}
-	return err
+	if durable {
+		return syncDir(dir)
+	}
+	return nil
 }

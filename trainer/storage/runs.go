@@ -26,6 +26,12 @@ func ListRuns(ctx context.Context, root string, opts ...Option) ([]string, error
 		}
 		return listObjectRuns(ctx, st)
 	}
+	return listLocal(root, "runs", func(dir string) bool { return isLocalRun(dir) })
+}
+
+// listLocal returns the names of the directories under a local root that
+// could be runs and that keep says hold what is listed ("runs"), sorted.
+func listLocal(root, what string, keep func(dir string) bool) ([]string, error) {
 	dir, err := localRoot(root)
 	if err != nil {
 		return nil, err
@@ -35,39 +41,47 @@ func ListRuns(ctx context.Context, root string, opts ...Option) ([]string, error
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", err)
+		return nil, fmt.Errorf("listing %s: %w", what, err)
 	}
-	var runs []string
+	var out []string
 	for _, e := range ents {
-		if e.IsDir() && checkRunName(e.Name()) == nil && isLocalRun(filepath.Join(dir, e.Name())) {
-			runs = append(runs, e.Name())
+		if e.IsDir() && checkRunName(e.Name()) == nil && keep(filepath.Join(dir, e.Name())) {
+			out = append(out, e.Name())
 		}
 	}
-	return runs, nil
+	return out, nil
 }
 
 // listObjectRuns lists the names under st's prefix, then keeps those
-// with a progress segment: one request per page of names and one per
-// name.
+// with a progress segment.
 func listObjectRuns(ctx context.Context, st *objstore.Store) ([]string, error) {
+	return listObject(ctx, st, "runs", func(name string) (bool, error) {
+		return st.Any(ctx, name+"/"+objProgressDir)
+	})
+}
+
+// listObject lists the names under st's prefix that could be runs, then
+// keeps those keep says hold what is listed: one request per page of
+// names and one per name.
+func listObject(ctx context.Context, st *objstore.Store, what string, keep func(name string) (bool, error)) ([]string, error) {
 	names, err := st.ListDirs(ctx, "")
 	if err != nil { // a missing bucket too: ErrNotFound
-		return nil, fmt.Errorf("listing runs: %w", err)
+		return nil, fmt.Errorf("listing %s: %w", what, err)
 	}
-	var runs []string
+	var out []string
 	for _, name := range names {
 		if checkRunName(name) != nil {
 			continue
 		}
-		ok, err := st.Any(ctx, name+"/"+objProgressDir)
+		ok, err := keep(name)
 		if err != nil {
-			return nil, fmt.Errorf("listing runs: %w", err)
+			return nil, fmt.Errorf("listing %s: %w", what, err)
 		}
 		if ok {
-			runs = append(runs, name)
+			out = append(out, name)
 		}
 	}
-	return runs, nil
+	return out, nil
 }
 
 // IsRun reports whether the storage path root holds progress records of

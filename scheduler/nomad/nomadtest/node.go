@@ -21,6 +21,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // RunFunc runs a registered job's workers on this machine and returns when
@@ -196,8 +197,8 @@ func inGroup(job *api.Job, s Step) Step {
 // LocalWorkers is a RunFunc that runs a job's workers as the train driver
 // would, as local processes (trainer/launch): command and args start one
 // worker, env adds to its environment; the task config gives the run
-// name, world size (and an elastic gang's least), storage path, config
-// and builtin.
+// name, world size (and an elastic gang's least), storage path and its
+// options, config and builtin.
 func LocalWorkers(command string, args, env []string) RunFunc {
 	return func(ctx context.Context, job *api.Job) error {
 		cfg := job.TaskGroups[0].Tasks[0].Config
@@ -209,7 +210,7 @@ func LocalWorkers(command string, args, env []string) RunFunc {
 		minWorkers, _ := cfg["min_world_size"].(int) // an elastic gang's least
 		out, err := launch.Launch(ctx, launch.Options{Command: command, Args: args,
 			Run: workerenv.Run{Env: e, NumWorkers: WorkerCount(job), MinWorkers: minWorkers, Name: str("run_name"),
-				StoragePath: str("storage_path"), Config: []byte(str("train_config"))},
+				StoragePath: str("storage_path"), Storage: trainspec.StorageOptionsOf(job), Config: []byte(str("train_config"))},
 			StopGrace: 100 * time.Millisecond})
 		if err != nil {
 			return err

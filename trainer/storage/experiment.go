@@ -1,0 +1,223 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// An experiment (a tune) keeps its trials as runs inside its own place
+// under a storage path, root/<experiment>/trial_0003, and beside them the
+// tuner's state (ExperimentStateFile), its results and the tuner's lock.
+// On a directory the lock is a flock on a file the state sits beside; on
+// an object store it is a lease object, as a run's writer holds one, and
+// every state write is checked against it first, so a tuner that lost
+// the lease (to a second tuner, after a partition) stops writing.
+
+// ExperimentStateFile is an experiment's state, beside its trials.
+const ExperimentStateFile = "experiment_state.json"
+
+// Inside an experiment's place on an object store: the tuner's lease.
+const experimentLeaseKey = "tuner-lease.json"
+
+// experimentFile keeps the files a tuner writes beside its state plain
+// names that no trial (a run name never holds a dot) can take.
+var experimentFile = regexp.MustCompile(`^[a-z0-9_-]+\.(json|csv)$`)
+
+// maxStateSize bounds an experiment state read back: thousands of trials
+// with their configs and last results fit in a few MiB.
+const maxStateSize = 256 << 20
+
+// Experiment is the tuner's hold on an experiment's place: it holds the
+// experiment's lock until Close, and writes the state and results there.
+type Experiment struct {
+	where string // the experiment's location: a directory, or s3://...
+	// Directory:
+	lock *os.File
+	// Object store:
+	ctx   context.Context
+	st    *objstore.Store
+	lease *lease
+}
+
+// OpenExperiment takes the lock of the experiment at where (a directory,
+// made if need be, or an s3:// location): at once, or ErrLocked when
+// another tuner holds it. On an object store a lease left by a tuner that
+// was killed is taken once it expires (OpenExperiment waits up to the
+// lease's TTL, WithLeaseTTL), unless WithWriter names the same instance
+// (a Nomad allocation) as the holder's and a later generation (a later
+// start of its task). ctx bounds the store's calls until Close. Of opts
+// WithObjectConfig, WithLeaseTTL, WithWriter and WithLogger count.
+func OpenExperiment(ctx context.Context, where string, opts ...Option) (*Experiment, error) {
+	o := options{log: hclog.NewNullLogger(), now: time.Now, leaseTTL: DefaultLeaseTTL}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !IsObjectPath(where) {
+		dir, err := localRoot(where)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("make experiment directory: %w", err)
+		}
+		f, err := lockRun(filepath.Join(dir, ".tuner.lock"))
+		if err != nil {
+			return nil, fmt.Errorf("experiment %s: %w", where, err)
+		}
+		return &Experiment{where: dir, lock: f}, nil
+	}
+	st, err := objstore.Open(ctx, where, o.objCfg)
+	if err != nil {
+		return nil, fmt.Errorf("experiment %s: %w", where, err)
+	}
+	l := &lease{st: st, key: experimentLeaseKey, ttl: o.leaseTTL, now: o.now,
+		log: o.log.Named("storage").With("experiment", where), attempt: o.attempt, gen: o.gen}
+	if err := l.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("experiment %s: %w", where, err)
+	}
+	return &Experiment{where: where, ctx: ctx, st: st, lease: l}, nil
+}
+
+// Where is the experiment's location.
+func (e *Experiment) Where() string { return e.where }
+
+// WriteState replaces the experiment's state with b, whole and durably: a
+// reader sees the old state or the new one. On an object store it fails
+// with ErrLocked once the lease is not the tuner's any more.
+func (e *Experiment) WriteState(b []byte) error {
+	name := ExperimentStateFile
+	if e.lease == nil {
+		if err := writeFileDurable(e.where, name, b); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(e.where, name), err)
+		}
+		return nil
+	}
+	if err := e.lease.check(e.ctx); err != nil {
+		return fmt.Errorf("write %s: %w", e.where+"/"+name, err)
+	}
+	if _, err := e.st.Put(e.ctx, name, bytes.NewReader(b)); err != nil {
+		return fmt.Errorf("write %s: %w", e.where+"/"+name, err)
+	}
+	return nil
+}
+
+// Close releases the lock.
+func (e *Experiment) Close() error {
+	if e.lease == nil {
+		return e.lock.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
+	defer cancel()
+	return e.lease.release(ctx)
+}
+
+// ReadExperimentState returns the state of the experiment at where, and
+// when it was written; an error wrapping fs.ErrNotExist when there is
+// none. Of opts only WithObjectConfig counts.
+func ReadExperimentState(ctx context.Context, where string, opts ...Option) ([]byte, time.Time, error) {
+	if !IsObjectPath(where) {
+		dir, err := localRoot(where)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		f, err := openRegular(filepath.Join(dir, ExperimentStateFile))
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
+		}
+		b, err := readState(f)
+		return b, fi.ModTime(), err
+	}
+	st, err := objstore.Open(ctx, where, objectConfig(opts))
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
+	}
+	rc, info, err := st.Get(ctx, ExperimentStateFile)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, time.Time{}, fmt.Errorf("read experiment state %s/%s: %w", where, ExperimentStateFile, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
+	}
+	defer rc.Close()
+	b, err := readState(rc)
+	return b, info.LastModified, err
+}
+
+func readState(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxStateSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read experiment state: %w", err)
+	}
+	if len(b) > maxStateSize {
+		return nil, fmt.Errorf("read experiment state: longer than %d bytes", maxStateSize)
+	}
+	return b, nil
+}
+
+// ListExperiments returns the names of the experiments under the storage
+// path root, sorted: the entries that hold an experiment state. A root
+// nothing has written to holds none. Of opts only WithObjectConfig
+// counts.
+func ListExperiments(ctx context.Context, root string, opts ...Option) ([]string, error) {
+	if !IsObjectPath(root) {
+		return listLocal(root, "experiments", func(dir string) bool {
+			fi, err := os.Lstat(filepath.Join(dir, ExperimentStateFile))
+			return err == nil && fi.Mode().IsRegular()
+		})
+	}
+	st, err := objstore.Open(ctx, root, objectConfig(opts))
+	if err != nil {
+		return nil, fmt.Errorf("listing experiments: %w", err)
+	}
+	return listObject(ctx, st, "experiments", func(name string) (bool, error) {
+		_, err := st.Head(ctx, name+"/"+ExperimentStateFile)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}
+
+// WriteExperimentFile writes a file of results (results.csv) beside the
+// state of the experiment at where, whole. Of opts only WithObjectConfig
+// counts.
+func WriteExperimentFile(ctx context.Context, where, name string, b []byte, opts ...Option) error {
+	if !experimentFile.MatchString(name) || name == ExperimentStateFile {
+		return fmt.Errorf("experiment file name %q: want a plain name.json or name.csv", name)
+	}
+	if IsObjectPath(where) {
+		st, err := objstore.Open(ctx, where, objectConfig(opts))
+		if err == nil {
+			_, err = st.Put(ctx, name, bytes.NewReader(b))
+		}
+		if err != nil {
+			return fmt.Errorf("write %s/%s: %w", where, name, err)
+		}
+		return nil
+	}
+	dir, err := localRoot(where)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(dir, name, b); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+	}
+	return nil
+}
