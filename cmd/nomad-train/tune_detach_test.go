@@ -246,10 +246,7 @@ func TestTuneDetachSurvivesTunerCrash(t *testing.T) {
 // killed one's lease at once; status reads the state from S3 too.
 func TestTuneDetachOnS3(t *testing.T) {
 	srv := s3test.Start(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	srv.SetKeys(t)
 	t.Setenv("AWS_ENDPOINT_URL_S3", "")
 	bin := buildCLI(t)
 	url := "s3://" + srv.Bucket + "/runs"

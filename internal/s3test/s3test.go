@@ -220,6 +220,20 @@ func (s *Server) Client(t testing.TB) *s3.Client {
 	})
 }
 
+// SetKeys points this test process's AWS chain at the server's keys (and
+// at no shared config file), for the duration of the test: what an
+// s3:// storage path opened in the test then authenticates with. The
+// endpoint is left to the caller's storage options.
+func (s *Server) SetKeys(t interface {
+	Setenv(key, value string)
+	TempDir() string
+}) {
+	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+}
+
 // NewBucket makes another empty bucket on the server and returns its name.
 func (s *Server) NewBucket(t testing.TB) string {
 	t.Helper()

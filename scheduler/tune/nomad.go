@@ -173,10 +173,14 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 }
 
 // ended stops the trial's job when the tuner stopped the trial (ctx
-// cancelled), and returns what Run returns.
+// cancelled), and returns what Run returns. A trial left to another tuner
+// keeps its job, for that tuner to adopt.
 func (b *NomadJobs) ended(ctx context.Context, trial, jobID, ns string, err error) error {
 	if ctx.Err() == nil {
 		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errLeftToAnother) {
+		return fmt.Errorf("%w: %w", errStopped, cause)
 	}
 	if serr := b.stop(jobID, ns); serr != nil {
 		return fmt.Errorf("%w: %w; stopping its job: %w", errStopped, ctx.Err(), serr)

@@ -14,10 +14,12 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -235,4 +237,109 @@ func TestNomadJobsAdoptsCompletedJob(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, 0, fc.count("PUT /v1/jobs"), must.Sprint("a finished trial is not run again"))
 	must.EqOp(t, 0, fc.count("DELETE /v1/job/"+id))
+}
+
+// A tuner whose experiment another tuner has taken over (its lease on S3
+// expired: a partition, a stalled host; here a later start in the same
+// allocation takes it) leaves the trials' jobs running when it ends, even
+// when it ends as one asked to stop (Nomad stops the old allocation once
+// its node is back), for the new tuner to adopt; and it writes no state
+// over the new tuner's. A tuner that still holds the experiment stops
+// its trials' jobs as before.
+func TestTunerTakenOverLeavesTrialJobs(t *testing.T) {
+	s3 := s3test.Start(t)
+	s3.SetKeys(t)
+	srv := nomadtest.New(t)
+	// The node holds the trials' allocations running until their jobs stop.
+	node := nomadtest.NewNode(t, srv, func(ctx context.Context, job *api.Job) error {
+		<-ctx.Done()
+		return nil
+	})
+	c := newNomadClient(t, node.URL)
+	fc := &fakeCluster{srv: srv, node: node}
+	for _, takeOver := range []bool{false, true} {
+		t.Run(fmt.Sprintf("taken over %v", takeOver), func(t *testing.T) {
+			name := fmt.Sprintf("to%v", takeOver)
+			src := fmt.Sprintf(`
+train %q {
+  entrypoint { command = "worker" }
+  config = { lr = grid_search([0.1, 0.2]) }
+  run {
+    storage {
+      path       = "s3://%s/runs"
+      endpoint   = %q
+      region     = %q
+      path_style = true
+    }
+  }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+  }
+}
+`, name, s3.Bucket, s3.Endpoint, s3.Region)
+			spec, diags := trainspec.Parse([]byte(src), "train.hcl", trainspec.ParseOptions{})
+			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+			x, err := FromSpec(spec)
+			must.NoError(t, err)
+			cfg := x.Config
+			cfg.Instance, cfg.PollInterval = "alloc-1", 10*time.Millisecond
+			where := "s3://" + s3.Bucket + "/runs/" + name
+			opts := cfg.storageOpts()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := New(&NomadJobs{API: c, Spec: spec, StopTimeout: 5 * time.Second}, x.Space, cfg).Fit(ctx)
+				done <- err
+			}()
+			jobs := []string{trainspec.TrialJobID(name, "trial_0000"), trainspec.TrialJobID(name, "trial_0001")}
+			var running *ExperimentState
+			waitUntil(t, 30*time.Second, "both trials' jobs registered and recorded RUNNING", func() bool {
+				st, ok, err := LoadState(context.Background(), where, opts...)
+				if err != nil || !ok || len(st.Trials) != 2 || srv.Job(jobs[0]) == nil || srv.Job(jobs[1]) == nil {
+					return false
+				}
+				running = st
+				return st.Trials[0].Status == StatusRunning && st.Trials[1].Status == StatusRunning
+			})
+			if takeOver {
+				thief, err := storage.OpenExperiment(context.Background(), where,
+					append(opts, storage.WithWriter("alloc-1", uint64(time.Now().UnixNano())))...)
+				must.NoError(t, err)
+				defer thief.Close()
+			}
+			cancel() // SIGTERM
+			err = <-done
+			for _, id := range jobs {
+				stopped, _ := srv.Stopped(id)
+				must.EqOp(t, !takeOver, stopped, must.Sprint(id))
+				must.EqOp(t, !takeOver, fc.count("DELETE /v1/job/"+id) > 0, must.Sprint(id))
+			}
+			st, _, lerr := LoadState(context.Background(), where, opts...)
+			must.NoError(t, lerr)
+			if takeOver {
+				must.ErrorIs(t, err, ErrLocked)
+				must.ErrorIs(t, err, storage.ErrLocked)
+				must.Eq(t, running.Trials, st.Trials, must.Sprint("the state is the new tuner's to write"))
+			} else {
+				must.ErrorIs(t, err, context.Canceled)
+				must.EqOp(t, StatusPending, st.Trials[0].Status, must.Sprint("stopped by the interruption: to run again"))
+			}
+		})
+	}
+}
+
+// waitUntil polls cond every 10 ms until it holds or timeout passes.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -59,6 +59,11 @@ func New(backend Backend, space map[string]any, cfg Config) *Tuner {
 // ErrLocked is returned when another tuner runs the same experiment.
 var ErrLocked = errors.New("experiment is being run by another tuner")
 
+// errLeftToAnother is the cause a trial's context is cancelled with when
+// another tuner has taken the experiment over: a backend leaves the
+// trial's job running (the other tuner adopts it) rather than stop it.
+var errLeftToAnother = errors.New("the experiment was taken over by another tuner")
+
 // Fit runs the experiment until every trial has finished, the time budget
 // is spent or ctx ends, and returns the result grid. When the experiment
 // directory already holds a state (an earlier Fit crashed, was stopped or
@@ -111,7 +116,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 			e.log.Warn("could not release the experiment's lock", "error", err)
 		}
 	}()
-	e.writer = newStateWriter(store.WriteState)
+	e.store, e.writer = store, newStateWriter(store.WriteState)
 	if err := e.setup(t.space, t.restore); err != nil {
 		e.writer.close()
 		return nil, err
@@ -150,6 +155,10 @@ type experiment struct {
 	space   map[string]any // nil when restored without one: no new trials
 	obj     Objective
 	writer  *stateWriter
+	store   *storage.Experiment // the experiment's lock
+	// takenOver is set when another tuner has taken the experiment over:
+	// this one leaves the trials to it and writes nothing more.
+	takenOver error
 	rt      map[string]*trialRuntime
 	events  chan event
 	running int
@@ -178,6 +187,7 @@ type experiment struct {
 
 type trialRuntime struct {
 	cancel     context.CancelFunc
+	abandon    func()       // cancel, leaving the trial's job to another tuner
 	tail       progressTail // how far progress.jsonl has been read
 	stopReason string       // set when the scheduler or the budget stopped it
 	exploit    *Decision    // set when PBT exploits into it
@@ -244,6 +254,16 @@ func (e *experiment) result(id string, rec storage.Record) Result {
 	return r
 }
 
+// lostExperiment returns why this tuner no longer holds the experiment
+// (another tuner took it over), or nil: it holds it, or the storage could
+// not say (then the trials are stopped as usual).
+func (e *experiment) lostExperiment() error {
+	if err := e.store.Held(); errors.Is(err, storage.ErrLocked) {
+		return err
+	}
+	return nil
+}
+
 // changed marks the state as to be saved before the loop next waits.
 func (e *experiment) changed() { e.dirty = true }
 
@@ -290,14 +310,30 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		if p, ok := e.backend.(Preparer); ok {
 			defer p.Release()
 		}
-		// Whatever ended the loop, stop and wait for every trial.
+		// Whatever ended the loop, stop and wait for every trial; unless
+		// another tuner has taken the experiment over, which adopts them.
 		if e.running > 0 {
-			e.stopEverything("tuner stopped")
+			if e.takenOver = e.lostExperiment(); e.takenOver != nil {
+				e.log.Warn("another tuner holds the experiment now: leaving the trials running for it", "error", e.takenOver)
+				e.note("another tuner holds the experiment now; its trials are left running for it")
+				for _, rt := range e.rt {
+					if rt.cancel != nil {
+						rt.stopping = true
+						rt.abandon()
+					}
+				}
+			} else {
+				e.stopEverything("tuner stopped")
+			}
 			for e.running > 0 {
 				if herr := e.handle(<-e.events); herr != nil && err == nil {
 					err = herr
 				}
 			}
+		}
+		if e.takenOver != nil {
+			err = fmt.Errorf("%w: %w", ErrLocked, e.takenOver)
+			return
 		}
 		if serr := e.save(); serr != nil && err == nil {
 			err = serr
@@ -422,9 +458,13 @@ func (e *experiment) start(ctx context.Context, ts *TrialState) error {
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithCancel(ctx)
+	// A trial ends when the loop says so (stopEverything, also when ctx
+	// ends), not with ctx itself: an interrupted tuner that another has
+	// taken the experiment from leaves its trials running.
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rt := e.rt[ts.ID]
-	rt.cancel, rt.stopReason, rt.exploit, rt.stopping, rt.finished = cancel, "", nil, false, false
+	rt.abandon = func() { cancel(errLeftToAnother) }
+	rt.cancel, rt.stopReason, rt.exploit, rt.stopping, rt.finished = func() { cancel(nil) }, "", nil, false, false
 	ts.Status = StatusRunning
 	e.running++
 	if !e.trials.remote() {

@@ -113,6 +113,18 @@ func (e *Experiment) WriteState(b []byte) error {
 	return nil
 }
 
+// Held returns nil while this tuner holds the experiment, and an error
+// wrapping ErrLocked once another tuner has taken it over (on an object
+// store, after this one's lease expired: a partition, a stalled host).
+// Other errors say the store could not be asked. A directory's lock is
+// held until Close.
+func (e *Experiment) Held() error {
+	if e.lease == nil {
+		return nil
+	}
+	return e.lease.check(e.ctx)
+}
+
 // Close releases the lock.
 func (e *Experiment) Close() error {
 	if e.lease == nil {

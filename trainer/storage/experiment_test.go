@@ -85,7 +85,9 @@ func TestExperimentLeaseOnS3(t *testing.T) {
 	second, err := OpenExperiment(ctx, where, append(opts, WithWriter("alloc-1", 2))...)
 	must.NoError(t, err)
 	must.Less(t, ttl/2, time.Since(start), must.Sprint("the same allocation's later tuner takes the lease at once"))
+	must.ErrorIs(t, first.Held(), ErrLocked)
 	must.ErrorIs(t, first.WriteState([]byte("{}")), ErrLocked)
+	must.NoError(t, second.Held())
 
 	kill(second)
 	start = time.Now()

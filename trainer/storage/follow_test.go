@@ -37,10 +37,7 @@ func eachRoot(t *testing.T, test func(t *testing.T, root string, opts []Option))
 // server binary), with this process's AWS chain set to reach it.
 func s3Root(t *testing.T) (string, []Option) {
 	srv := s3test.Start(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	srv.SetKeys(t)
 	return "s3://" + srv.Bucket + "/runs", []Option{WithObjectConfig(objstore.Config{
 		Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})}
 }
