@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -115,6 +116,7 @@ func (s *Server) listStorage(ctx context.Context) ([]RunSummary, error) {
 	for _, name := range runs {
 		out = append(out, s.runSummary(name))
 	}
+	s.forgetRunsBut(runs)
 	exps, err := storage.ListExperiments(ctx, s.root, s.opts...)
 	if err != nil {
 		return nil, err
@@ -124,6 +126,21 @@ func (s *Server) listStorage(ctx context.Context) ([]RunSummary, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Updated > out[j].Updated })
 	return out, nil
+}
+
+// forgetRunsBut closes the followers of the runs not in keep: runs that
+// left the storage path (moved aside, deleted) hold nothing open.
+func (s *Server) forgetRunsBut(keep []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, z := range s.summaries {
+		if !slices.Contains(keep, key) {
+			if err := z.f.Close(); err != nil {
+				s.log.Debug("closing a run's follower", "run", key, "error", err)
+			}
+			delete(s.summaries, key)
+		}
+	}
 }
 
 // runSummary brings the summary of the run named key up to date. Its

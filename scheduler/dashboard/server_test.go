@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,37 @@ func TestRunsList(t *testing.T) {
 	exp := byKey["exp"]
 	must.EqOp(t, "experiment", exp.Kind)
 	must.EqOp(t, "1 running, 1 stopped", exp.State)
+}
+
+// A run that leaves the storage path (deleted, moved aside) leaves the
+// list, and its follower is closed: the dashboard holds nothing of it.
+func TestRunsListForgetsGoneRuns(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		run, err := storage.Open(root, name, storage.Policy{})
+		must.NoError(t, err)
+		appendSteps(t, run, 1)
+		must.NoError(t, run.Close())
+	}
+	s, err := New(context.Background(), Options{Root: root})
+	must.NoError(t, err)
+	keys := func() []string {
+		t.Helper()
+		list, err := s.listStorage(context.Background())
+		must.NoError(t, err)
+		var out []string
+		for _, r := range list {
+			out = append(out, r.Key)
+		}
+		slices.Sort(out)
+		return out
+	}
+	must.Eq(t, []string{"a", "b"}, keys())
+	must.MapLen(t, 2, s.summaries)
+	must.NoError(t, os.RemoveAll(filepath.Join(root, "b")))
+	must.Eq(t, []string{"a"}, keys())
+	must.MapLen(t, 1, s.summaries)
+	must.MapContainsKey(t, s.summaries, "a")
 }
 
 // An experiment's stream: the trial table, then each trial's records as

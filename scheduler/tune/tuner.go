@@ -159,10 +159,10 @@ type experiment struct {
 	// takenOver is set when another tuner has taken the experiment over:
 	// this one leaves the trials to it and writes nothing more.
 	takenOver error
-	rt      map[string]*trialRuntime
-	events  chan event
-	running int
-	started time.Time
+	rt        map[string]*trialRuntime
+	events    chan event
+	running   int
+	started   time.Time
 	// watch wakes the loop when a process trial's progress file changes
 	// (nil: polling only).
 	watch *dirWatcher
