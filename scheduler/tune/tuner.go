@@ -156,13 +156,10 @@ type experiment struct {
 	obj     Objective
 	writer  *stateWriter
 	store   *storage.Experiment // the experiment's lock
-	// takenOver is set when another tuner has taken the experiment over:
-	// this one leaves the trials to it and writes nothing more.
-	takenOver error
-	rt        map[string]*trialRuntime
-	events    chan event
-	running   int
-	started   time.Time
+	rt      map[string]*trialRuntime
+	events  chan event
+	running int
+	started time.Time
 	// watch wakes the loop when a process trial's progress file changes
 	// (nil: polling only).
 	watch *dirWatcher
@@ -312,9 +309,10 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		}
 		// Whatever ended the loop, stop and wait for every trial; unless
 		// another tuner has taken the experiment over, which adopts them.
+		var takenOver error
 		if e.running > 0 {
-			if e.takenOver = e.lostExperiment(); e.takenOver != nil {
-				e.log.Warn("another tuner holds the experiment now: leaving the trials running for it", "error", e.takenOver)
+			if takenOver = e.lostExperiment(); takenOver != nil {
+				e.log.Warn("another tuner holds the experiment now: leaving the trials running for it", "error", takenOver)
 				e.note("another tuner holds the experiment now; its trials are left running for it")
 				for _, rt := range e.rt {
 					if rt.cancel != nil {
@@ -331,8 +329,8 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 				}
 			}
 		}
-		if e.takenOver != nil {
-			err = fmt.Errorf("%w: %w", ErrLocked, e.takenOver)
+		if takenOver != nil { // the state is the other tuner's to write
+			err = fmt.Errorf("%w: %w", ErrLocked, takenOver)
 			return
 		}
 		if serr := e.save(); serr != nil && err == nil {

@@ -32,7 +32,7 @@ const ExperimentStateFile = "experiment_state.json"
 const experimentLeaseKey = "tuner-lease.json"
 
 // experimentFile keeps the files a tuner writes beside its state plain
-// names that no trial (a run name never holds a dot) can take.
+// file names, which no trial (trial_0003) takes.
 var experimentFile = regexp.MustCompile(`^[a-z0-9_-]+\.(json|csv)$`)
 
 // maxStateSize bounds an experiment state read back: thousands of trials
@@ -90,9 +90,6 @@ func OpenExperiment(ctx context.Context, where string, opts ...Option) (*Experim
 	return &Experiment{where: where, ctx: ctx, st: st, lease: l}, nil
 }
 
-// Where is the experiment's location.
-func (e *Experiment) Where() string { return e.where }
-
 // WriteState replaces the experiment's state with b, whole and durably: a
 // reader sees the old state or the new one. On an object store it fails
 // with ErrLocked once the lease is not the tuner's any more.
@@ -130,7 +127,7 @@ func (e *Experiment) Close() error {
 	if e.lease == nil {
 		return e.lock.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), leaseReleaseTimeout)
 	defer cancel()
 	return e.lease.release(ctx)
 }
