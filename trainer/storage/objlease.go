@@ -110,6 +110,8 @@ func (l *lease) acquire(ctx context.Context) error {
 			if wait > l.ttl+time.Second {
 				return fmt.Errorf("%w: lease held by %s (pid %d) until %s", ErrLocked, cur.Host, cur.PID, cur.Expires.Format(time.RFC3339))
 			}
+			l.log.Info("the lease is held: waiting to see whether its holder renews it", "holder", cur.Holder,
+				"host", cur.Host, "pid", cur.PID, "wait", wait.Round(time.Millisecond))
 			if err := sleepCtx(ctx, wait); err != nil {
 				return err
 			}
