@@ -46,6 +46,9 @@ var ErrUnsharedStorage = errors.New("storage_path is not shared between workers"
 // every rank; each other rank checks it sees the same run directory.
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	var rp resumePoint
+	if err := s.openNodeCache(env); err != nil {
+		return err
+	}
 	s.scratch = s.memoryScratch(env)
 	s.beforeResume(env)
 	if s.rank == 0 {

@@ -3,6 +3,8 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -14,10 +16,34 @@ import (
 // 0 finds the checkpoint (downloading and checking it on its node), and
 // every other node downloads it once, for all its ranks.
 
-// nodeCache is the local directory the ranks on this machine share for
-// the run (object store only).
-func (s *Session) nodeCache(env workerenv.Env) string {
-	return storage.NodeCacheDir(nodeCacheBase(s.rank), env.StoragePath, env.RunName)
+// openNodeCache chooses the node's cache for a run on an object store:
+// <tmp>/nomad-train-<uid>/<run>-<hash>, shared by this user's ranks on
+// the machine. A checkpoint copy found in it is restored without being
+// hashed again, so the per-user directory must be this user's own,
+// private and not a link (as memory staging's is): another user of the
+// machine could otherwise plant a checkpoint there, or a link. Where it
+// is not, the rank keeps a private cache of its own (it then downloads
+// the checkpoint itself).
+func (s *Session) openNodeCache(env workerenv.Env) error {
+	if !storage.IsObjectPath(env.StoragePath) {
+		return nil
+	}
+	base := nodeCacheBase(s.rank)
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir, err := privateDir(filepath.Join(base, fmt.Sprintf("nomad-train-%d", os.Getuid())))
+	if err == nil {
+		s.cache = storage.NodeCacheDir(dir, env.StoragePath, env.RunName)
+		return nil
+	}
+	own, terr := os.MkdirTemp(base, "nomad-train-cache-")
+	if terr != nil {
+		return fmt.Errorf("node cache: %w (and a private one: %w)", err, terr)
+	}
+	s.log.Warn("the node's checkpoint cache is not safe to share: this rank keeps its own", "error", err, "dir", own)
+	s.cache = own
+	return nil
 }
 
 // nodeCacheBase is where a rank's node keeps its caches ("": the system's
@@ -30,7 +56,7 @@ func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
 	if storage.IsObjectPath(env.StoragePath) {
 		// The generation lets rank 0 take over at once the lease of an
 		// earlier generation's rank 0, whose node may be lost.
-		opts = append(opts, storage.WithLocalDir(s.nodeCache(env)), storage.WithWriter(s.attempt, s.generation))
+		opts = append(opts, storage.WithLocalDir(s.cache), storage.WithWriter(s.attempt, s.generation))
 	}
 	return opts
 }
@@ -42,7 +68,7 @@ func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
 // before the resume point is shared.
 func (s *Session) beforeResume(env workerenv.Env) {
 	if s.rank != 0 && s.localRank == 0 && storage.IsObjectPath(env.StoragePath) {
-		s.clearScratch(s.nodeCache(env))
+		s.clearScratch(s.cache)
 	}
 }
 
@@ -54,7 +80,7 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
 	}
-	rs, err := storage.OpenRank(ctx, env.StoragePath, env.RunName, s.nodeCache(env), storage.WithLogger(s.log),
+	rs, err := storage.OpenRank(ctx, env.StoragePath, env.RunName, s.cache, storage.WithLogger(s.log),
 		storage.WithStorageOptions(env.Storage()))
 	if err != nil {
 		return fmt.Errorf("open run storage: %w", err)

@@ -27,6 +27,7 @@ type Session struct {
 	config               json.RawMessage
 	runDir               string
 	scratch              string // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)
+	cache                string // the node's cache of an object store's checkpoints (restore_object.go)
 	group                *collective.Group
 	store                storage.RunStore   // rank 0 only
 	sharded              storage.Sharded    // rank 0 on an object store: store, whose ranks upload their own files

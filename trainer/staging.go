@@ -27,7 +27,7 @@ func (s *Session) memoryScratch(env workerenv.Env) string {
 	if err == nil {
 		var dir string
 		if dir, err = privateDir(filepath.Join(shm, fmt.Sprintf("nomad-train-%d", os.Getuid()))); err == nil {
-			sum := sha256.Sum256([]byte(s.nodeCache(env)))
+			sum := sha256.Sum256([]byte(s.cache))
 			return filepath.Join(dir, env.RunName+"-"+hex.EncodeToString(sum[:6]))
 		}
 	}

@@ -113,7 +113,9 @@
 // download is made under a file lock, into a temporary name, and placed
 // with the manifest last, which marks a copy whole; a rank that finds a
 // whole copy uses it (RankStore.Fetch), so a node downloads a checkpoint
-// once for all its ranks.
+// once for all its ranks. Since a whole copy is used without hashing it
+// again, the cache lives in a directory only its user can write to (the
+// trainer's <tmp>/nomad-train-<uid>).
 //
 // S3 has no flock. The writer holds a lease object, created with
 // If-None-Match: * and holding its holder's id, host, pid, expiry and, when

@@ -262,12 +262,10 @@ func (r *RankStore) KeepOnly(name string) error {
 }
 
 // NodeCacheDir is the node-local directory the ranks on one machine share
-// for a run kept at root (an s3:// path): under base (the system's
-// temporary directory when empty), named by the run and its location.
-func NodeCacheDir(base, root, run string) string {
-	if base == "" {
-		base = os.TempDir()
-	}
+// for a run kept at root (an s3:// path): in dir, named by the run and its
+// location. A copy of a checkpoint found there is trusted without hashing
+// it again (Fetch), so dir must be one no other user can write to.
+func NodeCacheDir(dir, root, run string) string {
 	loc := RunLocation(root, run)
 	safe := strings.Map(func(c rune) rune {
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' {
@@ -275,7 +273,7 @@ func NodeCacheDir(base, root, run string) string {
 		}
 		return '_'
 	}, run)
-	return filepath.Join(base, "nomad-train-cache", fmt.Sprintf("%s-%x", safe, sumOf(loc)))
+	return filepath.Join(dir, fmt.Sprintf("%s-%x", safe, sumOf(loc)))
 }
 
 // sumOf is a short digest of s, to name a directory after it.

@@ -221,7 +221,7 @@ func TestKeepOnly(t *testing.T) {
 
 func TestNodeCacheDir(t *testing.T) {
 	a := NodeCacheDir("/base", "s3://b/p", "run one")
-	must.EqOp(t, "/base/nomad-train-cache", filepath.Dir(a))
+	must.EqOp(t, "/base", filepath.Dir(a))
 	must.StrHasPrefix(t, "run_one-", filepath.Base(a))
 	must.NotEq(t, a, NodeCacheDir("/base", "s3://b/q", "run one"), must.Sprint("another location, another directory"))
 	must.EqOp(t, a, NodeCacheDir("/base", "s3://b/p", "run one"))
