@@ -113,8 +113,8 @@ func (s *Server) runAt(key string) (root, name string, err error) {
 
 // isExperiment reports whether where holds an experiment's state.
 func (s *Server) isExperiment(ctx context.Context, where string) bool {
-	_, _, err := storage.ReadExperimentState(ctx, where, s.opts...)
-	return err == nil
+	ok, err := storage.IsExperiment(ctx, where, s.opts...)
+	return err == nil && ok
 }
 
 // experimentAt resolves an experiment's key ("." for the root itself) to

@@ -180,27 +180,54 @@ func readState(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
+// IsExperiment reports whether where holds an experiment's state: one
+// Lstat or HEAD, without reading it. Of opts only WithObjectConfig
+// counts.
+func IsExperiment(ctx context.Context, where string, opts ...Option) (bool, error) {
+	if !IsObjectPath(where) {
+		dir, err := localRoot(where)
+		if err != nil {
+			return false, err
+		}
+		return isLocalExperiment(dir), nil
+	}
+	st, err := objstore.Open(ctx, where, objectConfig(opts))
+	if err != nil {
+		return false, err
+	}
+	return hasObject(ctx, st, ExperimentStateFile)
+}
+
+// isLocalExperiment reports whether dir holds a state file (a regular
+// file: readers refuse a link).
+func isLocalExperiment(dir string) bool {
+	fi, err := os.Lstat(filepath.Join(dir, ExperimentStateFile))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// hasObject reports whether st holds the object key.
+func hasObject(ctx context.Context, st *objstore.Store, key string) (bool, error) {
+	_, err := st.Head(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // ListExperiments returns the names of the experiments under the storage
 // path root, sorted: the entries that hold an experiment state. A root
 // nothing has written to holds none. Of opts only WithObjectConfig
 // counts.
 func ListExperiments(ctx context.Context, root string, opts ...Option) ([]string, error) {
 	if !IsObjectPath(root) {
-		return listLocal(root, "experiments", func(dir string) bool {
-			fi, err := os.Lstat(filepath.Join(dir, ExperimentStateFile))
-			return err == nil && fi.Mode().IsRegular()
-		})
+		return listLocal(root, "experiments", isLocalExperiment)
 	}
 	st, err := objstore.Open(ctx, root, objectConfig(opts))
 	if err != nil {
 		return nil, fmt.Errorf("listing experiments: %w", err)
 	}
 	return listObject(ctx, st, "experiments", func(name string) (bool, error) {
-		_, err := st.Head(ctx, name+"/"+ExperimentStateFile)
-		if errors.Is(err, objstore.ErrNotFound) {
-			return false, nil
-		}
-		return err == nil, err
+		return hasObject(ctx, st, name+"/"+ExperimentStateFile)
 	})
 }
 
