@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -101,7 +99,7 @@ func (e *Experiment) WriteState(b []byte) error {
 		}
 		return nil
 	}
-	if err := e.lease.check(e.ctx); err != nil {
+	if err := e.Held(); err != nil {
 		return fmt.Errorf("write %s: %w", e.where+"/"+name, err)
 	}
 	if _, err := e.st.Put(e.ctx, name, bytes.NewReader(b)); err != nil {
@@ -136,48 +134,11 @@ func (e *Experiment) Close() error {
 // when it was written; an error wrapping fs.ErrNotExist when there is
 // none. Of opts only WithObjectConfig counts.
 func ReadExperimentState(ctx context.Context, where string, opts ...Option) ([]byte, time.Time, error) {
-	if !IsObjectPath(where) {
-		dir, err := localRoot(where)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		f, err := openRegular(filepath.Join(dir, ExperimentStateFile))
-		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
-		}
-		b, err := readState(f)
-		return b, fi.ModTime(), err
-	}
-	st, err := objstore.Open(ctx, where, objectConfig(opts))
+	b, written, err := readWhole(ctx, where, ExperimentStateFile, maxStateSize, opts)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
 	}
-	rc, info, err := st.Get(ctx, ExperimentStateFile)
-	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, time.Time{}, fmt.Errorf("read experiment state %s/%s: %w", where, ExperimentStateFile, fs.ErrNotExist)
-	}
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read experiment state: %w", err)
-	}
-	defer rc.Close()
-	b, err := readState(rc)
-	return b, info.LastModified, err
-}
-
-func readState(r io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxStateSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read experiment state: %w", err)
-	}
-	if len(b) > maxStateSize {
-		return nil, fmt.Errorf("read experiment state: longer than %d bytes", maxStateSize)
-	}
-	return b, nil
+	return b, written, nil
 }
 
 // IsExperiment reports whether where holds an experiment's state: one
@@ -238,22 +199,8 @@ func WriteExperimentFile(ctx context.Context, where, name string, b []byte, opts
 	if !experimentFile.MatchString(name) || name == ExperimentStateFile {
 		return fmt.Errorf("experiment file name %q: want a plain name.json or name.csv", name)
 	}
-	if IsObjectPath(where) {
-		st, err := objstore.Open(ctx, where, objectConfig(opts))
-		if err == nil {
-			_, err = st.Put(ctx, name, bytes.NewReader(b))
-		}
-		if err != nil {
-			return fmt.Errorf("write %s/%s: %w", where, name, err)
-		}
-		return nil
-	}
-	dir, err := localRoot(where)
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(dir, name, b); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+	if err := writeWhole(ctx, where, name, b, opts); err != nil {
+		return fmt.Errorf("write %s: %w", RunLocation(where, name), err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
@@ -41,24 +42,11 @@ func WriteNote(ctx context.Context, root, run, name string, b []byte, opts ...Op
 	if err := checkNote(name); err != nil {
 		return err
 	}
-	if IsObjectPath(root) {
-		st, err := noteStore(ctx, root, run, opts)
-		if err != nil {
-			return fmt.Errorf("write note %s: %w", name, err)
-		}
-		if _, err := st.Put(ctx, run+"/"+name, bytes.NewReader(b)); err != nil {
-			return fmt.Errorf("write note %s: %w", name, err)
-		}
-		return nil
+	place, err := notePlace(root, run)
+	if err == nil {
+		err = writeWhole(ctx, place, name, b, opts)
 	}
-	dir, err := runDir(root, run)
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write note %s: %w", name, err)
-	}
-	if err := writeFileAtomic(dir, name, b); err != nil {
 		return fmt.Errorf("write note %s: %w", name, err)
 	}
 	return nil
@@ -70,47 +58,94 @@ func ReadNote(ctx context.Context, root, run, name string, opts ...Option) ([]by
 	if err := checkNote(name); err != nil {
 		return nil, err
 	}
-	if IsObjectPath(root) {
-		st, err := noteStore(ctx, root, run, opts)
-		if err != nil {
-			return nil, fmt.Errorf("read note %s: %w", name, err)
-		}
-		rc, _, err := st.Get(ctx, run+"/"+name)
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("read note %s: %w", name, fs.ErrNotExist)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read note %s: %w", name, err)
-		}
-		defer rc.Close()
-		return readNoteBody(rc, name)
-	}
-	dir, err := runDir(root, run)
-	if err != nil {
-		return nil, err
-	}
-	f, err := openRegular(filepath.Join(dir, name))
+	place, err := notePlace(root, run)
 	if err != nil {
 		return nil, fmt.Errorf("read note %s: %w", name, err)
 	}
-	defer f.Close()
-	return readNoteBody(f, name)
-}
-
-func readNoteBody(r io.Reader, name string) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxNoteSize+1))
+	b, _, err := readWhole(ctx, place, name, maxNoteSize, opts)
 	if err != nil {
 		return nil, fmt.Errorf("read note %s: %w", name, err)
-	}
-	if len(b) > maxNoteSize {
-		return nil, fmt.Errorf("read note %s: longer than %d bytes", name, maxNoteSize)
 	}
 	return b, nil
 }
 
-func noteStore(ctx context.Context, root, run string, opts []Option) (*objstore.Store, error) {
+// notePlace is where the run's notes are: its directory, or its location
+// on the object store.
+func notePlace(root, run string) (string, error) {
 	if err := checkRunName(run); err != nil {
-		return nil, err
+		return "", err
 	}
-	return objstore.Open(ctx, root, objectConfig(opts))
+	if IsObjectPath(root) {
+		return RunLocation(root, run), nil
+	}
+	return runDir(root, run)
+}
+
+// writeWhole writes b as the file name of place (a directory, made if
+// need be, or an s3:// location), whole: a reader sees all of b or what
+// was there before. Of opts only WithObjectConfig counts.
+func writeWhole(ctx context.Context, place, name string, b []byte, opts []Option) error {
+	if IsObjectPath(place) {
+		st, err := objstore.Open(ctx, place, objectConfig(opts))
+		if err != nil {
+			return err
+		}
+		_, err = st.Put(ctx, name, bytes.NewReader(b))
+		return err
+	}
+	dir, err := localRoot(place)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return writeFileAtomic(dir, name, b)
+}
+
+// readWhole reads the file name of place, of at most limit bytes, and
+// says when it was written; an error wrapping fs.ErrNotExist when there
+// is none. A local file must be a regular file (not a link). Of opts only
+// WithObjectConfig counts.
+func readWhole(ctx context.Context, place, name string, limit int64, opts []Option) ([]byte, time.Time, error) {
+	var r io.Reader
+	var written time.Time
+	if IsObjectPath(place) {
+		st, err := objstore.Open(ctx, place, objectConfig(opts))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		rc, info, err := st.Get(ctx, name)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, time.Time{}, fmt.Errorf("%s/%s: %w", place, name, fs.ErrNotExist)
+		}
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		defer rc.Close()
+		r, written = rc, info.LastModified
+	} else {
+		dir, err := localRoot(place)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		f, err := openRegular(filepath.Join(dir, name))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		r, written = f, fi.ModTime()
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if int64(len(b)) > limit {
+		return nil, time.Time{}, fmt.Errorf("longer than %d bytes", limit)
+	}
+	return b, written, nil
 }
