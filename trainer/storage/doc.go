@@ -132,10 +132,10 @@
 // so that of two writers that found it expired exactly one takes it;
 // otherwise it gets ErrLocked. A holder whose
 // renewal finds its lease changed, or that cannot renew it, fails every
-// later write; before each manifest it also reads the lease (HEAD) and
-// compares the ETag, because S3 cannot make one write conditional on
-// another object: one round trip remains between that check and the
-// manifest. A holder that lost its lease deletes no checkpoint objects
+// later write; before each manifest and each progress record of its own
+// (and before a roll-back) it also reads the lease (HEAD) and compares
+// the ETag, because S3 cannot make one write conditional on another
+// object: one round trip remains between that check and the write. A holder that lost its lease deletes no checkpoint objects
 // (they may be the new writer's). The lease is advisory against a writer
 // paused longer than its time to live; the conditional manifest write
 // still keeps two writers from committing the same checkpoint name.

@@ -33,10 +33,18 @@ func segmentSeq(key string) (int64, bool) {
 }
 
 // appendSegment writes one record as a segment object, after any segment
-// still being written in the background. mu is held.
+// still being written in the background, and after the lease check that
+// keeps a writer whose lease was taken over (a fenced-out rank 0 of an
+// earlier generation, still running) from adding records behind its
+// successor's: such a record, at a step beyond the successor's, would
+// also move a follower's cursor past the successor's next segments. mu
+// is held.
 func (r *ObjectRun) appendSegment(rec Record) error {
 	if err := r.waitSegments(); err != nil {
 		return err
+	}
+	if err := r.lease.check(r.ctx); err != nil {
+		return fmt.Errorf("appending progress record: %w", err)
 	}
 	line, key, err := r.nextSegment(rec)
 	if err != nil {
@@ -53,7 +61,8 @@ func (r *ObjectRun) appendSegment(rec Record) error {
 // appendSegmentLater adds a record to the writer's view now and writes
 // its segment in the background, after the segments before it (so a
 // reader's cursor never passes a segment still to come). A checkpoint's
-// record goes this way: its manifest, written first, already holds it,
+// record goes this way, without a lease check of its own (its manifest's
+// has just passed): its manifest, written first, already holds it,
 // and a crash before the segment is written leaves OpenObject to rebuild
 // it from the manifest. A failed write fails every later write of the
 // run, and Close. mu is held.
@@ -202,6 +211,10 @@ func (r *ObjectRun) TruncateAfter(step int64) error {
 	}
 	if err := r.waitSegments(); err != nil {
 		return err
+	}
+	// The segments may be a successor's, if the lease was taken.
+	if err := r.lease.check(r.ctx); err != nil {
+		return fmt.Errorf("rolling back progress: %w", err)
 	}
 	cut := len(r.recs)
 	for cut > 0 && r.recs[cut-1].Step > step {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -97,16 +98,23 @@ func TestObjectLeaseTakeover(t *testing.T) {
 	}
 }
 
+// heldByFirstGeneration opens run "r" on a fresh bucket as generation 1
+// of attempt a1, with a lease of an hour.
+func heldByFirstGeneration(t *testing.T) (*objstore.Store, *ObjectRun) {
+	t.Helper()
+	st := leaseStore(t, s3test.Start(t))
+	old, err := OpenObject(context.Background(), st, "r", Policy{}, WithLeaseTTL(time.Hour), WithWriter("a1", 1))
+	must.NoError(t, err)
+	t.Cleanup(func() { old.Close() })
+	return st, old
+}
+
 // A renewal by a holder whose lease was taken fails its later writes
 // even before it commits: the renewal writes only over its own last
 // write (If-Match), so it cannot overwrite the taker's lease.
 func TestObjectLeaseRenewalFindsTakeover(t *testing.T) {
-	srv := s3test.Start(t)
 	ctx := context.Background()
-	st := leaseStore(t, srv)
-	old, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Hour), WithWriter("a1", 1))
-	must.NoError(t, err)
-	defer old.Close()
+	st, old := heldByFirstGeneration(t)
 	must.NoError(t, old.lease.renew(ctx), must.Sprint("a renewal of a lease still held"))
 	// A short TTL: refused at once, not after an hour, without the takeover.
 	taker, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Second), WithWriter("a1", 2))
@@ -118,6 +126,39 @@ func TestObjectLeaseRenewalFindsTakeover(t *testing.T) {
 	must.NoError(t, taker.Append(Record{Step: 0}))
 	must.NoError(t, taker.lease.renew(ctx))
 	must.NoError(t, taker.lease.check(ctx))
+}
+
+// A holder whose lease was taken over, and whose next write is a record
+// rather than a commit (a fenced-out rank 0 still training), writes no
+// segment: one at a step beyond the taker's would sit in the taker's
+// history and move a follower's cursor past the taker's next segments.
+// Nor does it roll back the taker's records.
+func TestObjectLeaseTakenFencesRecords(t *testing.T) {
+	ctx := context.Background()
+	st, old := heldByFirstGeneration(t)
+	for step := range int64(3) {
+		must.NoError(t, old.Append(Record{Step: step, Metrics: map[string]any{"gen": 1}}))
+	}
+	taker, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Hour), WithWriter("a1", 2))
+	must.NoError(t, err)
+	defer taker.Close()
+	must.NoError(t, taker.TruncateAfter(1))
+	must.NoError(t, taker.Append(Record{Step: 2, Metrics: map[string]any{"gen": 2}}))
+
+	must.ErrorIs(t, old.Append(Record{Step: 9, Metrics: map[string]any{"gen": 1}}), ErrLocked)
+	must.ErrorIs(t, old.TruncateAfter(0), ErrLocked)
+	must.NoError(t, taker.Append(Record{Step: 3, Metrics: map[string]any{"gen": 2}}))
+
+	reader, err := OpenObjectReadOnly(ctx, st, "r", Policy{})
+	must.NoError(t, err)
+	defer reader.Close()
+	recs, err := reader.Records()
+	must.NoError(t, err)
+	var got []string
+	for _, rec := range recs {
+		got = append(got, fmt.Sprintf("%d/%v", rec.Step, rec.Metrics["gen"]))
+	}
+	must.Eq(t, []string{"0/1", "1/1", "2/2", "3/2"}, got)
 }
 
 // Two rank 0s of the same later generation (which the rendezvous never
