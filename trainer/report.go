@@ -423,13 +423,16 @@ func gatherAs[T any](ctx context.Context, s *Session, v T) ([]T, error) {
 }
 
 // closeStorage lets rank 0's queued writes finish, then releases the
-// run's storage.
+// run's storage and the node cache.
 func (s *Session) closeStorage() {
 	if s.writes != nil {
 		s.writes.close()
 	}
 	if s.store != nil {
 		s.store.Close()
+	}
+	if s.closeCache != nil {
+		s.closeCache()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -18,12 +19,14 @@ import (
 
 // openNodeCache chooses the node's cache for a run on an object store:
 // <tmp>/nomad-train-<uid>/<run>-<hash>, shared by this user's ranks on
-// the machine. A checkpoint copy found in it is restored without being
-// hashed again, so the per-user directory must be this user's own,
-// private and not a link (as memory staging's is): another user of the
-// machine could otherwise plant a checkpoint there, or a link. Where it
-// is not, the rank keeps a private cache of its own (it then downloads
-// the checkpoint itself).
+// the machine and marked in use until closeStorage. A checkpoint copy
+// found in it is restored without being hashed again, so the per-user
+// directory must be this user's own, private and not a link (as memory
+// staging's is): another user of the machine could otherwise plant a
+// checkpoint there, or a link. Where it is not, the rank keeps a private
+// cache of its own (it then downloads the checkpoint itself), removed
+// when the session ends. The node's first rank also sweeps the caches
+// that runs left there (storage.SweepNodeCaches).
 func (s *Session) openNodeCache(env workerenv.Env) error {
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
@@ -34,7 +37,14 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 	}
 	dir, err := privateDir(filepath.Join(base, fmt.Sprintf("nomad-train-%d", os.Getuid())))
 	if err == nil {
-		s.cache = storage.NodeCacheDir(dir, env.StoragePath, env.RunName)
+		c, err := storage.OpenNodeCache(dir, env.StoragePath, env.RunName)
+		if err != nil {
+			return err
+		}
+		s.cache, s.closeCache = c.Dir, c.Close
+		if s.localRank == 0 {
+			s.sweepNodeCaches(dir)
+		}
 		return nil
 	}
 	own, terr := os.MkdirTemp(base, "nomad-train-cache-")
@@ -42,8 +52,20 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 		return fmt.Errorf("node cache: %w (and a private one: %w)", err, terr)
 	}
 	s.log.Warn("the node's checkpoint cache is not safe to share: this rank keeps its own", "error", err, "dir", own)
-	s.cache = own
+	s.cache, s.closeCache = own, func() error { return os.RemoveAll(own) }
 	return nil
+}
+
+// sweepNodeCaches removes the node caches in dir that runs left unused
+// for storage.NodeCacheIdle.
+func (s *Session) sweepNodeCaches(dir string) {
+	removed, err := storage.SweepNodeCaches(dir, time.Now(), storage.NodeCacheIdle)
+	if len(removed) > 0 {
+		s.log.Info("removed node caches unused for a day", "dir", dir, "caches", removed)
+	}
+	if err != nil {
+		s.log.Warn("could not sweep the node's checkpoint caches", "error", err)
+	}
 }
 
 // nodeCacheBase is where a rank's node keeps its caches ("": the system's

@@ -128,6 +128,48 @@ func TestRanksUploadTheirOwnFiles(t *testing.T) {
 	}
 }
 
+// TestNodeCachesAreSwept: a run's workers hold their node's cache while
+// they train, so that no sweep removes it, and leave it to age once they
+// have ended; the node's first rank sweeps the caches other runs left
+// unused for a day as it starts.
+func TestNodeCachesAreSwept(t *testing.T) {
+	url := s3Storage(t)
+	twoNodes(t)
+	nodeA := filepath.Join(sharedDir(t, "S3_NODE_A"), fmt.Sprintf("nomad-train-%d", os.Getuid()))
+	if !workerenv.IsWorker() {
+		// The launching test: a cache another run left a day and more ago.
+		must.NoError(t, os.MkdirAll(filepath.Join(nodeA, "left-0123456789ab", "checkpoint_000000"), 0o700))
+		day := time.Now().Add(-storage.NodeCacheIdle - time.Minute)
+		must.NoError(t, os.Chtimes(filepath.Join(nodeA, "left-0123456789ab"), day, day))
+	}
+	later := time.Now().Add(2 * storage.NodeCacheIdle)
+	fn := func(ctx context.Context, s *trainer.Session) error {
+		if err := reportRankFiles(ctx, s, 1); err != nil {
+			return err
+		}
+		if s.WorldRank() != 0 {
+			return nil
+		}
+		if _, err := os.Stat(filepath.Join(nodeA, "left-0123456789ab")); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("the cache left a day ago is still there (%v)", err)
+		}
+		removed, err := storage.SweepNodeCaches(nodeA, later, storage.NodeCacheIdle)
+		if err != nil || len(removed) > 0 {
+			return fmt.Errorf("a sweep while the run trains removed %v (%v)", removed, err)
+		}
+		return nil
+	}
+	_, out, err := fit(t, fn, 4, trainer.Run{Name: "swept", StoragePath: url}, nil)
+	must.NoError(t, err, must.Sprint(out))
+	own := filepath.Base(storage.NodeCacheDir(nodeA, url, "swept"))
+	removed, err := storage.SweepNodeCaches(nodeA, time.Now(), storage.NodeCacheIdle)
+	must.NoError(t, err)
+	must.SliceEmpty(t, removed, must.Sprint("used just now"))
+	removed, err = storage.SweepNodeCaches(nodeA, later, storage.NodeCacheIdle)
+	must.NoError(t, err)
+	must.Eq(t, []string{own}, removed, must.Sprint("released when the run ended"))
+}
+
 // asyncRun is a run on S3 with asynchronous uploads.
 func asyncRun(t *testing.T, name string, maxFailures int) (trainer.Run, string) {
 	url := s3Storage(t)

@@ -115,7 +115,9 @@
 // whole copy uses it (RankStore.Fetch), so a node downloads a checkpoint
 // once for all its ranks. Since a whole copy is used without hashing it
 // again, the cache lives in a directory only its user can write to (the
-// trainer's <tmp>/nomad-train-<uid>).
+// trainer's <tmp>/nomad-train-<uid>). A process marks the cache it uses
+// (OpenNodeCache), and a cache no process has used for NodeCacheIdle is
+// removed by the next rank that opens one there (SweepNodeCaches).
 //
 // S3 has no flock. The writer holds a lease object, created with
 // If-None-Match: * and holding its holder's id, host, pid, expiry and, when

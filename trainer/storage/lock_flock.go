@@ -30,13 +30,31 @@ func lockRun(path string) (*os.File, error) {
 // lockWait takes an exclusive lock on path, waiting for it, and returns
 // the function that releases it.
 func lockWait(path string) (func(), error) {
+	f, err := flockFile(path, syscall.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// lockShared opens (creating) path and takes a shared lock on it, waiting
+// for an exclusive holder to let go.
+func lockShared(path string) (*os.File, error) { return flockFile(path, syscall.LOCK_SH) }
+
+// flockFile opens (creating) path and locks it (flock's how), waiting.
+func flockFile(path string, how int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock %s: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
-	return func() { f.Close() }, nil
+	return f, nil
+}
+
+// tryLockExclusive takes an exclusive lock on f if no one holds one.
+func tryLockExclusive(f *os.File) bool {
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
 }

@@ -20,3 +20,16 @@ func lockRun(path string) (*os.File, error) {
 // lockWait takes no lock on this platform: processes sharing a local
 // directory may download the same checkpoint twice, into temporary names.
 func lockWait(path string) (func(), error) { return func() {}, nil }
+
+// lockShared opens (creating) path without locking it.
+func lockShared(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// tryLockExclusive cannot tell whether another process uses the file on
+// this platform, so it says no: node caches are not swept.
+func tryLockExclusive(*os.File) bool { return false }
