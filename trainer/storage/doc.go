@@ -130,7 +130,9 @@
 // of two takers exactly one wins): the gang has left that generation, and
 // its rank 0 is dead or fenced out. Any other lease it waits for until it
 // expires, at most one time to live, and takes over if it was not renewed
-// meanwhile (a killed writer), with If-Match on the expired lease's ETag,
+// meanwhile (a killed writer); it also looks when the holder's next
+// renewal is due (the lease says when) and is refused as soon as it sees
+// one. The takeover writes with If-Match on the expired lease's ETag,
 // so that of two writers that found it expired exactly one takes it;
 // otherwise it gets ErrLocked. A holder whose
 // renewal finds its lease changed, or that cannot renew it, fails every

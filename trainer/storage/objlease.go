@@ -29,6 +29,11 @@ type leaseBody struct {
 	// the lease. Empty and 0 for a writer that gave none.
 	Attempt    string `json:"attempt,omitempty"`
 	Generation uint64 `json:"generation,omitempty"`
+	// Renews is when the holder will renew the lease next (a third of its
+	// time to live after this write), so that a writer waiting on a live
+	// holder is refused when it sees the renewal, well before Expires.
+	// Zero in a lease written before the field was.
+	Renews time.Time `json:"renews,omitzero"`
 }
 
 // lease is an ObjectRun's writer lock: an object created with
@@ -112,11 +117,15 @@ func (l *lease) acquire(ctx context.Context) error {
 			}
 			l.log.Info("the lease is held: waiting to see whether its holder renews it", "holder", cur.Holder,
 				"host", cur.Host, "pid", cur.PID, "wait", wait.Round(time.Millisecond))
-			if err := sleepCtx(ctx, wait); err != nil {
-				return err
-			}
-			if _, now, err := l.read(ctx); err != nil || now != etag {
-				return fmt.Errorf("%w: lease held by %s (pid %d), renewed", ErrLocked, cur.Host, cur.PID)
+			// A live holder renews by cur.Renews: look then, and once more
+			// at expiry if it has not (a renewal can be late).
+			for _, at := range l.looks(cur) {
+				if err := sleepCtx(ctx, at.Sub(l.now())); err != nil {
+					return err
+				}
+				if _, now, err := l.read(ctx); err != nil || now != etag {
+					return fmt.Errorf("%w: lease held by %s (pid %d), renewed", ErrLocked, cur.Host, cur.PID)
+				}
 			}
 		}
 		l.log.Warn("taking over an expired writer lease", "holder", cur.Holder, "host", cur.Host, "pid", cur.PID)
@@ -131,6 +140,20 @@ func (l *lease) acquire(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("%w: lease changed hands while taking it", ErrLocked)
+}
+
+// looks returns when a writer waiting on the lease cur looks at it again:
+// shortly after its holder's next renewal is due, if that is before it
+// expires, and at expiry.
+func (l *lease) looks(cur leaseBody) []time.Time {
+	if cur.Renews.IsZero() {
+		return []time.Time{cur.Expires}
+	}
+	due := cur.Renews.Add(max(l.ttl/10, 500*time.Millisecond))
+	if !due.Before(cur.Expires) {
+		return []time.Time{cur.Expires}
+	}
+	return []time.Time{due, cur.Expires}
 }
 
 // takeOver replaces the expired lease whose ETag was read as etag, only
@@ -189,8 +212,9 @@ const (
 // holder's.
 func (l *lease) put(ctx context.Context, how int, etag string) error {
 	host, _ := os.Hostname()
-	b, err := json.Marshal(leaseBody{Holder: l.holder, Host: host, PID: os.Getpid(), Expires: l.now().Add(l.ttl),
-		Attempt: l.attempt, Generation: l.gen})
+	now := l.now()
+	b, err := json.Marshal(leaseBody{Holder: l.holder, Host: host, PID: os.Getpid(), Expires: now.Add(l.ttl),
+		Renews: now.Add(l.ttl / 3), Attempt: l.attempt, Generation: l.gen})
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,34 @@ func TestObjectLease(t *testing.T) {
 	}
 }
 
+// A writer that finds the lease held by a live writer is refused once it
+// sees the holder renew it, a third of the holder's time to live after
+// its last write, rather than at expiry (a second tuner of a running
+// experiment used to wait the whole TTL before its refusal). A lease that
+// says nothing of its renewal is looked at only at expiry.
+func TestLeaseWaiterLooksAtTheRenewal(t *testing.T) {
+	now := time.Now()
+	l := &lease{ttl: 30 * time.Second}
+	must.Eq(t, []time.Time{now.Add(13 * time.Second), now.Add(30 * time.Second)},
+		l.looks(leaseBody{Renews: now.Add(10 * time.Second), Expires: now.Add(30 * time.Second)}))
+	must.Eq(t, []time.Time{now.Add(30 * time.Second)}, l.looks(leaseBody{Expires: now.Add(30 * time.Second)}))
+	must.Eq(t, []time.Time{now.Add(time.Second)},
+		l.looks(leaseBody{Renews: now.Add(time.Second), Expires: now.Add(time.Second)}))
+
+	srv := s3test.Start(t)
+	st := leaseStore(t, srv)
+	ctx := context.Background()
+	const ttl = 9 * time.Second // renewed every 3 s
+	holder, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(ttl))
+	must.NoError(t, err)
+	defer holder.Close()
+	start := time.Now()
+	_, err = OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(ttl))
+	must.ErrorIs(t, err, ErrLocked)
+	took := time.Since(start)
+	must.Less(t, 2*ttl/3, took, must.Sprintf("refused after %v, at the renewal (3 s), not at expiry (9 s)", took))
+}
+
 // A reader following a run reads only the segments after its cursor:
 // one deleted behind its back does not disappear from its view.
 func TestObjectFollowReadsOnlyNew(t *testing.T) {
