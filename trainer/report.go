@@ -423,7 +423,7 @@ func gatherAs[T any](ctx context.Context, s *Session, v T) ([]T, error) {
 }
 
 // closeStorage lets rank 0's queued writes finish, then releases the
-// run's storage and the node cache.
+// run's storage and its node directories.
 func (s *Session) closeStorage() {
 	if s.writes != nil {
 		s.writes.close()
@@ -431,9 +431,10 @@ func (s *Session) closeStorage() {
 	if s.store != nil {
 		s.store.Close()
 	}
-	if s.closeCache != nil {
-		s.closeCache()
+	for _, release := range s.releaseNode {
+		release()
 	}
+	s.releaseNode = nil
 }
 
 // ownCheckpointDir confines the checkpoint directory rank reported to the

@@ -64,6 +64,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if rp.Err != "" {
 		return fmt.Errorf("open run storage: %s", rp.Err)
 	}
+	s.useMemoryScratch()
 	if rp.Probe != "" {
 		if err := s.checkShared(ctx, env, rp); err != nil {
 			return err

@@ -41,7 +41,7 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 		if err != nil {
 			return err
 		}
-		s.cache, s.closeCache = c.Dir, c.Close
+		s.cache, s.releaseNode = c.Dir, append(s.releaseNode, c.Close)
 		if s.localRank == 0 {
 			s.sweepNodeCaches(dir)
 		}
@@ -52,7 +52,7 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 		return fmt.Errorf("node cache: %w (and a private one: %w)", err, terr)
 	}
 	s.log.Warn("the node's checkpoint cache is not safe to share: this rank keeps its own", "error", err, "dir", own)
-	s.cache, s.closeCache = own, func() error { return os.RemoveAll(own) }
+	s.cache, s.releaseNode = own, append(s.releaseNode, func() error { return os.RemoveAll(own) })
 	return nil
 }
 
@@ -61,7 +61,7 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 func (s *Session) sweepNodeCaches(dir string) {
 	removed, err := storage.SweepNodeCaches(dir, time.Now(), storage.NodeCacheIdle)
 	if len(removed) > 0 {
-		s.log.Info("removed node caches unused for a day", "dir", dir, "caches", removed)
+		s.log.Info("removed node directories unused for a day", "dir", dir, "caches", removed)
 	}
 	if err != nil {
 		s.log.Warn("could not sweep the node's checkpoint caches", "error", err)

@@ -26,9 +26,9 @@ type Session struct {
 	attempt              string // storage.AttemptID of the run's secret: with generation, names rank 0 as the storage writer
 	config               json.RawMessage
 	runDir               string
-	scratch              string       // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)
-	cache                string       // the node's cache of an object store's checkpoints (restore_object.go)
-	closeCache           func() error // releases cache
+	scratch              string         // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)
+	cache                string         // the node's cache of an object store's checkpoints (restore_object.go)
+	releaseNode          []func() error // release cache and a memory scratch (closeStorage)
 	group                *collective.Group
 	store                storage.RunStore   // rank 0 only
 	sharded              storage.Sharded    // rank 0 on an object store: store, whose ranks upload their own files

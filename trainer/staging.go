@@ -11,6 +11,22 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
+// useMemoryScratch marks the memory scratch in use for the session, so
+// that no sweep removes it (the node's first rank sweeps the ones runs
+// left, as it does node caches). It is called once the gang has shared
+// the resume point: every rank that clears the scratch has by then.
+func (s *Session) useMemoryScratch() {
+	if s.scratch == "" {
+		return
+	}
+	mark, err := storage.UseNodeDir(s.scratch)
+	if err != nil {
+		s.log.Warn("could not mark the memory staging directory in use", "error", err)
+		return
+	}
+	s.releaseNode = append(s.releaseNode, mark.Close)
+}
+
 // memoryScratch returns the RAM-backed directory this node's ranks build
 // checkpoints in when the policy stages them in memory on an object store
 // (CheckpointConfig.Staging), or "" for the default, the run directory's
@@ -27,6 +43,9 @@ func (s *Session) memoryScratch(env workerenv.Env) string {
 	if err == nil {
 		var dir string
 		if dir, err = privateDir(filepath.Join(shm, fmt.Sprintf("nomad-train-%d", os.Getuid()))); err == nil {
+			if s.localRank == 0 {
+				s.sweepNodeCaches(dir)
+			}
 			sum := sha256.Sum256([]byte(s.cache))
 			return filepath.Join(dir, env.RunName+"-"+hex.EncodeToString(sum[:6]))
 		}

@@ -17,6 +17,8 @@ import (
 // (every trial of an experiment is a run), so the caches of one user on
 // a machine are swept: a cache that no process uses and that none has used
 // for NodeCacheIdle is removed by the next rank that opens a cache there.
+// The directories a node stages checkpoints in memory in are swept the
+// same way.
 //
 // A process marks the cache it uses with a shared flock(2) on the cache's
 // in-use file, held until NodeCache.Close or its exit, and sets the file's
@@ -30,15 +32,16 @@ import (
 // Sweeping one costs a run that comes back to the node later a download.
 const NodeCacheIdle = 24 * time.Hour
 
-// inUseFile is the file in a node cache whose lock marks it in use and
+// InUseFile is the file in a node cache whose lock marks it in use and
 // whose modification time is its last use.
-const inUseFile = ".in-use"
+const InUseFile = ".in-use"
 
 // nodeCacheName matches the names NodeCacheDir gives: the run's name, a
 // dash, 12 hex digits.
 var nodeCacheName = regexp.MustCompile(`^[A-Za-z0-9._-]+-[0-9a-f]{12}$`)
 
-// NodeCache is one process's use of a node cache.
+// NodeCache is one process's use of a node cache (or of another
+// directory UseNodeDir marks).
 type NodeCache struct {
 	Dir  string
 	lock *os.File
@@ -47,16 +50,22 @@ type NodeCache struct {
 // OpenNodeCache makes the node cache of run (at root) in dir, a directory
 // only this user can write to, and marks it in use until Close.
 func OpenNodeCache(dir, root, run string) (*NodeCache, error) {
-	path := NodeCacheDir(dir, root, run)
+	return UseNodeDir(NodeCacheDir(dir, root, run))
+}
+
+// UseNodeDir makes the directory path, named as NodeCacheDir names them
+// (a node cache, or a run's memory staging directory), and marks it in use
+// until Close, so that SweepNodeCaches leaves it alone.
+func UseNodeDir(path string) (*NodeCache, error) {
 	for range 5 {
 		if err := os.MkdirAll(path, 0o755); err != nil {
 			return nil, fmt.Errorf("node cache: %w", err)
 		}
-		f, err := lockShared(filepath.Join(path, inUseFile))
+		f, err := lockShared(filepath.Join(path, InUseFile))
 		if err != nil {
 			return nil, fmt.Errorf("node cache: %w", err)
 		}
-		if sameFile(f, filepath.Join(path, inUseFile)) {
+		if sameFile(f, filepath.Join(path, InUseFile)) {
 			touch(f.Name())
 			return &NodeCache{Dir: path, lock: f}, nil
 		}
@@ -104,7 +113,7 @@ func SweepNodeCaches(dir string, now time.Time, idle time.Duration) ([]string, e
 // sweepNodeCache removes the cache at path if it is idle and unused.
 func sweepNodeCache(path string, now time.Time, idle time.Duration) (bool, error) {
 	idleSince := func(fi fs.FileInfo) bool { return now.Sub(fi.ModTime()) >= idle }
-	marker := filepath.Join(path, inUseFile)
+	marker := filepath.Join(path, InUseFile)
 	var f *os.File
 	fi, err := os.Lstat(marker)
 	switch {

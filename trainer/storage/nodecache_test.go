@@ -31,11 +31,11 @@ func TestSweepNodeCaches(t *testing.T) {
 	// In use for long: its mark is old, its lock held.
 	busy := open("busy")
 	defer busy.Close()
-	age(filepath.Join(busy.Dir, inUseFile), old)
+	age(filepath.Join(busy.Dir, InUseFile), old)
 	// Released long ago, and lately.
 	gone := open("gone")
 	must.NoError(t, gone.Close())
-	age(filepath.Join(gone.Dir, inUseFile), old)
+	age(filepath.Join(gone.Dir, InUseFile), old)
 	recent := open("recent")
 	must.NoError(t, recent.Close())
 	// Made before caches had in-use files, long ago and lately.
@@ -85,7 +85,7 @@ func TestOpenNodeCacheAfterSweep(t *testing.T) {
 	must.NoError(t, err)
 	must.NoError(t, c.Close())
 	// The sweep's part: the exclusive lock, held while the cache goes.
-	sweep, err := os.OpenFile(filepath.Join(c.Dir, inUseFile), os.O_RDWR, 0)
+	sweep, err := os.OpenFile(filepath.Join(c.Dir, InUseFile), os.O_RDWR, 0)
 	must.NoError(t, err)
 	must.True(t, tryLockExclusive(sweep))
 	opened := make(chan *NodeCache)
@@ -106,9 +106,9 @@ func TestOpenNodeCacheAfterSweep(t *testing.T) {
 	again := <-opened
 	must.NotNil(t, again)
 	defer again.Close()
-	must.True(t, sameFile(again.lock, filepath.Join(again.Dir, inUseFile)))
+	must.True(t, sameFile(again.lock, filepath.Join(again.Dir, InUseFile)))
 	// Its lock is a live one: a sweep cannot take the cache.
-	f, err := os.Open(filepath.Join(again.Dir, inUseFile))
+	f, err := os.Open(filepath.Join(again.Dir, InUseFile))
 	must.NoError(t, err)
 	defer f.Close()
 	must.ErrorIs(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
