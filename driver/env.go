@@ -42,6 +42,16 @@ func pathsOf(tc *drivers.TaskConfig) taskPaths {
 	}
 }
 
+// taskEnviron is the environment Nomad gives the task, as KEY=VALUE
+// pairs, before the driver adds its own.
+func taskEnviron(tc *drivers.TaskConfig) []string {
+	env := make([]string, 0, len(tc.GetEnv()))
+	for k, v := range tc.GetEnv() {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
 // envInput is everything workerEnv needs, gathered so it stays a pure
 // function.
 type envInput struct {

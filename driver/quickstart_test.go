@@ -17,8 +17,10 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // freeAddr returns a loopback address with a port nobody listens on now,
@@ -97,6 +99,46 @@ storage_path = %q
 	re, ok := st.Details()[0].(*structs.RecoverableError)
 	must.True(t, ok)
 	must.False(t, re.GetRecoverable())
+}
+
+// On S3 the driver, root on the client, reads a failure mark with the
+// keys the task itself gets, never with its own: the job chooses the
+// bucket and the endpoint, and root may hold keys no task should lend
+// (here the plugin's environment has the server's valid keys). A task
+// given keys is refused as for a directory; one given none is started,
+// and left to its worker, which finds the mark with whatever keys it has.
+func TestStartReadsS3FailureWithTheTasksKeys(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetKeys(t) // the client's own keys, which the plugin inherits
+	t.Setenv("AWS_REGION", srv.Region)
+	root := "s3://" + srv.Bucket + "/runs"
+	opts := storage.WithStorageOptions(workerenv.StorageOptions{Endpoint: srv.Endpoint, PathStyle: true})
+	must.NoError(t, storage.MarkFailed(root, "done-for", storage.Failure{Reason: "training function failed", ExitCode: 3}, opts))
+	n := launchPlugin(t)
+	n.configure(t, ``)
+	task := func(name string, env map[string]string) *drivers.TaskConfig {
+		f := newTaskFixture(t, n, name, fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = "done-for"
+world_size   = 1
+storage_path = %q
+storage {
+  endpoint   = %q
+  path_style = true
+}
+`, root, srv.Endpoint))
+		f.cfg.Env = env
+		return f.cfg
+	}
+	withKeys := map[string]string{"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey, "AWS_REGION": srv.Region}
+	_, err := n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: task("keyed", withKeys)})
+	must.ErrorContains(t, err, `run "done-for" failed for good: training function failed`)
+	must.Eq(t, codes.FailedPrecondition, status.Code(err))
+
+	bare := task("bare", map[string]string{"AWS_REGION": srv.Region})
+	_, err = n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: bare})
+	must.NoError(t, err, must.Sprint("the driver lent the task its own keys"))
+	n.destroy(t, bare.GetId())
 }
 
 // A mark left by an earlier attempt at a run of the same name (another

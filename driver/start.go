@@ -48,7 +48,12 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	// its worker finds the failure in the rendezvous store and exits at
 	// once. A relative storage path is the worker's, so it is read from the
 	// task's directory, not the plugin's; a mark left by an earlier attempt
-	// at a run of the same name (another secret) does not count.
+	// at a run of the same name (another secret) does not count. On an
+	// object store the mark is read with the keys the task itself gets
+	// (from its Variable, or the client's environment that Nomad passes
+	// on), never with what only root reaches (its shared AWS files): a job
+	// chooses the bucket and the endpoint. A task given no keys is left to
+	// its worker, which finds the mark and exits at once.
 	paths := pathsOf(tc)
 	mounts, err := taskMounts(tc, paths.TaskDir)
 	if err != nil {
@@ -59,7 +64,8 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	}
 	root := storage.Rebase(cfg.StoragePath, paths.TaskDir)
 	attempt := storage.AttemptID(readSecret(filepath.Join(paths.SecretsDir, secretFileName)))
-	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt, storage.WithStorageOptions(cfg.Storage)); err == nil && failed {
+	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt, storage.WithStorageOptions(cfg.Storage),
+		storage.WithTaskEnviron(taskEnviron(tc))); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
 			"run %q failed for good: %s; remove %s to run it again",
 			cfg.RunName, f.Reason, storage.FailedLocation(root, cfg.RunName)))

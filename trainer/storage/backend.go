@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
@@ -92,12 +93,24 @@ func WithStorageOptions(o workerenv.StorageOptions) Option {
 	return WithObjectConfig(objstore.Config{Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle})
 }
 
+// WithTaskEnviron makes an object store's keys, region and endpoint come
+// from environ alone (objstore.Config.Environ): the driver, which runs as
+// root, reads a task's failure mark with the task's own keys, never with
+// the client's environment, shared AWS files or role.
+func WithTaskEnviron(environ []string) Option {
+	return func(o *options) { o.environ = slices.Clip(environ) }
+}
+
 func objectConfig(opts []Option) objstore.Config {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return o.objCfg
+	cfg := o.objCfg
+	if o.environ != nil {
+		cfg.Environ = o.environ
+	}
+	return cfg
 }
 
 // RunLocation names where the run named run under root is kept, for

@@ -76,7 +76,7 @@ func OpenExperiment(ctx context.Context, where string, opts ...Option) (*Experim
 		}
 		return &Experiment{where: dir, lock: f}, nil
 	}
-	st, err := objstore.Open(ctx, where, o.objCfg)
+	st, err := objstore.Open(ctx, where, objectConfig(opts))
 	if err != nil {
 		return nil, fmt.Errorf("experiment %s: %w", where, err)
 	}

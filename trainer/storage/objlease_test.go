@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 func TestObjectLease(t *testing.T) {
@@ -119,6 +120,17 @@ func TestFailedMarkOnS3(t *testing.T) {
 	_, ok, err = FailedForGood(root, "r", "a2")
 	must.NoError(t, err)
 	must.False(t, ok, must.Sprint("another attempt's mark"))
+	// As the driver reads it: with the task's keys only, whatever the
+	// process has; a task without keys reads nothing.
+	task := []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey,
+		"AWS_REGION=" + srv.Region, "AWS_ENDPOINT_URL_S3=" + srv.Endpoint}
+	f, ok, err = FailedForGood(root, "r", "a1", WithTaskEnviron(task), WithStorageOptions(workerenv.StorageOptions{PathStyle: true}))
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.EqOp(t, "bad config", f.Reason)
+	_, ok, err = FailedForGood(root, "r", "a1", WithTaskEnviron(task[2:]))
+	must.ErrorIs(t, err, objstore.ErrNoKeys)
+	must.False(t, ok)
 	must.NoError(t, ClearFailed(root, "r"))
 	_, ok, err = FailedForGood(root, "r", "a1")
 	must.NoError(t, err)

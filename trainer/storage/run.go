@@ -35,8 +35,9 @@ type options struct {
 	leaseTTL time.Duration // ObjectRun only
 	localDir string        // ObjectRun only
 	objCfg   objstore.Config
-	attempt  string // ObjectRun only: the writer's attempt (WithWriter)
-	gen      uint64 // ObjectRun only: the writer's generation (WithWriter)
+	environ  []string // an object store's only environment (WithTaskEnviron)
+	attempt  string   // ObjectRun only: the writer's attempt (WithWriter)
+	gen      uint64   // ObjectRun only: the writer's generation (WithWriter)
 }
 
 // WithLogger sets the logger for recovery and retention messages.

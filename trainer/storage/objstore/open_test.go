@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -82,4 +83,49 @@ func TestOpenRefusesBadInput(t *testing.T) {
 	must.ErrorContains(t, err, "credentials are not allowed")
 	_, err = Open(context.Background(), "s3://bucket/x", Config{PartSize: 1 << 20})
 	must.ErrorContains(t, err, "below S3's minimum")
+}
+
+// A store opened with Config.Environ (the driver, root, reading a task's
+// storage) signs with the keys in that environment and finds the region
+// and endpoint there, and never with this process's: neither its
+// environment nor its shared files, which here hold the server's valid
+// keys while the given environment holds wrong ones, or none.
+func TestOpenWithTaskEnviron(t *testing.T) {
+	srv := s3test.Start(t)
+	url := "s3://" + srv.Bucket + "/runs"
+	dir := isolateAWS(t)
+	// What root has: valid keys, in its environment and its files.
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", srv.Region)
+	t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+	creds := "[default]\naws_access_key_id = " + srv.AccessKey + "\naws_secret_access_key = " + srv.SecretKey + "\n"
+	must.NoError(t, os.WriteFile(filepath.Join(dir, "credentials"), []byte(creds), 0o600))
+	task := func(id, secret string) []string {
+		return []string{"AWS_ACCESS_KEY_ID=" + id, "AWS_SECRET_ACCESS_KEY=" + secret,
+			"AWS_REGION=" + srv.Region, "AWS_ENDPOINT_URL_S3=" + srv.Endpoint, "HOME=/nonexistent"}
+	}
+	ctx := context.Background()
+
+	st, err := Open(ctx, url, Config{PathStyle: true, Environ: task(srv.AccessKey, srv.SecretKey)})
+	must.NoError(t, err)
+	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
+	must.NoError(t, err, must.Sprint("the task's keys"))
+
+	st, err = Open(ctx, url, Config{PathStyle: true, Environ: task(srv.AccessKey, "wrong")})
+	must.NoError(t, err)
+	_, err = st.Head(ctx, "k")
+	must.Error(t, err, must.Sprint("the task's wrong keys, not root's valid ones"))
+
+	_, err = Open(ctx, url, Config{PathStyle: true, Environ: []string{"AWS_REGION=" + srv.Region, "PATH=/bin"}})
+	must.ErrorIs(t, err, ErrNoKeys, must.Sprint("a task without keys gets none of root's"))
+
+	// The endpoint is the task's too: a wrong one there is not mended
+	// from root's.
+	st, err = Open(ctx, url, Config{PathStyle: true, Environ: append(task(srv.AccessKey, srv.SecretKey)[:3], "AWS_ENDPOINT_URL=http://127.0.0.1:1")})
+	must.NoError(t, err)
+	shortCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = st.Head(shortCtx, "k")
+	must.Error(t, err)
 }

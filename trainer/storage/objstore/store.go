@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 )
@@ -63,6 +64,13 @@ type Config struct {
 	// ListPageSize is the number of keys asked for per list request; zero
 	// lets the server choose (1000 on S3).
 	ListPageSize int32
+	// Environ, when not nil, is the only environment (KEY=VALUE pairs) the
+	// keys, region and endpoint come from: a Nomad task's, for the driver,
+	// which runs as root, when it reads a task's storage on its behalf.
+	// This process's own environment, its shared AWS files and the
+	// machine's role are then not used, and Open fails without
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in it.
+	Environ []string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -92,15 +100,20 @@ type Store struct {
 }
 
 // Open parses an s3:// URL and connects with the AWS SDK's default
-// configuration: credentials, region and endpoint the standard way, with
-// cfg's non-secret options on top. Options (such as a static credentials
+// configuration: credentials, region and endpoint the standard way (or
+// from cfg.Environ alone), with cfg's non-secret options on top. Options (such as a static credentials
 // provider in tests) are applied last.
 func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Options)) (*Store, error) {
 	loc, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	awsCfg, err := config.LoadDefaultConfig(ctx)
+	var awsCfg aws.Config
+	if cfg.Environ != nil {
+		awsCfg, err = environConfig(cfg.Environ)
+	} else {
+		awsCfg, err = config.LoadDefaultConfig(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load aws config for %s: %w", loc, err)
 	}
@@ -115,6 +128,40 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 	}}
 	client := s3.NewFromConfig(awsCfg, append(fns, optFns...)...)
 	return New(client, loc, cfg)
+}
+
+// ErrNoKeys: Config.Environ holds no access key.
+var ErrNoKeys = errors.New("no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the given environment")
+
+// environConfig is the AWS configuration that the variables in environ
+// alone give: static keys, the region, the endpoint.
+func environConfig(environ []string) (aws.Config, error) {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	first := func(keys ...string) string {
+		for _, k := range keys {
+			if v := env[k]; v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	id, secret := env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+	if id == "" || secret == "" {
+		return aws.Config{}, ErrNoKeys
+	}
+	c := aws.Config{
+		Region:      first("AWS_REGION", "AWS_DEFAULT_REGION"),
+		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(id, secret, env["AWS_SESSION_TOKEN"])),
+	}
+	if e := first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"); e != "" {
+		c.BaseEndpoint = aws.String(e)
+	}
+	return c, nil
 }
 
 // New returns a store over an existing client.
