@@ -19,14 +19,16 @@ func init() {
 
 // detachFlags are tune's flags for running the tuner on the cluster.
 type detachFlags struct {
-	detach          bool
-	driver, command string
+	detach                  bool
+	driver, command, consul string
 }
 
 func (d *detachFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&d.detach, "detach", false, "run the tuner itself on Nomad, as the job <name>-tuner, and return; `nomad-train status <name>` follows it")
 	fs.StringVar(&d.driver, "tuner-driver", "exec", "with -detach: the tuner task's driver, exec or raw_exec")
 	fs.StringVar(&d.command, "tuner-command", tune.DefaultTunerCommand, "with -detach: nomad-train's path on the Nomad clients")
+	fs.StringVar(&d.consul, "tuner-consul-address", tune.DefaultTunerConsul,
+		"with -detach: the Consul agent the tuner reaches from its client, to clear a retried trial's rendezvous keys (\"\": none)")
 }
 
 // detachTune registers the experiment's tuner job.
@@ -43,7 +45,7 @@ func detachTune(ctx context.Context, x *tune.Experiment, path string, sf *specFl
 	if err != nil {
 		return fail(stderr, "tune", err)
 	}
-	o := tune.DetachOptions{Source: src, Namespace: cf.Namespace, Driver: d.driver, Command: d.command}
+	o := tune.DetachOptions{Source: src, Namespace: cf.Namespace, Driver: d.driver, Command: d.command, ConsulAddress: d.consul}
 	for _, k := range slices.Sorted(maps.Keys(sf.vars)) {
 		o.Args = append(o.Args, "-var", k+"="+sf.vars[k])
 	}

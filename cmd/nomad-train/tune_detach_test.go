@@ -21,9 +21,12 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	consul "github.com/hashicorp/consul/api"
 	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore/fakeconsul"
+	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
@@ -123,7 +126,8 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // it again, as Nomad's restart policy would. The restarted tuner must
 // resume the experiment from its state at where (read with opts) and
 // adopt the trial's job: every trial's job is registered once and runs
-// once to its end, and status shows the experiment. It returns the fake
+// once to its end, having had its keys in the client's Consul agent
+// cleared first, and status shows the experiment. It returns the fake
 // agent, what `tune -detach` printed and how long the restarted tuner ran.
 func detachCrash(t *testing.T, bin, spec, where string, opts ...storage.Option) (*nomadtest.Server, string, time.Duration) {
 	t.Helper()
@@ -146,9 +150,21 @@ func detachCrash(t *testing.T, bin, spec, where string, opts ...storage.Option) 
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The client's Consul agent, holding what earlier attempts at the
+	// trials left: the tuner clears each trial's keys before its job.
+	agent := fakeconsul.New(fakeconsul.Options{})
+	t.Cleanup(agent.Close)
+	kv := consulKV(t, agent.Addr())
+	var stale []string
+	for i := range 3 {
+		key := storeuri.NomadJobPrefix("", fmt.Sprintf("dt-trial_%04d", i)) + "left-by-an-earlier-attempt"
+		_, err := kv.Put(&consul.KVPair{Key: key, Value: []byte("1")}, nil)
+		must.NoError(t, err)
+		stale = append(stale, key)
+	}
 
 	var out, errb bytes.Buffer
-	code := dispatch(ctx, []string{"tune", "-detach", "-address", node.URL, spec}, &out, &errb)
+	code := dispatch(ctx, []string{"tune", "-detach", "-address", node.URL, "-tuner-consul-address", agent.Addr(), spec}, &out, &errb)
 	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
 	must.StrContains(t, out.String(), `==> tune "dt" detached: job dt-tuner`)
 	detached := out.String()
@@ -200,6 +216,10 @@ func detachCrash(t *testing.T, bin, spec, where string, opts ...storage.Option) 
 		}
 	}
 	must.EqOp(t, 1+3, n, must.Sprint("the tuner's job and each trial's once"))
+	for _, key := range stale {
+		_, found := agent.KV(key)
+		must.False(t, found, must.Sprintf("%s: the tuner did not clear the trial's keys", key))
+	}
 	must.True(t, srv.SawToken("workload-identity-jwt"), must.Sprint("the tuner authenticates with its workload identity"))
 
 	out.Reset()
@@ -313,4 +333,12 @@ train "dt" {
 			must.StrContains(t, errb.String(), c.want)
 		})
 	}
+}
+
+// consulKV is a KV client of the Consul agent at addr.
+func consulKV(t *testing.T, addr string) *consul.KV {
+	t.Helper()
+	c, err := consul.NewClient(&consul.Config{Address: addr})
+	must.NoError(t, err)
+	return c.KV()
 }

@@ -62,6 +62,9 @@ const (
 	MetaTunerStorage = trainspec.ReservedMetaPrefix + "tuner_storage"
 	// DefaultTunerCommand is where the clients have nomad-train.
 	DefaultTunerCommand = "/usr/local/bin/nomad-train"
+	// DefaultTunerConsul is the Consul agent a tuner reaches: its
+	// client's own, where Consul's default and the workers' point too.
+	DefaultTunerConsul = "127.0.0.1:8500"
 	// TaskAPIAddr is the task API socket, which nomad/api dials as a
 	// unix:// address.
 	TaskAPIAddr = "unix://${NOMAD_SECRETS_DIR}/api.sock"
@@ -91,6 +94,12 @@ type DetachOptions struct {
 	Driver string
 	// Command is nomad-train's path on the clients (DefaultTunerCommand).
 	Command string
+	// ConsulAddress is the Consul agent the tuner reaches from its client
+	// (CONSUL_HTTP_ADDR), to clear a trial's rendezvous keys before its
+	// job runs again, when the trials rendezvous through Consul; "" sets
+	// none, and a retried trial then starts one generation into its
+	// failure budget.
+	ConsulAddress string
 }
 
 // TunerJob is the job that runs an experiment's tuner on the cluster.
@@ -140,6 +149,9 @@ func TunerJob(o DetachOptions) (*api.Job, error) {
 	t.Env = map[string]string{"NOMAD_ADDR": TaskAPIAddr}
 	if o.Namespace != "" {
 		t.Env["NOMAD_NAMESPACE"] = o.Namespace
+	}
+	if o.ConsulAddress != "" && s.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
+		t.Env["CONSUL_HTTP_ADDR"] = o.ConsulAddress
 	}
 	t.Identity = &api.WorkloadIdentity{Env: true}
 	t.Templates = []*api.Template{{EmbeddedTmpl: new(string(o.Source)), DestPath: new(TunerSpecFile),

@@ -45,7 +45,7 @@ func parseDetachSpec(t *testing.T, src string) *trainspec.Spec {
 // (go test -run TestTunerJobGolden -update rewrites it).
 func TestTunerJobGolden(t *testing.T) {
 	job, err := TunerJob(DetachOptions{Spec: parseDetachSpec(t, detachSpec), Source: []byte(detachSpec),
-		Args: []string{"-var", "x=1"}, Namespace: "ml"})
+		Args: []string{"-var", "x=1"}, Namespace: "ml", ConsulAddress: DefaultTunerConsul})
 	must.NoError(t, err)
 	got, err := json.MarshalIndent(job, "", "  ")
 	must.NoError(t, err)
@@ -61,6 +61,21 @@ func TestTunerJobGolden(t *testing.T) {
 	tmpl := job.TaskGroups[0].Tasks[0].Templates[0]
 	must.EqOp(t, detachSpec, *tmpl.EmbeddedTmpl)
 	must.StrNotContains(t, detachSpec, *tmpl.LeftDelim)
+}
+
+// The tuner reaches Consul only for trials that rendezvous there: with
+// the embedded store there are no keys to clear.
+func TestTunerJobConsulOnlyForConsulTrials(t *testing.T) {
+	embedded := strings.Replace(detachSpec, "  tune {", "  rendezvous { backend = \"embedded\" }\n  tune {", 1)
+	for src, want := range map[string]string{detachSpec: DefaultTunerConsul, embedded: ""} {
+		job, err := TunerJob(DetachOptions{Spec: parseDetachSpec(t, src), Source: []byte(src), ConsulAddress: DefaultTunerConsul})
+		must.NoError(t, err)
+		must.EqOp(t, want, job.TaskGroups[0].Tasks[0].Env["CONSUL_HTTP_ADDR"])
+	}
+	job, err := TunerJob(DetachOptions{Spec: parseDetachSpec(t, detachSpec), Source: []byte(detachSpec)})
+	must.NoError(t, err)
+	_, set := job.TaskGroups[0].Tasks[0].Env["CONSUL_HTTP_ADDR"]
+	must.False(t, set, must.Sprint("no address given: none set"))
 }
 
 func TestTunerJobRefuses(t *testing.T) {

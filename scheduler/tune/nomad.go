@@ -67,8 +67,9 @@ type NomadJobs struct {
 	// trial's job is registered anew, what an earlier attempt left under
 	// its prefix is deleted (nomad.ClearRendezvous), so that the new job
 	// starts with the spec's whole failure budget, as `nomad-train run`
-	// does. Without it an earlier attempt's last generation counts
-	// against the retry's budget.
+	// does. Without it, or when the keys cannot be cleared (a warning),
+	// an earlier attempt's last generation counts against the retry's
+	// budget.
 	KV nomad.KVTree
 
 	admitOnce sync.Once
@@ -138,6 +139,12 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 				OnBlocked: func(err error) { b.wait(ctx, t, "waiting for capacity: "+err.Error()) }}}
 		if b.Spec.Rendezvous.BackendFor(true) == trainspec.BackendConsul {
 			ao.KV = b.KV
+			// Keys left in place cost the trial at most a generation
+			// of its budget (its records carry its attempt): not a
+			// reason to fail it.
+			ao.OnClearError = func(err error) {
+				log.Warn("could not clear the trial's rendezvous keys: an earlier attempt's last generation counts against its failure budget", "error", err)
+			}
 		}
 		sub, err := nomad.SubmitAttempt(ctx, b.API, job, ao)
 		if errors.Is(err, nomad.ErrUnplaceable) {

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
@@ -175,6 +177,30 @@ func TestNomadJobsFailedTrial(t *testing.T) {
 	// keys of the one before are gone before its job is registered.
 	prefix := storeuri.NomadJobPrefix("", id)
 	must.Eq(t, []string{prefix + " before 0 registrations", prefix + " before 1 registrations"}, kv.deleted)
+}
+
+// A Consul whose keys the tuner cannot clear (the detached tuner's client
+// agent refusing its token, say) costs a trial at most a generation of
+// its budget: the trial still runs, and the tuner says why it could not.
+func TestNomadJobsRunsTrialWhoseKeysStay(t *testing.T) {
+	_, c, spec, _ := onFakeNomad(t, synthTrain)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	g, err := New(&NomadJobs{API: c, Spec: spec, KV: refusingKV{}, Logger: log}, map[string]any{"lr": 0.1, "epochs": 3},
+		Config{Name: spec.Name, StoragePath: spec.Run.StoragePath}).Fit(ctx)
+	must.NoError(t, err)
+	must.EqOp(t, StatusTerminated, g.Trials[0].Status, must.Sprint(g.Trials[0].Reason))
+	must.StrContains(t, logs.String(), "could not clear the trial's rendezvous keys")
+	must.StrContains(t, logs.String(), "Permission denied")
+}
+
+// refusingKV is a Consul KV whose deletes are refused.
+type refusingKV struct{}
+
+func (refusingKV) DeleteTree(string, *consul.WriteOptions) (*consul.WriteMeta, error) {
+	return nil, errors.New("Unexpected response code: 403 (Permission denied)")
 }
 
 // recordingKV records the Consul prefixes deleted and how many jobs had
