@@ -112,33 +112,56 @@ func SweepNodeCaches(dir string, now time.Time, idle time.Duration) ([]string, e
 
 // sweepNodeCache removes the cache at path if it is idle and unused.
 func sweepNodeCache(path string, now time.Time, idle time.Duration) (bool, error) {
+	f, fi, err := idleMark(path, now, idle)
+	if f == nil || err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return removeUnused(path, f, fi)
+}
+
+// idleMark opens the in-use file of the cache at path if the cache has
+// been idle for idle (nil if not), and returns what it knew of the file
+// before opening it (nil when there was none, and idleMark made it).
+func idleMark(path string, now time.Time, idle time.Duration) (*os.File, fs.FileInfo, error) {
 	idleSince := func(fi fs.FileInfo) bool { return now.Sub(fi.ModTime()) >= idle }
 	marker := filepath.Join(path, InUseFile)
-	var f *os.File
 	fi, err := os.Lstat(marker)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// No process has marked it: idle since the directory last changed.
 		dfi, err := os.Lstat(path)
 		if err != nil || !idleSince(dfi) {
-			return false, nil
+			return nil, nil, nil
 		}
-		f, err = os.OpenFile(marker, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(marker, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return false, nil // made meanwhile: looked at again next time
+			return nil, nil, nil // made meanwhile: looked at again next time
 		}
+		return f, nil, nil
 	case err != nil:
-		return false, err
+		return nil, nil, err
 	case !fi.Mode().IsRegular() || !idleSince(fi):
-		return false, nil
-	default:
-		if f, err = os.OpenFile(marker, os.O_RDWR, 0); err != nil {
-			return false, nil
-		}
+		return nil, nil, nil
 	}
-	defer f.Close()
+	f, err := os.OpenFile(marker, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, nil
+	}
+	return f, fi, nil
+}
+
+// removeUnused removes the cache at path, whose in-use file idleMark
+// opened as f (seen as fi), if no process uses it: under the exclusive
+// lock, while the file is still the one at path and unchanged since.
+func removeUnused(path string, f *os.File, fi fs.FileInfo) (bool, error) {
 	if !tryLockExclusive(f) {
 		return false, nil // in use
+	}
+	// Removed by another sweep before this one got the lock (and maybe
+	// made anew since by a process that uses it): not this sweep's.
+	if !sameFile(f, filepath.Join(path, InUseFile)) {
+		return false, nil
 	}
 	// Used and released between the Lstat and the lock: not idle.
 	if cur, err := f.Stat(); err != nil || (fi != nil && !cur.ModTime().Equal(fi.ModTime())) {

@@ -113,3 +113,32 @@ func TestOpenNodeCacheAfterSweep(t *testing.T) {
 	defer f.Close()
 	must.ErrorIs(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
+
+// Two sweeps of one machine (two runs starting) may both find a cache
+// idle; the one that gets its lock second finds it removed, and made
+// anew by a process that used it since, and leaves that alone.
+func TestSweepLeavesACacheMadeAnew(t *testing.T) {
+	base := t.TempDir()
+	const root, run = "s3://bucket/runs", "r"
+	c, err := OpenNodeCache(base, root, run)
+	must.NoError(t, err)
+	must.NoError(t, c.Close())
+	marker := filepath.Join(c.Dir, InUseFile)
+	old := time.Now().Add(-2 * NodeCacheIdle)
+	must.NoError(t, os.Chtimes(marker, old, old))
+	// The second sweep has opened the idle cache's mark...
+	late, fi, err := idleMark(c.Dir, time.Now(), NodeCacheIdle)
+	must.NoError(t, err)
+	must.NotNil(t, late)
+	defer late.Close()
+	// ...when the first removes the cache, and a run makes it anew.
+	must.NoError(t, os.RemoveAll(c.Dir))
+	again, err := OpenNodeCache(base, root, run)
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(again.Dir, "checkpoint_000001"), []byte("w"), 0o644))
+	must.NoError(t, again.Close())
+	removed, err := removeUnused(c.Dir, late, fi)
+	must.NoError(t, err)
+	must.False(t, removed)
+	must.FileExists(t, filepath.Join(again.Dir, "checkpoint_000001"))
+}
