@@ -79,18 +79,14 @@ func TestSweepNodeCaches(t *testing.T) {
 // A process that opens a cache while a sweep removes it waits for the
 // sweep, then has the cache made anew and marked in use by its own lock.
 func TestOpenNodeCacheAfterSweep(t *testing.T) {
-	base := t.TempDir()
-	const root, run = "s3://bucket/runs", "r"
-	c, err := OpenNodeCache(base, root, run)
-	must.NoError(t, err)
-	must.NoError(t, c.Close())
+	base, c := usedCache(t)
 	// The sweep's part: the exclusive lock, held while the cache goes.
 	sweep, err := os.OpenFile(filepath.Join(c.Dir, InUseFile), os.O_RDWR, 0)
 	must.NoError(t, err)
 	must.True(t, tryLockExclusive(sweep))
 	opened := make(chan *NodeCache)
 	go func() {
-		c, err := OpenNodeCache(base, root, run)
+		c, err := OpenNodeCache(base, cacheRoot, "r")
 		if err != nil {
 			t.Error(err)
 		}
@@ -118,11 +114,7 @@ func TestOpenNodeCacheAfterSweep(t *testing.T) {
 // idle; the one that gets its lock second finds it removed, and made
 // anew by a process that used it since, and leaves that alone.
 func TestSweepLeavesACacheMadeAnew(t *testing.T) {
-	base := t.TempDir()
-	const root, run = "s3://bucket/runs", "r"
-	c, err := OpenNodeCache(base, root, run)
-	must.NoError(t, err)
-	must.NoError(t, c.Close())
+	base, c := usedCache(t)
 	marker := filepath.Join(c.Dir, InUseFile)
 	old := time.Now().Add(-2 * NodeCacheIdle)
 	must.NoError(t, os.Chtimes(marker, old, old))
@@ -133,7 +125,7 @@ func TestSweepLeavesACacheMadeAnew(t *testing.T) {
 	defer late.Close()
 	// ...when the first removes the cache, and a run makes it anew.
 	must.NoError(t, os.RemoveAll(c.Dir))
-	again, err := OpenNodeCache(base, root, run)
+	again, err := OpenNodeCache(base, cacheRoot, "r")
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(filepath.Join(again.Dir, "checkpoint_000001"), []byte("w"), 0o644))
 	must.NoError(t, again.Close())
@@ -141,4 +133,17 @@ func TestSweepLeavesACacheMadeAnew(t *testing.T) {
 	must.NoError(t, err)
 	must.False(t, removed)
 	must.FileExists(t, filepath.Join(again.Dir, "checkpoint_000001"))
+}
+
+// cacheRoot is the storage path of the caches usedCache makes.
+const cacheRoot = "s3://bucket/runs"
+
+// usedCache makes run "r"'s node cache in a fresh base, used and released.
+func usedCache(t *testing.T) (string, *NodeCache) {
+	t.Helper()
+	base := t.TempDir()
+	c, err := OpenNodeCache(base, cacheRoot, "r")
+	must.NoError(t, err)
+	must.NoError(t, c.Close())
+	return base, c
 }
