@@ -139,8 +139,11 @@
 // later write; before each manifest and each progress record of its own
 // (and before a roll-back) it also reads the lease (HEAD) and compares
 // the ETag, because S3 cannot make one write conditional on another
-// object: one round trip remains between that check and the write. A holder that lost its lease deletes no checkpoint objects
-// (they may be the new writer's). The lease is advisory against a writer
+// object: one round trip remains between that check and the write. A
+// holder that lost its lease deletes no checkpoint objects (they may be
+// the new writer's); its retention, which runs in the background after a
+// commit, checks the lease before it deletes a manifest. The lease is
+// advisory against a writer
 // paused longer than its time to live; the conditional manifest write
 // still keeps two writers from committing the same checkpoint name.
 //

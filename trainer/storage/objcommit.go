@@ -214,6 +214,11 @@ func (r *ObjectRun) record(name string, rec Record) error {
 			if <-recorded.done; recorded.err != nil {
 				return // left for the next OpenObject's retention
 			}
+			// Nor by a writer whose lease was taken since its commit: the
+			// checkpoint is the new writer's to keep or drop.
+			if err := r.lease.check(r.ctx); err != nil {
+				return
+			}
 			if err := r.deleteManifest(drop); err != nil {
 				r.log.Warn("retention could not delete checkpoint", "checkpoint", drop, "error", err)
 				return

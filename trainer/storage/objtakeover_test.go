@@ -161,6 +161,35 @@ func TestObjectLeaseTakenFencesRecords(t *testing.T) {
 	must.Eq(t, []string{"0/1", "1/1", "2/2", "3/2"}, got)
 }
 
+// A writer whose lease is taken right after it wrote a manifest (between
+// its lease check and its retention, which runs in the background) leaves
+// the checkpoints retention would have dropped: they are the new writer's
+// now, perhaps the one it falls back to.
+func TestObjectLeaseTakenStopsRetention(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	st := leaseStore(t, srv)
+	old, err := OpenObject(ctx, st, "r", Policy{NumToKeep: 1}, WithLeaseTTL(time.Hour), WithWriter("a1", 1))
+	must.NoError(t, err)
+	defer old.Close()
+	first, err := commitOne(old, 1)
+	must.NoError(t, err)
+	var taker *ObjectRun
+	hook := func(point string) {
+		if point == pointManifested && taker == nil {
+			taker, err = OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(time.Hour), WithWriter("a1", 2))
+			must.NoError(t, err)
+		}
+	}
+	old.hook.Store(&hook)
+	_, err = commitOne(old, 2)
+	must.NoError(t, err, must.Sprint("its manifest was written before the takeover"))
+	old.Close() // waits for its background work
+	defer taker.Close()
+	_, err = st.Head(ctx, old.ckptKey(first, ManifestFile))
+	must.NoError(t, err, must.Sprintf("%s was deleted by a writer that had lost its lease", first))
+}
+
 // Two rank 0s of the same later generation (which the rendezvous never
 // makes, but a bug or a replay might) race for a lease of an earlier
 // one: the conditional write lets exactly one win; the other waits for
