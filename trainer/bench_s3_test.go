@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -54,6 +55,35 @@ func b6aStaging() string {
 type b6aTimes struct {
 	Plain, Checkpoint []time.Duration
 	Write, Report     []time.Duration // of the steps with a checkpoint
+	// CPU time used during the blocks of each kind, by the worker
+	// process itself and by the S3 server (whose process the launching
+	// benchmark names in B6A_SERVER_PID): where a checkpoint's work goes.
+	// An upload still running at a block's end is counted in the next.
+	SelfPlain, SelfCheckpoint     time.Duration
+	ServerPlain, ServerCheckpoint time.Duration
+}
+
+// b6aCPU returns the CPU time used so far by this process and by the
+// server process (0 when it cannot be read).
+func b6aCPU() (self, server time.Duration) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b, err := os.ReadFile("/proc/" + os.Getenv("B6A_SERVER_PID") + "/stat")
+	if err != nil {
+		return self, 0
+	}
+	// The fields after the command name, which is in parentheses:
+	// utime and stime are the 12th and 13th, in clock ticks (USER_HZ,
+	// 100 on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return self, 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return self, time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func b6aTrain(out string) trainer.TrainFunc {
@@ -74,6 +104,7 @@ func b6aTrain(out string) trainer.TrainFunc {
 		var times b6aTimes
 		for block := range 2 * b6aBlocks {
 			ckpt := block%2 == 1
+			self0, server0 := b6aCPU()
 			for range b6aSteps {
 				start := time.Now()
 				step()
@@ -100,6 +131,14 @@ func b6aTrain(out string) trainer.TrainFunc {
 				} else {
 					times.Plain = append(times.Plain, time.Since(start))
 				}
+			}
+			self1, server1 := b6aCPU()
+			if ckpt {
+				times.SelfCheckpoint += self1 - self0
+				times.ServerCheckpoint += server1 - server0
+			} else {
+				times.SelfPlain += self1 - self0
+				times.ServerPlain += server1 - server0
 			}
 		}
 		b, err := json.Marshal(times)
@@ -141,6 +180,11 @@ func BenchmarkB6aAsyncCheckpointStep(b *testing.B) {
 		b.ReportMetric(float64(ckpt)/float64(plain), "ckpt/plain")
 		b.ReportMetric(float64(median(times.Write).Milliseconds()), "write-ms")
 		b.ReportMetric(float64(median(times.Report).Milliseconds()), "report-ms")
+		perStep := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b6aBlocks*b6aSteps) }
+		b.ReportMetric(perStep(times.SelfPlain), "self-cpu-ms/plain-step")
+		b.ReportMetric(perStep(times.SelfCheckpoint), "self-cpu-ms/ckpt-step")
+		b.ReportMetric(perStep(times.ServerPlain), "server-cpu-ms/plain-step")
+		b.ReportMetric(perStep(times.ServerCheckpoint), "server-cpu-ms/ckpt-step")
 		if load, err := os.ReadFile("/proc/loadavg"); err == nil {
 			b.Logf("staging %s, load average: %s", b6aStaging(), strings.Fields(string(load))[0])
 		}

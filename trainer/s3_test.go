@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,6 +39,7 @@ func s3Storage(t testing.TB) string {
 	}
 	url := "s3://" + srv.Bucket + "/runs"
 	t.Setenv("TRAINER_TEST_S3_URL", url)
+	t.Setenv("B6A_SERVER_PID", strconv.Itoa(srv.PID)) // B6a reads the server's CPU time
 	return url
 }
 
