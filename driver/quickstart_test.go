@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -77,6 +78,17 @@ checkpoint {
 	must.True(t, ok)
 }
 
+// quickstartWorker is a task "worker" of the quickstart builtin.
+func quickstartWorker(t *testing.T, n *nomadClient, run string, world int, storagePath string) *taskFixture {
+	t.Helper()
+	return newTaskFixture(t, n, "worker", fmt.Sprintf(`
+builtin      = "quickstart"
+run_name     = %q
+world_size   = %d
+storage_path = %q
+`, run, world, storagePath))
+}
+
 // A run marked failed for good (its training function failed, or its
 // budget is spent) gets no more workers: StartTask refuses it as
 // unrecoverable, so Nomad stops restarting and rescheduling.
@@ -85,12 +97,7 @@ func TestStartRefusedForFailedRun(t *testing.T) {
 	n.configure(t, ``)
 	results := t.TempDir()
 	must.NoError(t, storage.MarkFailed(results, "done-for", storage.Failure{Reason: "failure budget exhausted: the gang failed 3 times, max_failures is 2", ExitCode: 5}))
-	f := newTaskFixture(t, n, "worker", fmt.Sprintf(`
-builtin      = "quickstart"
-run_name     = "done-for"
-world_size   = 2
-storage_path = %q
-`, results))
+	f := quickstartWorker(t, n, "done-for", 2, results)
 	_, err := n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: f.cfg})
 	must.ErrorContains(t, err, `run "done-for" failed for good: failure budget exhausted`)
 	st := status.Convert(err)
@@ -139,6 +146,24 @@ storage {
 	_, err = n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: bare})
 	must.NoError(t, err, must.Sprint("the driver lent the task its own keys"))
 	n.destroy(t, bare.GetId())
+}
+
+// The plugin reads a directory's failure mark as root, at a path the job
+// chose: a file there that the task's user does not own (one of root's,
+// say) is not this run's mark, and nothing of it is echoed.
+func TestStartIgnoresAMarkNotTheTasksUsers(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("giving the mark another owner needs root")
+	}
+	n := launchPlugin(t)
+	n.configure(t, ``) // tasks run as the agent's user, root here
+	results := t.TempDir()
+	must.NoError(t, storage.MarkFailed(results, "elsewhere", storage.Failure{Reason: "not for this task's eyes", ExitCode: 3}))
+	must.NoError(t, os.Chown(filepath.Join(results, "elsewhere", storage.FailedFile), 4321, 4321))
+	f := quickstartWorker(t, n, "elsewhere", 1, results)
+	_, err := n.driver.StartTask(testCtx(t), &drivers.StartTaskRequest{Task: f.cfg})
+	must.NoError(t, err)
+	n.destroy(t, f.cfg.GetId())
 }
 
 // A mark left by an earlier attempt at a run of the same name (another

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/nomad-train/nomad-train/driver/executor"
@@ -22,6 +23,28 @@ import (
 
 // Starting a task: its config checked, its process decided and started,
 // and its handle tracked.
+
+// taskUID is the uid the task runs as: its user, else the plugin's
+// default_user, else the agent's own user. -1 when the user is not known
+// (processSpec then refuses the task).
+func taskUID(tc *drivers.TaskConfig, pcfg PluginConfig) int {
+	name := tc.GetUser()
+	if name == "" {
+		name = pcfg.DefaultUser
+	}
+	if name == "" {
+		return os.Getuid()
+	}
+	u, err := executor.LookupUser(name)
+	if err != nil {
+		return -1
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return -1
+	}
+	return uid
+}
 
 // StartTask implements the Driver service.
 func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (*drivers.StartTaskResponse, error) {
@@ -53,7 +76,10 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	// (from its Variable, or the client's environment that Nomad passes
 	// on), never with what only root reaches (its shared AWS files): a job
 	// chooses the bucket and the endpoint. A task given no keys is left to
-	// its worker, which finds the mark and exits at once.
+	// its worker, which finds the mark and exits at once. In a directory
+	// the mark counts only when the task's user owns it, as the marks its
+	// workers write are: the plugin reads it as root, at a path the job
+	// chose.
 	paths := pathsOf(tc)
 	mounts, err := taskMounts(tc, paths.TaskDir)
 	if err != nil {
@@ -65,7 +91,7 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	root := storage.Rebase(cfg.StoragePath, paths.TaskDir)
 	attempt := storage.AttemptID(readSecret(filepath.Join(paths.SecretsDir, secretFileName)))
 	if f, failed, err := storage.FailedForGood(root, cfg.RunName, attempt, storage.WithStorageOptions(cfg.Storage),
-		storage.WithTaskEnviron(taskEnviron(tc))); err == nil && failed {
+		storage.WithTaskEnviron(taskEnviron(tc)), storage.WithMarkOwner(taskUID(tc, pcfg))); err == nil && failed {
 		return nil, startError(false, codes.FailedPrecondition, fmt.Errorf(
 			"run %q failed for good: %s; remove %s to run it again",
 			cfg.RunName, f.Reason, storage.FailedLocation(root, cfg.RunName)))

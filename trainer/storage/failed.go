@@ -104,6 +104,9 @@ func FailedForGood(root, run, attempt string, opts ...Option) (Failure, bool, er
 		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
 	}
 	defer file.Close()
+	if err := checkMarkOwner(file, opts); err != nil {
+		return Failure{}, false, err
+	}
 	b, err := io.ReadAll(io.LimitReader(file, maxFailureSize+1))
 	if err != nil {
 		return Failure{}, false, fmt.Errorf("read failure mark: %w", err)
@@ -113,6 +116,33 @@ func FailedForGood(root, run, attempt string, opts ...Option) (Failure, bool, er
 		return Failure{}, false, fmt.Errorf("read failure mark %s: %w", path, err)
 	}
 	return f, f.Concerns(attempt), nil
+}
+
+// WithMarkOwner makes FailedForGood, on a directory, count a failure mark
+// only when the user uid owns it. The driver reads a task's mark as root,
+// at a path the job chose; the run's own marks are its workers', written
+// as the task's user (a mark that is not, say on a share that maps users,
+// is left to the workers, which find it themselves).
+func WithMarkOwner(uid int) Option { return func(o *options) { o.owner = &uid } }
+
+// checkMarkOwner refuses a failure mark that the owner opts name does not
+// own.
+func checkMarkOwner(f *os.File, opts []Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.owner == nil {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("read failure mark: %w", err)
+	}
+	if uid, ok := fileOwner(fi); !ok || uid != *o.owner {
+		return fmt.Errorf("failure mark %s is not the task user's (uid %d), so not this run's", f.Name(), *o.owner)
+	}
+	return nil
 }
 
 // maxFailureSize bounds a failure record read from storage.

@@ -85,6 +85,21 @@ func TestFailedMarkRefusesNonRegular(t *testing.T) {
 	must.ErrorIs(t, err, errNotRegular)
 }
 
+// The driver reads a task's mark as root at a path the job chose: with
+// WithMarkOwner a mark counts only when the task's user owns it.
+func TestFailedMarkOwner(t *testing.T) {
+	root := t.TempDir()
+	must.NoError(t, MarkFailed(root, "r", Failure{Reason: "training function failed", ExitCode: 3}))
+	f, ok, err := FailedForGood(root, "r", "", WithMarkOwner(os.Getuid()))
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.EqOp(t, "training function failed", f.Reason)
+	f, ok, err = FailedForGood(root, "r", "", WithMarkOwner(os.Getuid()+1))
+	must.ErrorContains(t, err, "not the task user's")
+	must.False(t, ok)
+	must.EqOp(t, "", f.Reason, must.Sprint("nothing of another user's file is read"))
+}
+
 // FuzzDecodeFailure checks the decoder never panics and that what it
 // accepts encodes and decodes to the same record.
 func FuzzDecodeFailure(f *testing.F) {

@@ -176,7 +176,10 @@ func openRegularFile(path string, flag int, perm fs.FileMode) (*os.File, error) 
 	case err != nil && !(errors.Is(err, fs.ErrNotExist) && flag&os.O_CREATE != 0):
 		return nil, err
 	}
-	f, err := os.OpenFile(path, flag, perm)
+	// A FIFO swapped in after the Lstat must not block the open: with
+	// O_NONBLOCK it opens at once (and is refused below); a regular file
+	// ignores the flag. O_NOFOLLOW refuses a link swapped in.
+	f, err := os.OpenFile(path, flag|openNoWait, perm)
 	if err != nil {
 		return nil, err
 	}

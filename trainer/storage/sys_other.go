@@ -33,3 +33,9 @@ func lockShared(path string) (*os.File, error) {
 // tryLockExclusive cannot tell whether another process uses the file on
 // this platform, so it says no: node caches are not swept.
 func tryLockExclusive(*os.File) bool { return false }
+
+// openNoWait: this platform has neither FIFOs to wait on nor O_NOFOLLOW.
+const openNoWait = 0
+
+// fileOwner cannot tell who owns a file on this platform.
+func fileOwner(os.FileInfo) (int, bool) { return 0, false }

@@ -58,3 +58,16 @@ func flockFile(path string, how int) (*os.File, error) {
 func tryLockExclusive(f *os.File) bool {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
 }
+
+// openNoWait are the flags openRegularFile adds: a FIFO opens without
+// waiting for a peer, and a symbolic link is not followed.
+const openNoWait = syscall.O_NONBLOCK | syscall.O_NOFOLLOW
+
+// fileOwner returns the uid that owns the file fi describes.
+func fileOwner(fi os.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
