@@ -43,15 +43,9 @@ train "qs" {
   config = { epochs = %d }
   scaling { num_workers = 2 }
   run {
-    storage {
-      path       = %q
-      endpoint   = %q
-      region     = %q
-      path_style = true
-    }
-  }
+%s  }
 }
-`, epochs, url, srv.Endpoint, srv.Region))
+`, epochs, s3StorageBlock(srv, url)))
 		cmd := exec.Command(bin, "run", "-local", spec)
 		cmd.Dir = dir
 		cmd.Env = env
@@ -68,4 +62,11 @@ train "qs" {
 	must.StrContains(t, out, "the config changed since the last run (epochs 2 → 3)")
 	out = run(3)
 	must.StrContains(t, out, `run "qs" is complete: nothing to train`)
+}
+
+// s3StorageBlock is a run's storage block for url on srv, as a spec's
+// run block holds it.
+func s3StorageBlock(srv *s3test.Server, url string) string {
+	return fmt.Sprintf("    storage {\n      path       = %q\n      endpoint   = %q\n      region     = %q\n      path_style = true\n    }\n",
+		url, srv.Endpoint, srv.Region)
 }

@@ -275,13 +275,7 @@ func TestTuneDetachOnS3(t *testing.T) {
 	dir, spec := hclSpec(t, fmt.Sprintf(`train "dt" {
   entrypoint { builtin = "quickstart" }
   run {
-    storage {
-      path       = %q
-      endpoint   = %q
-      region     = %q
-      path_style = true
-    }
-  }`, url, srv.Endpoint, srv.Region)+detachSpecTail)
+%s  }`, s3StorageBlock(srv, url))+detachSpecTail)
 	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
 		Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})}
 	fake, out, ran := detachCrash(t, bin, spec, url+"/dt", opts...)

@@ -41,13 +41,7 @@ train "qs-s3" {
   scaling { num_workers = 2 }
   config = { lr = grid_search([0.01, 0.05]), epochs = 3, samples = 256 }
   run {
-    storage {
-      path       = %q
-      endpoint   = %q
-      region     = %q
-      path_style = true
-    }
-    checkpoint { num_to_keep = 1 }
+%s    checkpoint { num_to_keep = 1 }
   }
   tune {
     max_concurrent_trials = 2
@@ -60,7 +54,7 @@ train "qs-s3" {
       reduction_factor = 2
     }
   }
-}`, url, srv.Endpoint, srv.Region))
+}`, s3StorageBlock(srv, url)))
 	env := append(os.Environ(), "NOMAD_ADDR=", "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
 		"AWS_ENDPOINT_URL_S3=", "AWS_ENDPOINT_URL=", "AWS_REGION=", "AWS_PROFILE=",
 		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
