@@ -334,19 +334,21 @@ func TestBadCommand(t *testing.T) {
 }
 
 // The cause of a failed run comes first: a worker that failed by itself
-// before the workers that only lost it, even when those ended earlier.
+// before the workers that only lost it or were stopped because of it,
+// even when those ended earlier.
 func TestFailuresCausesFirst(t *testing.T) {
 	o := &Outcome{Ranks: []RankOutcome{
-		{Rank: 0, ExitCode: workerenv.ExitPeerLost, Order: 0},
-		{Rank: 1, ExitCode: 0, Order: 1},
-		{Rank: 2, ExitCode: workerenv.ExitUserError, Order: 3},
-		{Rank: 3, ExitCode: 128 + 9, Signal: "SIGKILL", Order: 2},
+		{Rank: 0, ExitCode: workerenv.ExitPeerLost, Order: 1},
+		{Rank: 1, ExitCode: 0, Order: 2},
+		{Rank: 2, ExitCode: workerenv.ExitUserError, Order: 4},
+		{Rank: 3, ExitCode: 128 + 9, Signal: "SIGKILL", Order: 3},
+		{Rank: 4, ExitCode: workerenv.ExitStopped, Order: 0},
 	}}
 	var ranks []int
 	for _, f := range o.Failures() {
 		ranks = append(ranks, f.Rank)
 	}
-	must.Eq(t, []int{3, 2, 0}, ranks)
+	must.Eq(t, []int{3, 2, 4, 0}, ranks)
 }
 
 // An infrastructure failure is survived by starting a replacement process

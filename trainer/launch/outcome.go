@@ -32,8 +32,13 @@ func (r RankOutcome) Message() string {
 }
 
 // Secondary reports whether the worker ended only because another one was
-// lost, so that it is not the cause of a failed run.
-func (r RankOutcome) Secondary() bool { return r.ExitCode == workerenv.ExitPeerLost }
+// lost, or because it was stopped (as the launcher stops the rest of a
+// gang once a worker failed for good, which one waiting for the next
+// generation may hear before it hears of the failure), so that it is not
+// the cause of a failed run.
+func (r RankOutcome) Secondary() bool {
+	return r.ExitCode == workerenv.ExitPeerLost || r.ExitCode == workerenv.ExitStopped
+}
 
 // Outcome is how every worker of a run ended, indexed by rank.
 type Outcome struct {
