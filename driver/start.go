@@ -24,14 +24,20 @@ import (
 // Starting a task: its config checked, its process decided and started,
 // and its handle tracked.
 
+// taskUser is the user the task asks for, else the plugin's default_user
+// ("": the agent's own user).
+func taskUser(tc *drivers.TaskConfig, pcfg PluginConfig) string {
+	if u := tc.GetUser(); u != "" {
+		return u
+	}
+	return pcfg.DefaultUser
+}
+
 // taskUID is the uid the task runs as: its user, else the plugin's
 // default_user, else the agent's own user. -1 when the user is not known
 // (processSpec then refuses the task).
 func taskUID(tc *drivers.TaskConfig, pcfg PluginConfig) int {
-	name := tc.GetUser()
-	if name == "" {
-		name = pcfg.DefaultUser
-	}
+	name := taskUser(tc, pcfg)
 	if name == "" {
 		return os.Getuid()
 	}
@@ -184,10 +190,7 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	if err := checkTaskEnv(tc.GetEnv(), os.LookupEnv); err != nil {
 		return ProcessSpec{}, "", err
 	}
-	user := tc.GetUser()
-	if user == "" {
-		user = pcfg.DefaultUser
-	}
+	user := taskUser(tc, pcfg)
 	if err := checkUser(user, pcfg.DeniedUsers, executor.LookupUser); err != nil {
 		return ProcessSpec{}, "", err
 	}

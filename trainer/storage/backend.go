@@ -101,11 +101,17 @@ func WithTaskEnviron(environ []string) Option {
 	return func(o *options) { o.environ = slices.Clip(environ) }
 }
 
-func objectConfig(opts []Option) objstore.Config {
+// optionsOf applies opts to the zero options.
+func optionsOf(opts []Option) options {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
+	return o
+}
+
+func objectConfig(opts []Option) objstore.Config {
+	o := optionsOf(opts)
 	cfg := o.objCfg
 	if o.environ != nil {
 		cfg.Environ = o.environ

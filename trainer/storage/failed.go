@@ -128,19 +128,16 @@ func WithMarkOwner(uid int) Option { return func(o *options) { o.owner = &uid } 
 // checkMarkOwner refuses a failure mark that the owner opts name does not
 // own.
 func checkMarkOwner(f *os.File, opts []Option) error {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.owner == nil {
+	owner := optionsOf(opts).owner
+	if owner == nil {
 		return nil
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("read failure mark: %w", err)
 	}
-	if uid, ok := fileOwner(fi); !ok || uid != *o.owner {
-		return fmt.Errorf("failure mark %s is not the task user's (uid %d), so not this run's", f.Name(), *o.owner)
+	if uid, ok := fileOwner(fi); !ok || uid != *owner {
+		return fmt.Errorf("failure mark %s is not the task user's (uid %d), so not this run's", f.Name(), *owner)
 	}
 	return nil
 }

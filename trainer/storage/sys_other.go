@@ -9,13 +9,7 @@ import (
 
 // lockRun opens the lock file without locking it: this platform has no
 // flock(2), so a second writer is not detected.
-func lockRun(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("opening writer lock: %w", err)
-	}
-	return f, nil
-}
+func lockRun(path string) (*os.File, error) { return lockShared(path) }
 
 // lockWait takes no lock on this platform: processes sharing a local
 // directory may download the same checkpoint twice, into temporary names.
