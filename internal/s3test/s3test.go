@@ -133,7 +133,12 @@ func start(t testing.TB, bin string) (*Server, error) {
 		return nil, fmt.Errorf("create server log: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "--port", addr, "--region", Region, "--quiet", "posix", data)
+	// --keep-alive: versitygw closes each connection after one request
+	// unless told otherwise, where AWS S3 and the other servers keep it
+	// open; without it every request of a test or benchmark pays a new TCP
+	// connection, and a client that leaves response bodies unread goes
+	// unnoticed.
+	cmd := exec.Command(bin, "--port", addr, "--region", Region, "--keep-alive", "--quiet", "posix", data)
 	cmd.Env = append(os.Environ(),
 		"ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -44,4 +45,25 @@ func TestBinaryEnvNamesMissingFile(t *testing.T) {
 	t.Setenv(EnvServer, filepath.Join(t.TempDir(), "no-such-server"))
 	_, err := Binary()
 	must.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestServerKeepsConnections: one connection serves a run of requests, as
+// on AWS S3, so that tests and benchmarks do not pay a TCP connect for
+// each request.
+func TestServerKeepsConnections(t *testing.T) {
+	srv := Start(t)
+	ctx := context.Background()
+	c := srv.Client(t)
+	key := "k"
+	_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &srv.Bucket, Key: &key, Body: bytes.NewReader([]byte("x"))})
+	must.NoError(t, err)
+	var reused []bool
+	trace := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) },
+	})
+	for range 3 {
+		_, err := c.HeadObject(trace, &s3.HeadObjectInput{Bucket: &srv.Bucket, Key: &key})
+		must.NoError(t, err)
+	}
+	must.Eq(t, []bool{true, true, true}, reused)
 }
