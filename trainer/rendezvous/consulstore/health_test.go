@@ -55,6 +55,7 @@ func TestHealthTTLCheckFollowsBeats(t *testing.T) {
 	svc, ok := fake.Service("run1-rank0")
 	must.True(t, ok)
 	must.Eq(t, fakeconsul.Service{ID: "run1-rank0", Name: "trainer", Address: "10.0.0.1", Port: 29500,
+		Tags: []string{"run1"}, Weights: fakeconsul.Weights{Passing: 1, Warning: 1},
 		CheckIDs: []string{consulstore.CheckID("run1-rank0")}}, svc)
 	must.Eq(t, "passing", check().Status, must.Sprint("a fresh worker starts passing"))
 	// paused waits until the loop has sent n updates and waits on the clock.

@@ -24,8 +24,20 @@
 //     (empty included), behaviour release or delete; ?acquire fails for a
 //     key another session holds or that is under lock delay, and names an
 //     invalid session with a 500;
-//   - agent services with TTL checks, critical unless given a Status, and
-//     critical once TTL passes without /v1/agent/check/update;
+//   - agents (the dev agent, and client agents from AddAgent sharing its
+//     KV and sessions), each with its own services and checks, as
+//     /v1/agent/self, services, checks and the register, deregister and
+//     update calls answer them to a Nomad client and a worker: TTL checks
+//     critical unless given a Status and once TTL passes without an
+//     update; HTTP and TCP checks run by the agent every Interval (at
+//     least 1s, the first run staggered over it), passing on a 2xx answer
+//     or an open connection, warning on 429, critical otherwise; default
+//     weights 1 and 1, tagged addresses added for an IP address; a
+//     registration with replace-existing-checks drops the service's
+//     checks it does not name;
+//   - a client agent whose server is down answers the cluster's endpoints
+//     (KV, sessions, transactions) with 500 "No known Consul servers" and
+//     keeps serving its own;
 //   - pushing back: TooMany makes requests answer 429 with the text of
 //     Consul's per-client connection limit (http_max_conns_per_client) and
 //     close the connection, as the agent does;
@@ -82,10 +94,15 @@ type Server struct {
 	// http_max_conns_per_client does.
 	TooMany atomic.Int64
 
-	// lifeMu serialises Stop, Start and Close.
+	// lifeMu serialises Stop, Start, AddAgent and Close.
 	lifeMu sync.Mutex
 	// guarded by lifeMu:
-	srv *http.Server // nil while stopped
+	srv     *http.Server // nil while stopped
+	clients []*Agent     // AddAgent's
+
+	// self is the dev agent the Server is; its services and checks are
+	// guarded by mu.
+	self *Agent
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -95,8 +112,6 @@ type Server struct {
 	tombs     map[string]uint64
 	sessions  map[string]*session
 	delayed   map[string]time.Time // key -> end of its lock delay
-	services  map[string]Service
-	checks    map[string]*Check
 	changed   chan struct{}
 	closed    bool
 	createdBy map[string]SessionInfo
@@ -128,23 +143,6 @@ type SessionInfo struct {
 	NodeChecks []string
 }
 
-// Service is a registered agent service.
-type Service struct {
-	ID, Name, Address string
-	Port              int
-	CheckIDs          []string
-}
-
-// Check is an agent TTL check.
-type Check struct {
-	ID, ServiceID string
-	TTL           time.Duration
-	Status        string
-	Output        string
-	Updates       int
-	updated       time.Time
-}
-
 // Options configure New.
 type Options struct {
 	// Clock drives session TTLs, lock delays and check TTLs (nil: wall
@@ -163,21 +161,58 @@ func New(opts Options) *Server {
 		opts.MinTTL = DefaultMinTTL
 	}
 	s := &Server{clock: opts.Clock, minTTL: opts.MinTTL}
+	s.self = newAgent(s, "fake-dev", true)
 	s.resetLocked()
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status/leader", func(w http.ResponseWriter, _ *http.Request) {
+	s.handler = s.agentHandler(s.self)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("fakeconsul: listen: %v", err))
+	}
+	s.addr = ln.Addr().String()
+	s.self.addr = s.addr
+	s.serve(ln)
+	return s
+}
+
+// agentHandler serves agent a's API: its own /v1/agent endpoints, and
+// the cluster's KV, sessions and transactions, which a client agent
+// answers only while the server (the dev agent) is up.
+func (s *Server) agentHandler(a *Agent) http.Handler {
+	cluster := http.NewServeMux()
+	cluster.HandleFunc("GET /v1/status/leader", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, 0, "127.0.0.1:8300")
 	})
-	mux.HandleFunc("/v1/kv/", s.handleKV)
-	mux.HandleFunc("PUT /v1/txn", s.handleTxn)
-	mux.HandleFunc("PUT /v1/session/create", s.handleSessionCreate)
-	mux.HandleFunc("PUT /v1/session/renew/{id}", s.handleSessionRenew)
-	mux.HandleFunc("PUT /v1/session/destroy/{id}", s.handleSessionDestroy)
-	mux.HandleFunc("GET /v1/session/info/{id}", s.handleSessionInfo)
-	mux.HandleFunc("PUT /v1/agent/service/register", s.handleServiceRegister)
-	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", s.handleServiceDeregister)
-	mux.HandleFunc("PUT /v1/agent/check/update/{id}", s.handleCheckUpdate)
-	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	cluster.HandleFunc("/v1/kv/", s.handleKV)
+	cluster.HandleFunc("PUT /v1/txn", s.handleTxn)
+	cluster.HandleFunc("PUT /v1/session/create", s.handleSessionCreate)
+	cluster.HandleFunc("PUT /v1/session/renew/{id}", s.handleSessionRenew)
+	cluster.HandleFunc("PUT /v1/session/destroy/{id}", s.handleSessionDestroy)
+	cluster.HandleFunc("GET /v1/session/info/{id}", s.handleSessionInfo)
+	var clusterHandler http.Handler = cluster
+	if a != s.self {
+		clusterHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.mu.Lock()
+			down := s.closed
+			s.mu.Unlock()
+			if down {
+				writeText(w, http.StatusInternalServerError, "No known Consul servers")
+				return
+			}
+			cluster.ServeHTTP(w, r)
+		})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", clusterHandler)
+	mux.HandleFunc("GET /v1/agent/self", a.handleSelf)
+	mux.HandleFunc("GET /v1/agent/services", a.handleServices)
+	mux.HandleFunc("GET /v1/agent/service/{id}", a.handleService)
+	mux.HandleFunc("GET /v1/agent/checks", a.handleChecks)
+	mux.HandleFunc("PUT /v1/agent/service/register", a.handleServiceRegister)
+	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", a.handleServiceDeregister)
+	mux.HandleFunc("PUT /v1/agent/check/register", a.handleCheckRegister)
+	mux.HandleFunc("PUT /v1/agent/check/deregister/{id}", a.handleCheckDeregister)
+	mux.HandleFunc("PUT /v1/agent/check/update/{id}", a.handleCheckUpdate)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Requests.Add(1)
 		if s.TooMany.Add(-1) >= 0 {
 			w.Header().Set("Connection", "close")
@@ -192,13 +227,25 @@ func New(opts Options) *Server {
 		s.Fail.Store(0)
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// AddAgent starts a client agent of the node named node on a loopback
+// port of its own: it shares the Server's KV and sessions and keeps its
+// own services and checks, as the Consul agent of another machine. Close
+// stops it with the Server.
+func (s *Server) AddAgent(node string) (*Agent, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		panic(fmt.Sprintf("fakeconsul: listen: %v", err))
+		return nil, fmt.Errorf("fakeconsul: listen: %w", err)
 	}
-	s.addr = ln.Addr().String()
-	s.serve(ln)
-	return s
+	a := newAgent(s, node, false)
+	a.addr = ln.Addr().String()
+	a.http = &http.Server{Handler: s.agentHandler(a)}
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	s.clients = append(s.clients, a)
+	go a.http.Serve(ln)
+	return a, nil
 }
 
 // resetLocked empties the agent, as a dev agent starts: indexes start at
@@ -209,8 +256,7 @@ func (s *Server) resetLocked() {
 	s.tombs = make(map[string]uint64)
 	s.sessions = make(map[string]*session)
 	s.delayed = make(map[string]time.Time)
-	s.services = make(map[string]Service)
-	s.checks = make(map[string]*Check)
+	s.self.reset()
 	s.changed = make(chan struct{})
 	s.createdBy = make(map[string]SessionInfo)
 	s.closed = false
@@ -226,8 +272,20 @@ func (s *Server) serve(ln net.Listener) {
 // Addr is the agent's "host:port", for CONSUL_HTTP_ADDR or capi.Config.
 func (s *Server) Addr() string { return s.addr }
 
-// Close stops the server for good, ending pending blocking queries.
-func (s *Server) Close() { s.Stop() }
+// Close stops the server and the agents AddAgent made for good, ending
+// pending blocking queries.
+func (s *Server) Close() {
+	s.Stop()
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	for _, a := range s.clients {
+		a.http.Close()
+		s.mu.Lock()
+		a.reset()
+		s.mu.Unlock()
+	}
+	s.clients = nil
+}
 
 // Stop takes the agent down, as a stopped or restarting agent: pending
 // blocking queries end, open connections are closed, and new ones are
@@ -242,6 +300,9 @@ func (s *Server) Stop() {
 			if se.timer != nil {
 				se.timer.Stop()
 			}
+		}
+		for _, c := range s.self.checks {
+			c.stop()
 		}
 		s.wakeLocked()
 	}
@@ -292,26 +353,12 @@ func (s *Server) KV(key string) ([]byte, bool) {
 	return bytes.Clone(e.Value), true
 }
 
-// Service returns the agent service id, if registered.
-func (s *Server) Service(id string) (Service, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	svc, ok := s.services[id]
-	return svc, ok
-}
+// Service returns the service id registered with the dev agent, if any.
+func (s *Server) Service(id string) (Service, bool) { return s.self.Service(id) }
 
-// CheckState returns the check id as the agent sees it now (a TTL check
-// not updated within its TTL is critical).
-func (s *Server) CheckState(id string) (Check, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.checks[id]
-	if !ok {
-		return Check{}, false
-	}
-	s.expireCheckLocked(c)
-	return *c, true
-}
+// CheckState returns the dev agent's check id as it sees it now (a TTL
+// check not updated within its TTL is critical).
+func (s *Server) CheckState(id string) (Check, bool) { return s.self.CheckState(id) }
 
 // ReapTombstones forgets every deletion, as Consul's tombstone GC does;
 // list indexes under prefixes whose newest event was a deletion go back.
