@@ -51,6 +51,10 @@ type cluster struct {
 	api     *api.Client
 }
 
+// clientName names the i-th client (from 1), its Nomad agent and its
+// Consul agent.
+func clientName(i int) string { return fmt.Sprintf("client-%d", i) }
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,8 +67,9 @@ func freePort(t *testing.T) int {
 
 // startCluster starts a server and n clients; each client gets its own
 // copy of the driver binary in its own plugin_dir, its own range of
-// dynamic ports, and consul as the workers' rendezvous Consul.
-func startCluster(t *testing.T, nomadBin, driverBin, base, consulAddr string, n int) *cluster {
+// dynamic ports, and its own Consul agent, which it registers its
+// allocations' services with and its workers rendezvous through.
+func startCluster(t *testing.T, nomadBin, driverBin, base string, consul consulAgents, n int) *cluster {
 	t.Helper()
 	c := &cluster{}
 	rpc := freePort(t)
@@ -100,7 +105,7 @@ consul {
   server_auto_join = false
   client_auto_join = false
 }
-`, filepath.Join(srv.dir, "data"), httpPort, rpc, freePort(t), minHeartbeatTTL, heartbeatGrace, consulAddr))
+`, filepath.Join(srv.dir, "data"), httpPort, rpc, freePort(t), minHeartbeatTTL, heartbeatGrace, consul.server))
 	c.server = srv
 	var err error
 	c.api, err = api.NewClient(&api.Config{Address: "http://" + srv.http})
@@ -112,7 +117,7 @@ consul {
 		return err == nil && leader != "", nil
 	})
 	for i := 1; i <= n; i++ {
-		cl := &agent{name: fmt.Sprintf("client-%d", i), dir: filepath.Join(base, fmt.Sprintf("client-%d", i))}
+		cl := &agent{name: clientName(i), dir: filepath.Join(base, clientName(i))}
 		cl.private = filepath.Join(cl.dir, "data")
 		cl.cgroup = fmt.Sprintf("nomad-train-multinode-%d-%d", os.Getpid(), i)
 		cl.http = "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -170,7 +175,7 @@ plugin "train" {
     gpu_stats      = false
   }
 }
-`, cl.name, filepath.Join(cl.dir, "data"), plugins, httpPort, freePort(t), freePort(t), rpc, lo, lo+999, cl.cgroup, consulAddr, consulAddr))
+`, cl.name, filepath.Join(cl.dir, "data"), plugins, httpPort, freePort(t), freePort(t), rpc, lo, lo+999, cl.cgroup, consul.clients[cl.name], consul.clients[cl.name]))
 		c.clients = append(c.clients, cl)
 	}
 	waitFor(t, 2*time.Minute, fmt.Sprintf("%d ready clients with a healthy train driver", n), func() (bool, error) {

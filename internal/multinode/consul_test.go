@@ -4,64 +4,93 @@ package multinode
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	capi "github.com/hashicorp/consul/api"
+
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/consulstore/fakeconsul"
+	"github.com/shoenig/test/must"
 )
 
-// fakeConsulEnv makes the test binary serve the fake Consul agent instead
-// of running tests (the helper-process idiom): it prints its address and
+// fakeConsulEnv makes the test binary serve the fake Consul instead of
+// running tests (the helper-process idiom): the dev agent and as many
+// client agents as the variable says, one per Nomad client, over one KV.
+// It prints their addresses, the dev agent's first, one a line, and
 // serves until SIGTERM or SIGINT.
 const fakeConsulEnv = "NOMAD_TRAIN_MULTINODE_FAKE_CONSUL"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakeConsulEnv) == "1" {
-		os.Exit(serveFakeConsul())
+	if v := os.Getenv(fakeConsulEnv); v != "" {
+		os.Exit(serveFakeConsul(v))
 	}
 	os.Exit(m.Run())
 }
 
-func serveFakeConsul() int {
+func serveFakeConsul(clients string) int {
+	n, err := strconv.Atoi(clients)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want a number of client agents\n", fakeConsulEnv, clients)
+		return 2
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	srv := fakeconsul.New(fakeconsul.Options{})
 	defer srv.Close()
 	fmt.Println(srv.Addr())
+	for i := 1; i <= n; i++ {
+		a, err := srv.AddAgent(clientName(i))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println(a.Addr())
+	}
 	<-sigs
 	return 0
 }
 
-// consulAgent is the Consul the workers rendezvous through: its address,
-// and whether it is a real agent (Nomad can register services in it).
-type consulAgent struct {
-	addr string
-	real bool
+// consulAgents are the Consul agents of the test bed: the server's, and
+// the one of each Nomad client by its name, which the client registers
+// its allocations' services with and its workers rendezvous through.
+type consulAgents struct {
+	server  string
+	clients map[string]string
+	real    bool
 }
 
-// startConsul starts a real Consul dev agent when `consul` is on PATH,
-// and the fake agent as a process of its own otherwise; the test's end
-// stops it by pid.
-func startConsul(t *testing.T, dir string) consulAgent {
+// startConsul starts a real Consul dev agent when `consul` is on PATH
+// (every client then shares it), and the fake as a process of its own
+// otherwise, with an agent for each of n clients; the test's end stops it
+// by pid.
+func startConsul(t *testing.T, dir string, n int) consulAgents {
 	t.Helper()
 	if bin, err := exec.LookPath("consul"); err == nil {
-		return startRealConsul(t, bin, dir)
+		addr := startRealConsul(t, bin, dir)
+		agents := consulAgents{server: addr, clients: map[string]string{}, real: true}
+		for i := 1; i <= n; i++ {
+			agents.clients[clientName(i)] = addr
+		}
+		return agents
 	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), fakeConsulEnv+"=1")
+	cmd.Env = append(os.Environ(), fakeConsulEnv+"="+strconv.Itoa(n))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -72,16 +101,24 @@ func startConsul(t *testing.T, dir string) consulAgent {
 		t.Fatalf("start the fake Consul agent: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the fake Consul agent said no address: %v", err)
+	lines := bufio.NewReader(out)
+	read := func() string {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the fake Consul said no address: %v", err)
+		}
+		return strings.TrimSpace(line)
 	}
-	addr := strings.TrimSpace(line)
-	t.Logf("consul: no `consul` on PATH: the fake agent (pid %d) at %s", cmd.Process.Pid, addr)
-	return consulAgent{addr: addr}
+	agents := consulAgents{server: read(), clients: map[string]string{}}
+	for i := 1; i <= n; i++ {
+		agents.clients[clientName(i)] = read()
+	}
+	t.Logf("consul: no `consul` on PATH: the fake (pid %d), its dev agent at %s and client agents %v",
+		cmd.Process.Pid, agents.server, agents.clients)
+	return agents
 }
 
-func startRealConsul(t *testing.T, bin, dir string) consulAgent {
+func startRealConsul(t *testing.T, bin, dir string) string {
 	t.Helper()
 	port := freePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -111,5 +148,117 @@ func startRealConsul(t *testing.T, bin, dir string) consulAgent {
 		return resp.StatusCode == http.StatusOK && strings.Contains(string(b[:n]), ":"), nil
 	})
 	t.Logf("consul: a real dev agent (pid %d) at %s", cmd.Process.Pid, addr)
-	return consulAgent{addr: addr, real: true}
+	return addr
+}
+
+// sighting is what the test saw of one service Nomad registered for an
+// allocation in a node's Consul agent.
+type sighting struct {
+	node, name string
+	checks     int
+	registered time.Time
+	passing    time.Time // when every check of it first passed, or zero
+}
+
+// serviceWatch follows, once a second, the services Nomad registers in
+// the clients' agents for allocations ("_nomad-task-<alloc ID>-...").
+type serviceWatch struct {
+	mu   sync.Mutex
+	seen map[string]*sighting // by service ID
+	stop func()
+}
+
+func watchServices(t *testing.T, agents consulAgents) *serviceWatch {
+	t.Helper()
+	w := &serviceWatch{seen: map[string]*sighting{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for node, addr := range agents.clients {
+		client, err := capi.NewClient(&capi.Config{Address: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				w.look(node, client.Agent())
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	w.stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(w.stop)
+	return w
+}
+
+func (w *serviceWatch) look(node string, agent *capi.Agent) {
+	services, err := agent.Services()
+	if err != nil {
+		return // a lost node's agent, or one restarting
+	}
+	checks, err := agent.Checks()
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, svc := range services {
+		if !strings.HasPrefix(id, "_nomad-task-") {
+			continue
+		}
+		s, ok := w.seen[id]
+		if !ok {
+			s = &sighting{node: node, name: svc.Service, registered: now}
+			w.seen[id] = s
+		}
+		n, passing := 0, 0
+		for _, c := range checks {
+			if c.ServiceID == id {
+				n++
+				if c.Status == capi.HealthPassing {
+					passing++
+				}
+			}
+		}
+		s.checks = max(s.checks, n)
+		if n > 0 && passing == n && s.passing.IsZero() {
+			s.passing = now
+		}
+	}
+}
+
+// of returns the sightings of the services of allocation alloc.
+func (w *serviceWatch) of(alloc string) []sighting {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []sighting
+	for id, s := range w.seen {
+		if strings.HasPrefix(id, "_nomad-task-"+alloc+"-") {
+			out = append(out, *s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// registered lists the allocation services agent addr holds now.
+func registeredIn(t *testing.T, addr string) []string {
+	t.Helper()
+	client, err := capi.NewClient(&capi.Config{Address: addr})
+	must.NoError(t, err)
+	services, err := client.Agent().Services()
+	must.NoError(t, err)
+	var out []string
+	for id := range services {
+		if strings.HasPrefix(id, "_nomad-task-") {
+			out = append(out, id)
+		}
+	}
+	return out
 }

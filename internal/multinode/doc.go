@@ -3,9 +3,12 @@
 // each client with its own data, alloc and plugin directory, ports and node
 // name, and no directory shared between them (each client's data directory
 // is a tmpfs in a mount namespace of its own, which no other client sees).
-// The run's storage is a real S3 server and its rendezvous Consul (a real
-// agent when `consul` is on PATH, the fake agent served as a process
-// otherwise). Four quickstart workers spread over the clients; after the
+// The run's storage is a real S3 server. Consul is a real dev agent that
+// every client shares when `consul` is on PATH, and otherwise the fake
+// served as a process with one agent for each client over one KV: the
+// compiled job runs unchanged, each client registering its workers'
+// services and checks in its own agent, the workers rendezvousing through
+// it. Four quickstart workers spread over the clients; after the
 // first checkpoint the test kills one client as a machine loss would (its
 // agent and every process it started, by pid), waits for Nomad to mark the
 // node down and reschedule the lost workers on the survivors, and checks

@@ -87,10 +87,11 @@ func TestNodeLoss(t *testing.T) {
 	}
 	want := referenceRun(t, bins.cli, base)
 
-	consul := startConsul(t, base)
-	c := startCluster(t, nomadBin, bins.driver, base, consul.addr, numClients)
+	consul := startConsul(t, base, numClients)
+	c := startCluster(t, nomadBin, bins.driver, base, consul, numClients)
 	storagePath := "s3://" + s3.Bucket + "/runs"
-	job, varPath := clusterJob(t, base, storagePath, s3, consul.real)
+	job, varPath := clusterJob(t, base, storagePath, s3)
+	services := watchServices(t, consul)
 	_, _, err = c.api.Variables().Create(&api.Variable{Path: varPath,
 		Items: api.VariableItems{trainspec.S3AccessKeyItem: s3.AccessKey, trainspec.S3SecretKeyItem: s3.SecretKey}}, nil)
 	must.NoError(t, err)
@@ -180,6 +181,7 @@ func TestNodeLoss(t *testing.T) {
 		job, _, err := c.api.Jobs().Info(sub.JobID, nil)
 		return err == nil && *job.Status == "dead", nil
 	})
+	services.stop()
 	replacements = replacementsOf(t, c, sub.JobID, victimID, tKill)
 	must.SliceLen(t, len(lost), replacements, must.Sprint("one replacement for each lost worker"))
 	for _, r := range replacements {
@@ -220,6 +222,57 @@ func TestNodeLoss(t *testing.T) {
 	t.Logf("FINAL: %s at step %d, loss %v: the same %d files (sha256) and loss as the fault-free run", got.name, got.step, got.loss, len(got.files))
 
 	logSplit(t, split{kill: tKill, down: tDown, replacements: replacements, events: events, resumed: resumed})
+	checkServices(t, c, consul, services, allocs, replacements, victim)
+}
+
+// checkServices: every worker's two services (its collective port and
+// its metrics) were registered by its node's Nomad client in that node's
+// Consul agent, with its check (which the agent runs every 10 s, the
+// first staggered over that: a worker of this short run may end before
+// its first, so passing is logged, not required); and once the run
+// ended, the surviving clients deregistered them all.
+func checkServices(t *testing.T, c *cluster, consul consulAgents, w *serviceWatch,
+	first []*api.AllocationListStub, replacements []*api.Allocation, victim string) {
+	t.Helper()
+	type ran struct{ id, node string }
+	var all []ran
+	for _, a := range first {
+		all = append(all, ran{a.ID, a.NodeName})
+	}
+	for _, a := range replacements {
+		all = append(all, ran{a.ID, a.NodeName})
+	}
+	want := []string{runName + "-metrics", runName + "-worker"}
+	for _, a := range all {
+		seen := w.of(a.id)
+		var names []string
+		for _, s := range seen {
+			names = append(names, s.name)
+			if !consul.real { // a real dev agent is every client's
+				must.Eq(t, a.node, s.node, must.Sprintf("alloc %s's %s is in its own node's agent", a.id[:8], s.name))
+			}
+			must.Eq(t, 1, s.checks, must.Sprintf("alloc %s's %s has its check", a.id[:8], s.name))
+		}
+		must.Eq(t, want, names, must.Sprintf("alloc %s's services", a.id[:8]))
+		passing := "not seen passing"
+		if !seen[0].passing.IsZero() {
+			passing = "checks passing at " + stamp(seen[0].passing)
+		}
+		t.Logf("CONSUL: alloc %s on %s: %v registered at %s, %s",
+			a.id[:8], a.node, names, stamp(seen[0].registered), passing)
+	}
+	if consul.real {
+		return // one agent for every client: the lost node's services stay in it
+	}
+	for node, addr := range consul.clients {
+		if node == victim {
+			continue // its agent was not lost with it here: what it holds is stale
+		}
+		waitFor(t, time.Minute, "the services of "+node+" to be deregistered", func() (bool, error) {
+			return len(registeredIn(t, addr)) == 0, nil
+		})
+	}
+	t.Logf("CONSUL: the surviving clients deregistered every service of the run")
 }
 
 // binaries are the ones the proof builds from this module.
@@ -302,7 +355,7 @@ func finalCheckpoint(t *testing.T, st storage.RunStore) result {
 // bed needs: S3 credentials rendered from a Nomad Variable (never in the
 // job), the S3 endpoint, and a temporary directory of each task's own
 // (the clients share this machine's /tmp, which machines would not).
-func clusterJob(t *testing.T, base, storagePath string, s3 *s3test.Server, realConsul bool) (*api.Job, string) {
+func clusterJob(t *testing.T, base, storagePath string, s3 *s3test.Server) (*api.Job, string) {
 	t.Helper()
 	path := filepath.Join(base, "train.hcl")
 	must.NoError(t, os.WriteFile(path, []byte(spec(storagePath, true)), 0o644))
@@ -310,16 +363,7 @@ func clusterJob(t *testing.T, base, storagePath string, s3 *s3test.Server, realC
 	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
 	job, diags := trainspec.Compile(s)
 	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
-	g := job.TaskGroups[0]
-	if !realConsul {
-		// The fake agent serves the workers' rendezvous, not Nomad's
-		// service catalogue: Nomad keeps the services itself.
-		for _, svc := range g.Services {
-			svc.Provider = "nomad"
-			svc.Checks = nil
-		}
-	}
-	task := g.Tasks[0]
+	task := job.TaskGroups[0].Tasks[0]
 	task.Env["AWS_ENDPOINT_URL_S3"] = s3.Endpoint
 	task.Env["AWS_REGION"] = s3.Region
 	task.Env["AWS_CONFIG_FILE"] = "/nonexistent"
