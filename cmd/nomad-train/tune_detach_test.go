@@ -336,3 +336,37 @@ func consulKV(t *testing.T, addr string) *consul.KV {
 	must.NoError(t, err)
 	return c.KV()
 }
+
+// A tuner that cannot reach Nomad exits with an error that says so (and,
+// for a task API socket whose path is too long to exist, why), leaving
+// the experiment untouched for the restart, rather than failing its trials.
+func TestTunerWithoutNomadLeavesTheTrials(t *testing.T) {
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared")
+	_, spec := hclSpec(t, fmt.Sprintf(`train "dt" {
+  entrypoint { builtin = "quickstart" }
+  run { storage_path = %q }`, shared)+detachSpecTail)
+	long := "/" + strings.Repeat("d", 100) + "/secrets/api.sock"
+	for _, c := range []struct {
+		name, addr, hint string
+	}{
+		{"no socket", "unix://" + filepath.Join(dir, "api.sock"), ""},
+		{"a socket path too long", "unix://" + long, "is 118 bytes: a unix socket's is at most 107"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("NOMAD_ADDR", c.addr)
+			var out, errb bytes.Buffer
+			code := dispatch(context.Background(), []string{"tuner", spec}, &out, &errb)
+			must.EqOp(t, 1, code, must.Sprint(out.String(), errb.String()))
+			must.StrContains(t, errb.String(), "nomad-train tuner: reaching Nomad")
+			if c.hint != "" {
+				must.StrContains(t, errb.String(), c.hint)
+			} else {
+				must.StrNotContains(t, errb.String(), "unix socket's")
+			}
+			_, ok, err := tune.LoadState(context.Background(), filepath.Join(shared, "dt"))
+			must.NoError(t, err)
+			must.False(t, ok, must.Sprint("no trial was started, nor failed"))
+		})
+	}
+}

@@ -69,7 +69,8 @@ func freePort(t *testing.T) int {
 // copy of the driver binary in its own plugin_dir, its own range of
 // dynamic ports, and its own Consul agent, which it registers its
 // allocations' services with and its workers rendezvous through.
-func startCluster(t *testing.T, nomadBin, driverBin, base string, consul consulAgents, n int) *cluster {
+// With rawExec the clients also run raw_exec tasks (the detached tuner's).
+func startCluster(t *testing.T, nomadBin, driverBin, base string, consul consulAgents, n int, rawExec bool) *cluster {
 	t.Helper()
 	c := &cluster{}
 	rpc := freePort(t)
@@ -130,6 +131,10 @@ consul {
 		// Dynamic ports (the workers' collective and metrics ports) from a
 		// range of its own: the clients share one network stack.
 		lo := 21000 + 1000*i
+		denied := "docker,exec,java,qemu,raw_exec,podman"
+		if rawExec {
+			denied = "docker,exec,java,qemu,podman"
+		}
 		startAgent(t, nomadBin, cl, fmt.Sprintf(`
 name         = %q
 data_dir     = %q
@@ -159,9 +164,12 @@ client {
   gc_disk_usage_threshold  = 99
   gc_inode_usage_threshold = 99
   options = {
-    "driver.denylist"      = "docker,exec,java,qemu,raw_exec,podman"
+    "driver.denylist"      = %q
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
+}
+plugin "raw_exec" {
+  config { enabled = %t }
 }
 consul {
   address          = %q
@@ -175,7 +183,7 @@ plugin "train" {
     gpu_stats      = false
   }
 }
-`, cl.name, filepath.Join(cl.dir, "data"), plugins, httpPort, freePort(t), freePort(t), rpc, lo, lo+999, cl.cgroup, consul.clients[cl.name], consul.clients[cl.name]))
+`, cl.name, filepath.Join(cl.dir, "data"), plugins, httpPort, freePort(t), freePort(t), rpc, lo, lo+999, cl.cgroup, denied, rawExec, consul.clients[cl.name], consul.clients[cl.name]))
 		c.clients = append(c.clients, cl)
 	}
 	waitFor(t, 2*time.Minute, fmt.Sprintf("%d ready clients with a healthy train driver", n), func() (bool, error) {

@@ -160,7 +160,7 @@ type sighting struct {
 	passing    time.Time // when every check of it first passed, or zero
 }
 
-// serviceWatch follows, once a second, the services Nomad registers in
+// serviceWatch follows, ten times a second, the services Nomad registers in
 // the clients' agents for allocations ("_nomad-task-<alloc ID>-...").
 type serviceWatch struct {
 	mu   sync.Mutex
@@ -179,7 +179,7 @@ func watchServices(t *testing.T, agents consulAgents) *serviceWatch {
 			t.Fatal(err)
 		}
 		wg.Go(func() {
-			tick := time.NewTicker(time.Second)
+			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				w.look(node, client.Agent())

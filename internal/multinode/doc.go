@@ -20,7 +20,12 @@
 // It loses the node of rank 0, which holds the run's S3 writer lease;
 // MULTINODE_LOSE=other loses the busiest node without it.
 //
-// It needs root (mount namespaces, cgroups), a `nomad` binary on PATH
+// TestDetachedTune runs `tune -detach` of a quickstart experiment on such
+// a cluster, its trials on S3 (see its documentation):
+//
+//	go test -tags multinode -run TestDetachedTune -v -timeout 15m ./internal/multinode
+//
+// Both need root (mount namespaces, cgroups), a `nomad` binary on PATH
 // (built from Nomad's public source) and an S3 server binary
 // (NOMAD_TRAIN_TEST_S3_SERVER, see internal/s3test); without the binaries
 // it skips, saying so. A simulated machine is every process whose

@@ -88,7 +88,7 @@ func TestNodeLoss(t *testing.T) {
 	want := referenceRun(t, bins.cli, base)
 
 	consul := startConsul(t, base, numClients)
-	c := startCluster(t, nomadBin, bins.driver, base, consul, numClients)
+	c := startCluster(t, nomadBin, bins.driver, base, consul, numClients, false)
 	storagePath := "s3://" + s3.Bucket + "/runs"
 	job, varPath := clusterJob(t, base, storagePath, s3)
 	services := watchServices(t, consul)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
@@ -40,6 +41,12 @@ func DetachTune(ctx context.Context, c nomad.API, x *tune.Experiment, o tune.Det
 // so that Nomad does not run it again; 1 for an error of the tuner itself
 // (Nomad restarts it); 130 when stopped.
 func RunTuner(ctx context.Context, c nomad.API, x *tune.Experiment, namespace string, stdout, stderr io.Writer) int {
+	// A tuner that cannot reach Nomad stops here, its trials as they were
+	// (Nomad restarts it), instead of failing every trial's lookup.
+	if _, err := c.JobInfo(ctx, tune.TunerJobID(x.Spec.Name)); err != nil && !errors.Is(err, nomad.ErrNoSuchRun) {
+		fmt.Fprintf(stderr, "nomad-train tuner: reaching Nomad: %v%s\n", err, socketHint(os.Getenv("NOMAD_ADDR")))
+		return 1
+	}
 	cfg := x.Config
 	cfg.Progress, cfg.KeepErrored = stdout, true
 	cfg.Instance = os.Getenv("NOMAD_ALLOC_ID") // a restart in the allocation takes the experiment's lease at once
@@ -65,6 +72,21 @@ func RunTuner(ctx context.Context, c nomad.API, x *tune.Experiment, namespace st
 		fmt.Fprintf(stderr, "nomad-train tuner: %v\n", err) // the experiment ended
 	}
 	return 0
+}
+
+// maxSocketPath is the longest path a unix socket can have on Linux (its
+// sun_path holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// socketHint explains a task API socket Nomad could not create: its path,
+// under the client's data_dir, is too long for a unix socket.
+func socketHint(addr string) string {
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok || len(path) <= maxSocketPath {
+		return ""
+	}
+	return fmt.Sprintf("\n  the task API socket's path, %s, is %d bytes: a unix socket's is at most %d, "+
+		"so Nomad made none; give the client a shorter data_dir", path, len(path), maxSocketPath)
 }
 
 // PrintDetachedStatus prints a detached experiment: its tuner job's

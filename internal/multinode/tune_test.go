@@ -1,0 +1,177 @@
+//go:build multinode
+
+package multinode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
+)
+
+// tuneSpec is a tune of the quickstart on S3: three trials of two workers
+// that rendezvous through Consul, two trials at a time.
+func tuneSpec(s3 *s3test.Server, url string) string {
+	return fmt.Sprintf(`
+train "dt" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    lr      = grid_search([0.1, 0.05, 0.02])
+    epochs  = 3
+    samples = 400
+  }
+  scaling {
+    num_workers = 2
+    resources_per_worker {
+      cpu    = 100
+      memory = 128
+    }
+  }
+  rendezvous { backend = "consul" }
+  run {
+    storage {
+      path       = %q
+      endpoint   = %q
+      region     = %q
+      path_style = true
+    }
+  }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+  }
+}
+`, url, s3.Endpoint, s3.Region)
+}
+
+// TestDetachedTune runs `tune -detach` on the cluster: the tuner is a
+// Nomad job (raw_exec) on one client, reaching Nomad through its task API
+// socket; it registers each trial as a job whose workers spread over the
+// clients and rendezvous through their node's Consul agent, the keys to
+// S3 coming from a Nomad Variable only (the agents have none in their
+// environment). Every trial ends TERMINATED after its three epochs, each
+// worker's services having been in its node's agent, and `status` prints
+// the experiment.
+func TestDetachedTune(t *testing.T) {
+	nomadBin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad on PATH: build one from Nomad's public source (README.md, \"Multi-node proof\")")
+	}
+	s3 := s3test.Start(t)
+	// A short base: the tuner's task API socket is under the client's
+	// data directory, and a unix socket's path is at most 108 bytes.
+	base, err := os.MkdirTemp("", "nt")
+	must.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	bins := buildBinaries(t, base)
+	// The agents, their tasks and the CLI see no keys and no shared
+	// config: the tuner and the workers read them from the Variable.
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(base, "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(base, "none"))
+
+	const clients = 2
+	consul := startConsul(t, base, clients)
+	c := startCluster(t, nomadBin, bins.driver, base, consul, clients, true)
+	services := watchServices(t, consul)
+	_, _, err = c.api.Variables().Create(&api.Variable{Path: trainspec.S3CredentialsVariablePath("dt"),
+		Items: api.VariableItems{trainspec.S3AccessKeyItem: s3.AccessKey, trainspec.S3SecretKeyItem: s3.SecretKey}}, nil)
+	must.NoError(t, err)
+
+	url := "s3://" + s3.Bucket + "/tune"
+	spec := filepath.Join(base, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(tuneSpec(s3, url)), 0o644))
+	address := "http://" + c.server.http
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bins.cli, args...)
+		cmd.Dir = base
+		out, err := cmd.CombinedOutput()
+		must.NoError(t, err, must.Sprintf("nomad-train %s:\n%s", strings.Join(args, " "), out))
+		return string(out)
+	}
+	out := cli("tune", "-detach", "-address", address, "-tuner-driver", "raw_exec",
+		"-tuner-command", bins.cli, "-tuner-consul-address", consul.clients[clientName(1)], spec)
+	t.Logf("tune -detach:\n%s", out)
+	must.StrContains(t, out, "job dt-tuner")
+
+	// The test reads the experiment with the keys, as an operator would.
+	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
+	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: s3.Endpoint, Region: s3.Region, PathStyle: true})}
+	ctx := context.Background()
+	began := time.Now()
+	var st *tune.ExperimentState
+	waitFor(t, 6*time.Minute, "every trial to end", func() (bool, error) {
+		failIfJobFailed(t, c, "dt-tuner")
+		s, ok, err := tune.LoadState(ctx, url+"/dt", opts...)
+		if err != nil || !ok || len(s.Trials) < 3 {
+			return false, nil
+		}
+		for _, tr := range s.Trials {
+			switch tr.Status {
+			case tune.StatusTerminated, tune.StatusStopped, tune.StatusError:
+			default:
+				return false, nil
+			}
+		}
+		st = s
+		return true, nil
+	})
+	t.Logf("TUNE: %d trials ended %.1fs after the tuner's job was registered", len(st.Trials), time.Since(began).Seconds())
+	for _, tr := range st.Trials {
+		must.EqOp(t, tune.StatusTerminated, tr.Status, must.Sprintf("%s: %s", tr.ID, tr.Reason))
+		must.EqOp(t, 3, tr.Iterations, must.Sprint(tr.ID))
+		allocs, _, err := c.api.Jobs().Allocations("dt-"+tr.ID, true, nil)
+		must.NoError(t, err)
+		must.SliceLen(t, 2, allocs, must.Sprintf("%s ran its two workers once", tr.ID))
+		for _, a := range allocs {
+			must.EqOp(t, api.AllocClientStatusComplete, a.ClientStatus, must.Sprintf("%s alloc %s", tr.ID, a.ID[:8]))
+			var names []string
+			for _, s := range services.of(a.ID) {
+				names = append(names, s.name)
+				must.EqOp(t, a.NodeName, s.node, must.Sprintf("%s alloc %s's %s in its node's agent", tr.ID, a.ID[:8], s.name))
+			}
+			must.SliceLen(t, 2, names, must.Sprintf("%s alloc %s's services: %v", tr.ID, a.ID[:8], names))
+		}
+		t.Logf("TUNE: %s %s after %d epochs, loss %v; workers on %s", tr.ID, tr.Status, tr.Iterations,
+			tr.LastResult["loss"], nodesOf(t, c, "dt-"+tr.ID))
+	}
+	waitFor(t, time.Minute, "the tuner's job to end", func() (bool, error) {
+		job, _, err := c.api.Jobs().Info("dt-tuner", nil)
+		return err == nil && *job.Status == "dead", nil
+	})
+	status := cli("status", "-address", address, "dt")
+	t.Logf("status:\n%s", status)
+	must.StrContains(t, status, "3 TERMINATED")
+}
+
+// nodesOf names the nodes of a job's allocations.
+func nodesOf(t *testing.T, c *cluster, jobID string) []string {
+	t.Helper()
+	allocs, _, err := c.api.Jobs().Allocations(jobID, true, nil)
+	must.NoError(t, err)
+	var out []string
+	for _, a := range allocs {
+		out = append(out, a.NodeName)
+	}
+	return out
+}
