@@ -2,7 +2,6 @@ package tune
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -240,7 +239,7 @@ func (tb *timedBackend) breakdown(begin, end time.Time, slots, epochs int, work 
 	var startup, ending, between time.Duration
 	n, gaps := 0, 0
 	for _, sp := range spans {
-		recs, err := readProgress(filepath.Join(expDir, sp.trial, "progress.jsonl"))
+		recs, err := readTrial(expDir, sp.trial)
 		if err != nil || len(recs) == 0 || recs[0].Time.Before(sp.start) {
 			continue // a restarted attempt, or no report
 		}

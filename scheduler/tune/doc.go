@@ -58,11 +58,11 @@
 //     admitted whole and registered by scheduler/nomad's Submit, followed
 //     with blocking queries; an early stop deregisters it, waits for its
 //     allocations to end and purges it. Its results reach the tuner through
-//     the trials' progress files, so on a cluster storage_path must be
-//     shared storage that the tuner's machine mounts at the same path.
+//     the trials' records in storage, so on a cluster storage_path is on
+//     S3 or is a directory the clients and the tuner's machine share.
 //   - Tuner.Fit is the loop (tuner.go; setting up and resuming in
 //     resume.go, trial tailing in tail.go, PBT cloning in clone.go): it starts trials up to max_concurrent_trials,
-//     reads each trial's progress.jsonl (trainer/storage) as it grows
+//     follows each trial's records (storage.Follow) as they are written
 //     (woken by inotify on Linux; polled too, for storage that other
 //     machines write), asks the scheduler, stops trials through their
 //     backend, performs PBT exploits (the donor's latest checkpoint is

@@ -36,10 +36,9 @@ import (
 // spec's failure block, so every trial has the spec's failure budget; the
 // tuner's max_failures restarts a trial whose job failed, as a new job.
 //
-// The tuner reads each trial's reports from StoragePath/<trial>/
-// progress.jsonl, so the spec's storage_path must be shared storage (NFS,
-// say) that the Nomad clients and the machine running the tuner mount at
-// the same path.
+// The tuner reads each trial's reports through storage, so the spec's
+// storage_path is on S3, or is shared storage (NFS, say) that the Nomad
+// clients and the machine running the tuner mount at the same path.
 type NomadJobs struct {
 	// API reaches Nomad (a *nomad.Client).
 	API nomad.API

@@ -200,7 +200,7 @@ func TestKillTunerResumes(t *testing.T) {
 		}
 		done, half := 0, 0
 		for _, ts := range st.Trials {
-			recs, _ := readProgress(filepath.Join(exp, ts.ID, storage.ProgressFile))
+			recs, _ := readTrial(exp, ts.ID)
 			if ts.Status == StatusTerminated {
 				done++
 			} else if len(recs) >= 2 && len(recs) < 5 {
@@ -244,7 +244,7 @@ func TestKillTunerResumes(t *testing.T) {
 	must.NoError(t, err)
 	for _, tr := range grid.Trials {
 		must.EqOp(t, StatusTerminated, tr.Status, must.Sprint(tr.ID))
-		recs, err := readProgress(filepath.Join(exp, tr.ID, storage.ProgressFile))
+		recs, err := readTrial(exp, tr.ID)
 		must.NoError(t, err)
 		for i, r := range recs { // steps 1..6, each once
 			must.EqOp(t, int64(i+1), r.Step, must.Sprint(tr.ID))
@@ -289,7 +289,7 @@ func TestPBTOnProcesses(t *testing.T) {
 	exploited := 0
 	for _, ts := range st.Trials {
 		must.EqOp(t, StatusTerminated, ts.Status, must.Sprint(ts.ID, ts.Reason))
-		recs, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile))
+		recs, err := readTrial(g.Path, ts.ID)
 		must.NoError(t, err)
 		must.EqOp(t, int64(10), recs[len(recs)-1].Step)
 		for i, x := range ts.Exploits {

@@ -1,12 +1,7 @@
 package tune
 
 import (
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -18,18 +13,13 @@ import (
 // poll reads the trial's new records and lets the scheduler decide on each.
 func (e *experiment) poll(id string) {
 	rt := e.rt[id]
-	recs, rewritten, err := e.readTail(&rt.tail, id)
+	recs, all, err := e.readTail(&rt.tail, id)
 	if err != nil {
 		e.log.Warn("cannot read trial progress", "trial", id, "error", err)
 		return
 	}
 	ts := e.trial(id)
-	if rewritten { // rolled back: count the history as it now is
-		all, err := e.readAll(id)
-		if err != nil {
-			e.log.Warn("cannot read trial progress", "trial", id, "error", err)
-			return
-		}
+	if all != nil { // the whole history, maybe rolled back: count it as it now is
 		ts.Iterations = countOwn(all) - countOwn(recs)
 	}
 	for _, rec := range recs {
@@ -82,106 +72,22 @@ func (e *experiment) checkMetric(id string, metrics map[string]any) {
 	}
 }
 
-// progressTail follows a growing progress.jsonl. A trial that restarts
-// rolls its history back to its latest checkpoint (storage TruncateAfter
-// replaces the file with a shorter one); the tail notices the new file and
-// skips the records it had already read, which are the older ones. The
-// file stays open between reads while its trial runs: a read is then a
-// stat of the path (has the file been replaced?) and, when it grew, one
-// positioned read.
+// progressTail follows a trial's records through storage (a Follower: on
+// a directory a stat per read, and one read when the file grew; on an
+// object store a listing of the segments after the last one read). A
+// trial that restarts rolls its history back to its latest checkpoint;
+// the tail then gets the whole history again and skips the records it
+// had read, the older ones.
 type progressTail struct {
-	offset int64     // bytes of the current file consumed
-	ino    uint64    // the current file's inode
-	last   time.Time // time of the newest record read
-	f      *os.File  // the current file, open while its trial runs
-
-	// On an object store (readTail): the trial's run, open while its
-	// trial runs, and how many of its records were read.
-	st   storage.RunStore
-	seen int
+	f    *storage.Follower // open while its trial runs
+	last time.Time         // time of the newest record read
 }
 
-func inode(fi fs.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Ino
-	}
-	return 0
-}
-
-// read returns the records written since the last read, and whether the
-// file was rewritten since.
-func (t *progressTail) read(path string) (recs []storage.Record, rewritten bool, err error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, false, fmt.Errorf("progress file %s is not a regular file (%v)", path, fi.Mode().Type())
-	}
-	size := fi.Size()
-	if ino := inode(fi); t.f == nil || ino == 0 || ino != t.ino {
-		t.close()
-		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		if fi, err = f.Stat(); err != nil { // the file opened, which may be newer than the one stat saw
-			f.Close()
-			return nil, false, err
-		}
-		if !fi.Mode().IsRegular() {
-			f.Close()
-			return nil, false, fmt.Errorf("progress file %s is not a regular file (%v)", path, fi.Mode().Type())
-		}
-		ino = inode(fi)
-		rewritten = t.ino != 0 && ino != t.ino
-		t.f, t.ino, size = f, ino, fi.Size()
-	}
-	if size < t.offset {
-		rewritten = true
-	}
-	if rewritten {
-		t.offset = 0
-	}
-	if size == t.offset {
-		return nil, rewritten, nil
-	}
-	// Stream what was appended, a line at a time: a file that grew huge
-	// is never held in memory whole.
-	var out []storage.Record
-	used, err := storage.ScanProgress(io.NewSectionReader(t.f, t.offset, size-t.offset), func(r storage.Record) error {
-		if rewritten && !r.Time.After(t.last) {
-			return nil // read before the rollback
-		}
-		out = append(out, r)
-		if r.Time.After(t.last) {
-			t.last = r.Time
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("reading %s: %w", path, err)
-	}
-	t.offset += used
-	return out, rewritten, nil
-}
-
-// close closes the file until the next read (which reopens it and, from
-// the inode, tells whether it was replaced in the meantime).
+// close releases the Follower until the next read, which opens another.
 func (t *progressTail) close() {
 	if t.f != nil {
 		t.f.Close()
 		t.f = nil
-	}
-	if t.st != nil {
-		t.st.Close()
-		t.st = nil
 	}
 }
 
@@ -194,16 +100,6 @@ func countOwn(recs []storage.Record) int {
 		}
 	}
 	return n
-}
-
-// readProgress reads every complete record of a progress file (none when
-// it does not exist), streaming it through storage's reader.
-func readProgress(path string) ([]storage.Record, error) {
-	recs, err := storage.ReadProgressFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return recs, err
 }
 
 // failFast stops the experiment once every running trial has reported and
@@ -227,48 +123,45 @@ func (e *experiment) failFast(id string, metrics map[string]any) bool {
 	return true
 }
 
-// readTail reads trial id's records written since t last read: from its
-// progress file when the trials are kept in the experiment directory (a
-// stat, and one read when it grew), else through storage, whose reader
-// follows an object store's progress segments by cursor.
-func (e *experiment) readTail(t *progressTail, id string) ([]storage.Record, bool, error) {
-	if !e.trials.remote() {
-		return t.read(e.progressPath(id))
-	}
-	if t.st == nil {
-		st, err := e.trials.open(e.ctx, id, storage.Policy{})
+// readTail reads trial id's records written since t last read. When
+// the history came whole (the first read of a new Follower, or one after
+// a rollback), all is that history and recs only its records newer than
+// those read before.
+func (e *experiment) readTail(t *progressTail, id string) (recs, all []storage.Record, err error) {
+	whole := t.f == nil
+	if whole {
+		f, err := storage.Follow(e.ctx, e.trials.root, id, e.trials.opts...)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, fmt.Errorf("read trial %s: %w", id, err)
 		}
-		t.st = st
+		t.f = f
 	}
-	all, err := t.st.Records()
+	got, reset, err := t.f.NextRecords()
 	if err != nil {
-		return nil, false, fmt.Errorf("read trial %s: %w", id, err)
+		return nil, nil, fmt.Errorf("read trial %s: %w", id, err)
 	}
-	rewritten := len(all) < t.seen
-	if rewritten {
-		t.seen = 0
-	}
-	var out []storage.Record
-	for _, r := range all[t.seen:] {
-		if rewritten && !r.Time.After(t.last) {
-			continue // read before the rollback
+	if !whole && !reset {
+		for _, r := range got {
+			t.last = laterOf(t.last, r.Time)
 		}
-		out = append(out, r)
-		if r.Time.After(t.last) {
-			t.last = r.Time
+		return got, nil, nil
+	}
+	before := t.last
+	for _, r := range got {
+		if r.Time.After(before) {
+			recs = append(recs, r)
+			t.last = laterOf(t.last, r.Time)
 		}
 	}
-	t.seen = len(all)
-	return out, rewritten, nil
+	if got == nil {
+		got = []storage.Record{}
+	}
+	return recs, got, nil
 }
 
-// readAll reads every record of trial id.
-func (e *experiment) readAll(id string) ([]storage.Record, error) {
-	if !e.trials.remote() {
-		return readProgress(e.progressPath(id))
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	recs, _, err := e.trials.results(e.ctx, id, storage.Policy{})
-	return recs, err
+	return a
 }

@@ -184,7 +184,7 @@ type experiment struct {
 type trialRuntime struct {
 	cancel     context.CancelFunc
 	abandon    func()       // cancel, leaving the trial's job to another tuner
-	tail       progressTail // how far progress.jsonl has been read
+	tail       progressTail // how far the trial's records have been read
 	stopReason string       // set when the scheduler or the budget stopped it
 	exploit    *Decision    // set when PBT exploits into it
 	stopping   bool         // a stop was asked: its results no longer count
@@ -218,10 +218,6 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
-}
-
-func (e *experiment) progressPath(id string) string {
-	return filepath.Join(e.where, id, storage.ProgressFile)
 }
 
 // makeTrialDir makes a trial's run directory when the trials are kept in

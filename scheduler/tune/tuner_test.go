@@ -150,6 +150,18 @@ func TestTuneInProcessASHAAgainstFIFO(t *testing.T) {
 	must.Len(t, 16, back.Trials)
 }
 
+// readTrial reads every record of trial id's run under root (none when
+// the run has not started), through storage as the tuner does.
+func readTrial(root, id string) ([]storage.Record, error) {
+	f, err := storage.Follow(context.Background(), root, id)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, _, err := f.NextRecords()
+	return recs, err
+}
+
 func mustIndex(t *testing.T, g *ResultGrid, id string) int {
 	for i, tr := range g.Trials {
 		if tr.ID == id {
@@ -351,7 +363,7 @@ func TestPBTExploitsInProcess(t *testing.T) {
 	must.Positive(t, exploits)
 	must.MapNotEmpty(t, restoredFrom)
 	for _, ts := range st.Trials {
-		recs, err := readProgress(filepath.Join(g.Path, ts.ID, storage.ProgressFile))
+		recs, err := readTrial(g.Path, ts.ID)
 		must.NoError(t, err)
 		must.EqOp(t, int64(8), recs[len(recs)-1].Step) // every trial reaches epoch 8
 		// Each exploit wrote a clone record; a later exploit from a donor

@@ -104,6 +104,12 @@ func (f *Follower) Next() (Followed, error) {
 	return Followed{Records: recs, Reset: reset, Checkpoints: cloneRecords(live), CheckpointsChanged: changed}, nil
 }
 
+// NextRecords is Next without the checkpoints, for a reader of the
+// records alone (the tuner): those recorded since the last call, and
+// reset when the history was rewritten (recs are then all of it). A
+// Follower is read with Next or with NextRecords, not both.
+func (f *Follower) NextRecords() (recs []Record, reset bool, err error) { return f.src.next() }
+
 // Failed returns the run's failure mark when it failed for good in the
 // given attempt, as FailedForGood does ("" for any attempt), through the
 // Follower's open store.
