@@ -12,37 +12,21 @@ import (
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
-// reports reads a run's latest report from its storage: a local
-// directory, or an object store (kept open between reads).
-type reports struct {
-	dir   string               // a local run directory, or ""
-	store *nomad.StoreProgress // an object store, or nil
-}
+// reports reads a run's latest report from its storage, a local
+// directory or an object store, following it between reads.
+type reports struct{ store *nomad.StoreProgress }
 
 func newReports(storagePath, run string) *reports {
-	if storage.IsObjectPath(storagePath) {
-		return &reports{store: &nomad.StoreProgress{StoragePath: storagePath, Run: run}}
-	}
-	return &reports{dir: launch.RunDir(storagePath, run)}
+	return &reports{store: &nomad.StoreProgress{StoragePath: storagePath, Run: run}}
 }
 
 // Latest is the newest report; ok is false when there is none (yet).
 func (r *reports) Latest(ctx context.Context) (storage.Record, bool) {
-	if r.store != nil {
-		rec, err := r.store.Latest(ctx)
-		return rec, err == nil
-	}
-	if r.dir == "" {
-		return storage.Record{}, false
-	}
-	return LastRecord(r.dir)
+	rec, err := r.store.Latest(ctx)
+	return rec, err == nil
 }
 
-func (r *reports) Close() {
-	if r.store != nil {
-		r.store.Close()
-	}
-}
+func (r *reports) Close() { r.store.Close() }
 
 // liveBar is a progress bar redrawn on a Live: fed reports and what the
 // run waits for, it draws the Tracker's Progress at each tick.

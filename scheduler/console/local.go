@@ -77,13 +77,16 @@ func orDash(s string) string {
 
 // LastRecord is the latest report of the local run in dir, if it has one.
 func LastRecord(dir string) (storage.Record, bool) {
-	var last storage.Record
-	found := false
-	err := storage.ScanProgressFile(filepath.Join(dir, storage.ProgressFile), func(r storage.Record) error {
-		last, found = r, true
-		return nil
-	})
-	return last, err == nil && found
+	f, err := storage.Follow(context.Background(), filepath.Dir(dir), filepath.Base(dir))
+	if err != nil {
+		return storage.Record{}, false
+	}
+	defer f.Close()
+	recs, _, err := f.NextRecords()
+	if err != nil || len(recs) == 0 {
+		return storage.Record{}, false
+	}
+	return recs[len(recs)-1], true
 }
 
 // PrintLocalRuns lists the runs under the local storage path root

@@ -35,8 +35,9 @@
 // # Progress
 //
 // Rank 0 publishes its latest report so the CLI can show progress without
-// reaching workers. The CLI reads progress.jsonl under the run's storage
-// path when it mounts that storage (FileProgress), else the Consul KV key
+// reaching workers. The CLI follows the run's records in its storage
+// (StoreProgress) when that is an object store or a directory it mounts,
+// else reads the Consul KV key
 // ProgressKey(namespace, job, run) = "nomad-train/<namespace>/<job>/<run>/progress"
 // (ConsulProgress): the train driver gives each job's workers the rendezvous
 // prefix "nomad-train/<namespace>/<job>/", so jobs sharing a run name (the

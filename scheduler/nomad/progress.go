@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -18,8 +17,8 @@ import (
 // Rank 0 publishes the run's progress so the CLI can show it without
 // reaching the workers. Two sources, tried in order:
 //
-//  1. the run's progress.jsonl under its storage path, when the machine
-//     running the CLI mounts the same storage;
+//  1. the run's records in its storage (StoreProgress), when it is on an
+//     object store or the machine running the CLI mounts the same storage;
 //  2. the Consul KV key ProgressKey(namespace, job, run), whose value is ONE progress
 //     record in exactly the progress.jsonl line format (storage.Record on
 //     the wire: {"step":..,"time":..,"metrics":{..},"generation":..,
@@ -41,56 +40,20 @@ type ProgressSource interface {
 	Latest(ctx context.Context) (storage.Record, error)
 }
 
-// FileProgress reads progress.jsonl from a storage path this machine
-// mounts.
-type FileProgress struct {
-	StoragePath string
-	Run         string
-}
-
-// Path is the progress file, or "" when the storage path is not a local
-// directory (a URI of another scheme) or is relative: the workers resolved
-// that against their task directories on some client, not against this
-// process's working directory.
-func (f FileProgress) Path() string {
-	root, err := storage.LocalDir(f.StoragePath)
+// mountedAt is the directory a storage path names on this machine, or ""
+// when it names none: an object store, a relative path (the workers
+// resolved it against their task directories on some client, not against
+// this process's working directory), or a directory this machine lacks.
+// A first run's own directory need not exist: its workers make it.
+func mountedAt(storagePath string) string {
+	root, err := storage.LocalDir(storagePath)
 	if err != nil || !filepath.IsAbs(root) {
 		return ""
 	}
-	return filepath.Join(root, f.Run, storage.ProgressFile)
-}
-
-// Available reports whether the storage path is a directory here. The
-// run's own directory need not exist yet: a first run's workers make it
-// once they start.
-func (f FileProgress) Available() bool {
-	p := f.Path()
-	if p == "" {
-		return false
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return ""
 	}
-	st, err := os.Stat(filepath.Dir(filepath.Dir(p)))
-	return err == nil && st.IsDir()
-}
-
-// Latest implements ProgressSource.
-func (f FileProgress) Latest(ctx context.Context) (storage.Record, error) {
-	// Streamed: only the last record is kept, however long the history.
-	var last storage.Record
-	n := 0
-	err := storage.ScanProgressFile(f.Path(), func(rec storage.Record) error {
-		last, n = rec, n+1
-		return nil
-	})
-	if errors.Is(err, fs.ErrNotExist) {
-		return storage.Record{}, ErrNoProgress
-	}
-	if err != nil {
-		return storage.Record{}, fmt.Errorf("reading progress file: %w", err)
-	}
-	if n == 0 {
-		return storage.Record{}, ErrNoProgress
-	}
-	return last, nil
+	return root
 }
 
 // KV is the one Consul KV call ConsulProgress needs; *consul.KV has it.
@@ -167,10 +130,11 @@ func deref(p *string, def string) string {
 }
 
 // ProgressFor picks where to read a run's progress from: its object
-// storage, or its storage directory when this machine mounts it, else Consul KV when kv is set (the workers
-// publish their latest report there), else nowhere (nil). It looks at
-// each read: a first run's workers make the storage directories as they
-// start. opts are the object store's options.
+// storage, or its storage directory when this machine mounts it, else
+// Consul KV when kv is set (the workers publish their latest report
+// there), else nowhere (nil). It looks at each read: a first run's workers
+// make the storage directories as they start. opts are the object store's
+// options.
 func ProgressFor(namespace, jobID, run, storagePath string, kv KV, opts ...storage.Option) ProgressSource {
 	if storage.IsObjectPath(storagePath) { // any machine reaches object storage
 		return &StoreProgress{StoragePath: storagePath, Run: run, Options: opts}
@@ -179,23 +143,22 @@ func ProgressFor(namespace, jobID, run, storagePath string, kv KV, opts ...stora
 	if kv != nil {
 		fromKV = ConsulProgress{KV: kv, Namespace: namespace, Job: jobID, Run: run}
 	}
-	file := FileProgress{StoragePath: storagePath, Run: run}
-	if file.Path() == "" {
+	if root, err := storage.LocalDir(storagePath); err != nil || !filepath.IsAbs(root) {
 		return fromKV
 	}
-	return storageOrConsul{file: file, kv: fromKV}
+	return storageOrConsul{store: &StoreProgress{StoragePath: storagePath, Run: run}, kv: fromKV}
 }
 
 // storageOrConsul reads the reports from the run's storage when this
 // machine mounts it, else from Consul when it can.
 type storageOrConsul struct {
-	file FileProgress
-	kv   ProgressSource // nil without Consul
+	store *StoreProgress
+	kv    ProgressSource // nil without Consul
 }
 
 func (s storageOrConsul) Latest(ctx context.Context) (storage.Record, error) {
-	if s.kv == nil || s.file.Available() {
-		return s.file.Latest(ctx)
+	if s.kv == nil || mountedAt(s.store.StoragePath) != "" {
+		return s.store.Latest(ctx)
 	}
 	return s.kv.Latest(ctx)
 }

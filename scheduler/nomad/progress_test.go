@@ -18,42 +18,55 @@ const (
 	line2 = `{"step":20,"time":"2026-12-02T10:00:20Z","metrics":{"epoch":2,"loss":0.25},"checkpoint":"checkpoint_000001","generation":1,"attempt":0}`
 )
 
-func TestFileProgress(t *testing.T) {
+// A run in a directory this machine mounts is followed through storage:
+// each Latest reads what was appended since the last.
+func TestStoreProgressOnADirectory(t *testing.T) {
 	root := t.TempDir()
 	run := filepath.Join(root, "mnist")
 	must.NoError(t, os.MkdirAll(run, 0o755))
 	ctx := context.Background()
 
 	for _, sp := range []string{root, "file://" + root} {
-		f := FileProgress{StoragePath: sp, Run: "mnist"}
-		must.True(t, f.Available())
-		_, err := f.Latest(ctx)
+		p := &StoreProgress{StoragePath: sp, Run: "mnist"}
+		_, err := p.Latest(ctx)
 		must.ErrorIs(t, err, ErrNoProgress)
+		must.NoError(t, p.Close())
 	}
-	f := FileProgress{StoragePath: root, Run: "mnist"}
+	p := &StoreProgress{StoragePath: root, Run: "mnist"}
+	defer p.Close()
+	progress := filepath.Join(run, "progress.jsonl")
 	// A torn last line (rank 0 mid-append) is not a report yet.
-	must.NoError(t, os.WriteFile(filepath.Join(run, "progress.jsonl"), []byte(line1+"\n"+line2+"\n"+`{"step":30,"ti`), 0o644))
-	rec, err := f.Latest(ctx)
+	must.NoError(t, os.WriteFile(progress, []byte(line1+"\n"+`{"step":20,"ti`), 0o644))
+	rec, err := p.Latest(ctx)
+	must.NoError(t, err)
+	must.Eq(t, int64(10), rec.Step)
+	must.NoError(t, os.WriteFile(progress, []byte(line1+"\n"+line2+"\n"), 0o644))
+	rec, err = p.Latest(ctx)
 	must.NoError(t, err)
 	must.Eq(t, int64(20), rec.Step)
 	must.Eq(t, 0.25, rec.Metrics["loss"])
+	rec, err = p.Latest(ctx)
+	must.NoError(t, err)
+	must.Eq(t, int64(20), rec.Step, must.Sprint("nothing new: the newest report still"))
 
-	must.NoError(t, os.WriteFile(filepath.Join(run, "progress.jsonl"), []byte("not json\n"), 0o644))
-	_, err = f.Latest(ctx)
+	bad := &StoreProgress{StoragePath: root, Run: "bad"}
+	defer bad.Close()
+	must.NoError(t, os.MkdirAll(filepath.Join(root, "bad"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(root, "bad", "progress.jsonl"), []byte("not json\n"), 0o644))
+	_, err = bad.Latest(ctx)
 	must.ErrorContains(t, err, "line 1")
+}
 
-	must.False(t, FileProgress{StoragePath: filepath.Join(root, "elsewhere"), Run: "mnist"}.Available())
-	// A first run's directory does not exist yet: its workers make it.
-	must.True(t, FileProgress{StoragePath: root, Run: "first"}.Available())
-	s3 := FileProgress{StoragePath: "s3://bucket/runs", Run: "mnist"}
-	must.Eq(t, "", s3.Path())
-	must.False(t, s3.Available())
+func TestMountedAt(t *testing.T) {
+	root := t.TempDir()
+	must.Eq(t, root, mountedAt(root))
+	must.Eq(t, root, mountedAt("file://"+root))
+	must.Eq(t, "", mountedAt(filepath.Join(root, "elsewhere")))
+	must.Eq(t, "", mountedAt("s3://bucket/runs"))
 	// A relative path is the workers' (in their task directories), even
 	// when a directory of that name happens to exist where this runs.
 	t.Chdir(root)
-	rel := FileProgress{StoragePath: ".", Run: "mnist"}
-	must.Eq(t, "", rel.Path())
-	must.False(t, rel.Available())
+	must.Eq(t, "", mountedAt("."))
 }
 
 // fakeConsulKV serves GET /v1/kv/<key> as Consul does (a JSON list of one
