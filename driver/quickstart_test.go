@@ -225,7 +225,7 @@ func TestReplacementOfFailedRunExitsAtOnce(t *testing.T) {
 	failure := storage.Failure{Reason: "training function failed: batch_size 3 does not split evenly over 2 workers", ExitCode: 1}
 	b, err := json.Marshal(failure)
 	must.NoError(t, err)
-	_, ok, err := emb.Store.CompareAndSet(testCtx(t), "doomed/failed", b, 0)
+	_, ok, err := emb.Store.CompareAndSet(testCtx(t), rendezvous.FailedKey("doomed"), b, 0)
 	must.NoError(t, err)
 	must.True(t, ok)
 	f := startTasks(t, n, 1, quickstartTask(emb, "doomed", 2, "results", ""), nil)[0]
@@ -263,7 +263,7 @@ func TestFailureRecordedWhereEveryWorkerLooks(t *testing.T) {
 		must.True(t, failed, must.Sprint(f.allocDir))
 		n.destroy(t, f.cfg.GetId())
 	}
-	v, err := emb.Store.Get(testCtx(t), "doomed/failed")
+	v, err := emb.Store.Get(testCtx(t), rendezvous.FailedKey("doomed"))
 	must.NoError(t, err)
 	var f storage.Failure
 	must.NoError(t, json.Unmarshal(v.Data, &f))

@@ -19,11 +19,6 @@ func (w *worker) markFailed(err error, code int) {
 	w.recordFailure(storage.Failure{Reason: err.Error(), ExitCode: code, Time: time.Now().UTC(), Attempt: w.attempt})
 }
 
-// failedKey is where the rendezvous store holds a run's failure for good,
-// for workers that do not see the storage it is marked in: replacements in
-// fresh allocation directories, a relative storage_path.
-func failedKey(run string) string { return run + "/failed" }
-
 // roots are the storage roots this worker marks and reads failures in: its
 // own storage_path as it resolves it (where its driver looks before a
 // restart) and the run directory's root that rank 0 reported (where every
@@ -54,7 +49,7 @@ func (w *worker) recordFailure(f storage.Failure) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	key := failedKey(w.env.RunName)
+	key := rendezvous.FailedKey(w.env.RunName)
 	for range 3 { // a lost compare-and-set: look at the winner
 		prev, _, mine, err := w.storedFailure(ctx)
 		if err == nil && prev.Version > 0 && mine {
@@ -78,7 +73,7 @@ func (w *worker) recordFailure(f storage.Failure) {
 // whether it is this attempt's (an unreadable one counts as this
 // attempt's, so that it is reported).
 func (w *worker) storedFailure(ctx context.Context) (v rendezvous.Value, f storage.Failure, mine bool, err error) {
-	if v, err = w.store.Get(ctx, failedKey(w.env.RunName)); err != nil || v.Version == 0 {
+	if v, err = w.store.Get(ctx, rendezvous.FailedKey(w.env.RunName)); err != nil || v.Version == 0 {
 		return v, f, false, err
 	}
 	if err := json.Unmarshal(v.Data, &f); err != nil {
@@ -104,25 +99,19 @@ func (w *worker) failedForGood(ctx context.Context) (storage.Failure, bool) {
 	return f, true
 }
 
-// attemptKey records the first generation of the latest attempt at the
-// run. A run submitted again under the same name (a new secret: a new
-// attempt) starts with its whole failure budget, though the store may
-// keep the last gang's state, from whose generation the numbers go on.
-func attemptKey(run string) string { return run + "/attempt" }
-
 type attemptRecord struct {
 	Attempt string `json:"attempt"`
 	First   uint64 `json:"first_generation"`
 }
 
 // firstGeneration returns the first generation of this attempt at the
-// run: the one recorded at attemptKey, or gen, which it records there in
+// run: the one recorded at AttemptKey, or gen, which it records there in
 // place of another attempt's record. When the store cannot tell, it is 1,
 // and every generation counts, as if the store were fresh.
 func (w *worker) firstGeneration(ctx context.Context, gen uint64) uint64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	key := attemptKey(w.env.RunName)
+	key := rendezvous.AttemptKey(w.env.RunName)
 	mine, err := json.Marshal(attemptRecord{Attempt: w.attempt, First: gen})
 	if err != nil {
 		return 1
@@ -167,7 +156,7 @@ func (w *worker) restoreKeys(ctx context.Context) error {
 		return fmt.Errorf("encode attempt record: %w", err)
 	}
 	// Only where it is absent: another member may have put it back.
-	if _, _, err := w.store.CompareAndSet(ctx, attemptKey(w.env.RunName), b, 0); err != nil {
+	if _, _, err := w.store.CompareAndSet(ctx, rendezvous.AttemptKey(w.env.RunName), b, 0); err != nil {
 		return fmt.Errorf("restore attempt record: %w", err)
 	}
 	return nil

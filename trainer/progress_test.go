@@ -24,7 +24,7 @@ func TestPublishProgress(t *testing.T) {
 		w.publishProgress(storage.Record{Step: step, Metrics: map[string]any{"loss": 1.0 / float64(step)}, Checkpoint: "checkpoint_000001"})
 	}
 	w.pub.close() // what the worker does before it closes the store
-	v, err := st.Get(context.Background(), "r/progress")
+	v, err := st.Get(context.Background(), rendezvous.ProgressKey("r"))
 	must.NoError(t, err)
 	recs, err := storage.ReadProgress(bytes.NewReader(v.Data))
 	must.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -28,7 +29,7 @@ func (w *worker) putProgress(rec storage.Record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	key := w.env.RunName + "/progress"
+	key := rendezvous.ProgressKey(w.env.RunName)
 	for range 3 { // a lost compare-and-set is only an older report of ours
 		v, err := w.store.Get(ctx, key)
 		if err != nil {

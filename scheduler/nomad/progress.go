@@ -10,6 +10,7 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous/storeuri"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
@@ -28,7 +29,7 @@ import (
 // report to: the run's "<run>/progress" under the job's rendezvous prefix
 // (storeuri.NomadJobPrefix), which the train driver gives the workers.
 func ProgressKey(namespace, jobID, run string) string {
-	return storeuri.NomadJobPrefix(namespace, jobID) + run + "/progress"
+	return storeuri.NomadJobPrefix(namespace, jobID) + rendezvous.ProgressKey(run)
 }
 
 // ErrNoProgress means no source holds a report for the run yet.

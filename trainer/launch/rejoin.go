@@ -70,7 +70,7 @@ func (g *gang) watchRejoin(ctx context.Context) {
 // state reads the run's rendezvous state document.
 func (g *gang) state() (rendezvous.State, bool) {
 	var st rendezvous.State
-	v, err := g.store.Get(context.Background(), g.opts.Name+"/state")
+	v, err := g.store.Get(context.Background(), rendezvous.StateKey(g.opts.Name))
 	if err != nil || v.Version == 0 || json.Unmarshal(v.Data, &st) != nil {
 		return st, false
 	}

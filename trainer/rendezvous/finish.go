@@ -14,8 +14,6 @@ import (
 // done. The store carries the barrier, so nothing depends on the order in
 // which members close their connections.
 
-func donePrefix(run string, gen uint64) string { return fmt.Sprintf("%s/gen/%d/done/", run, gen) }
-
 // Finish marks this member done with the generation and waits until all
 // members are, or reports the loss of one that is not (a *LostError), or
 // ctx ends. After it returns nil the member may Leave and exit.

@@ -121,17 +121,17 @@ func (s *Session) watch(ctx context.Context) (LostEvent, bool) {
 			ev, lost := CheckLoss(s.run, s.assign, kvs)
 			switch {
 			case !lost:
-				known = keyVersion(kvs, stateKey(s.run))
+				known = keyVersion(kvs, StateKey(s.run))
 				if out.active() {
 					s.logger.Info("rendezvous store back; the generation is whole", "generation", gen,
 						"outage", time.Since(out.since).Round(time.Millisecond))
 				}
 				out = outage{}
 				continue
-			case ev.Reason == ReasonGenerationChanged && keyVersion(kvs, stateKey(s.run)) == 0:
+			case ev.Reason == ReasonGenerationChanged && keyVersion(kvs, StateKey(s.run)) == 0:
 				trouble, restore = errors.New("the store lost the run's state"), true
 			case ev.Reason == ReasonMemberLost && slices.Contains(ev.Missing, s.me.ID):
-				if !out.active() && !backwards && keyVersion(kvs, stateKey(s.run)) == known {
+				if !out.active() && !backwards && keyVersion(kvs, StateKey(s.run)) == known {
 					return ev, true // the store is well: this member's lease expired
 				}
 				trouble, restore = errors.New("the store lost this member's alive key"), true
@@ -202,7 +202,7 @@ func (s *Session) leaseTrouble(ctx context.Context, ka *keeper, known uint64, ou
 	lctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 	defer cancel()
 	kvs, _, err := s.st.List(lctx, s.run+"/")
-	switch v := keyVersion(kvs, stateKey(s.run)); {
+	switch v := keyVersion(kvs, StateKey(s.run)); {
 	case err != nil:
 		return fmt.Errorf("lease lost: %w", err)
 	case v == 0:
@@ -233,7 +233,7 @@ func (s *Session) restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.st.CompareAndSet(rctx, stateKey(s.run), s.state, 0); err != nil {
+	if _, _, err := s.st.CompareAndSet(rctx, StateKey(s.run), s.state, 0); err != nil {
 		return fmt.Errorf("restore the state: %w", err)
 	}
 	key := aliveKey(s.run, s.assign.Generation, s.me.ID)

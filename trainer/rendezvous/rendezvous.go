@@ -108,12 +108,6 @@ type Session struct {
 	leaveErr  error
 }
 
-func stateKey(run string) string { return run + "/state" }
-
-func alivePrefix(run string, gen uint64) string { return fmt.Sprintf("%s/gen/%d/alive/", run, gen) }
-
-func aliveKey(run string, gen uint64, id string) string { return alivePrefix(run, gen) + id }
-
 func checkNames(run string, me Member) error {
 	switch {
 	case run == "" || strings.HasPrefix(run, "/") || strings.HasSuffix(run, "/"):
@@ -208,7 +202,7 @@ const foldAfter = 250 * time.Millisecond
 // joinLoop is the join loop: decide, then write, sign in or wait, until
 // done. It returns the last view, for error reports and withdrawal.
 func (s *Session) joinLoop(ctx context.Context, size Size) (View, error) {
-	key := stateKey(s.run)
+	key := StateKey(s.run)
 	var view View
 	var version uint64 // of view.State
 	see := func(v Value) error {
@@ -299,7 +293,7 @@ func (s *Session) signIn(ctx context.Context, d Decision, version uint64, size S
 		return TxnResult{}, fmt.Errorf("encode join record: %w", err)
 	}
 	s.record = rec
-	guard := TxnOp{Kind: TxnCheck, Key: stateKey(s.run), Version: version}
+	guard := TxnOp{Kind: TxnCheck, Key: StateKey(s.run), Version: version}
 	if d.Open {
 		guard.Kind = TxnCAS
 		if guard.Data, err = json.Marshal(d.Next); err != nil {
@@ -321,7 +315,7 @@ func (s *Session) signIn(ctx context.Context, d Decision, version uint64, size S
 // wakes so, and times how long the listing has shown the minimum: after
 // the settle time the gang completes with those it has (View.Settled).
 func (s *Session) wait(ctx context.Context, view *View, version uint64, size Size) (Value, error) {
-	key := stateKey(s.run)
+	key := StateKey(s.run)
 	for {
 		if !view.Folder(s.me) && !size.Elastic() {
 			return s.st.Wait(ctx, key, version)
@@ -422,7 +416,7 @@ func decodeJoiners(kvs []KeyValue) ([]Joiner, error) {
 func (s *Session) abandon() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	key := stateKey(s.run)
+	key := StateKey(s.run)
 	for range 3 {
 		v, err := s.st.Get(ctx, key)
 		if err != nil {
@@ -530,7 +524,7 @@ func CheckLoss(run string, a Assignment, kvs []KeyValue) (LostEvent, bool) {
 	stateSeen := false
 	for _, kv := range kvs {
 		switch {
-		case kv.Key == stateKey(run):
+		case kv.Key == StateKey(run):
 			stateSeen = true
 			var st State
 			if err := json.Unmarshal(kv.Data, &st); err != nil || st.Generation != a.Generation {

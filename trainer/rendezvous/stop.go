@@ -18,8 +18,6 @@ import (
 // generation records the stop before it finishes (Finish), so that the
 // record exists before any of them joins the next generation.
 
-func stopKey(run string, gen uint64) string { return fmt.Sprintf("%s/gen/%d/stopped", run, gen) }
-
 // StopRecord is what RecordStop stores: the members that left.
 type StopRecord struct {
 	Leaving []string `json:"leaving"`

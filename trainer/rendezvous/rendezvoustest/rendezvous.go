@@ -286,7 +286,7 @@ func waitForMembers(t *testing.T, st rendezvous.Store, run string, n int) {
 	var v rendezvous.Value
 	for {
 		var err error
-		v, err = st.Wait(ctx, run+"/state", v.Version)
+		v, err = st.Wait(ctx, rendezvous.StateKey(run), v.Version)
 		must.NoError(t, err)
 		var s rendezvous.State
 		if v.Version != 0 && json.Unmarshal(v.Data, &s) == nil && len(s.Members) >= n {
