@@ -3,7 +3,9 @@ package tune
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
@@ -36,6 +38,9 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		return err
 	}
 	if !ok {
+		if err := e.refuseEarlierTrials(); err != nil {
+			return err
+		}
 		st = &ExperimentState{Version: 1, Name: e.cfg.Name}
 		for eagerSearcher(e.search) {
 			id := fmt.Sprintf("trial_%04d", len(st.Trials))
@@ -82,6 +87,28 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 		}
 	}
 	return e.save()
+}
+
+// refuseEarlierTrials fails a fresh experiment whose location holds runs
+// with records: an earlier experiment's trials, whose state is gone (or
+// is kept elsewhere). Nothing is deleted; the user decides.
+func (e *experiment) refuseEarlierTrials() error {
+	runs, err := storage.ListRuns(e.ctx, e.trials.root, e.trials.opts...)
+	if err != nil {
+		return fmt.Errorf("tune: looking for earlier trials: %w", err)
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	shown := runs
+	if len(shown) > 5 {
+		shown = append(slices.Clone(shown[:5]), "...")
+	}
+	return fmt.Errorf("%w: %s holds no %s but the runs of %d %s (%s); a fresh experiment would resume "+
+		"them under its own configs and delete their checkpoints. Resuming needs the state; to start "+
+		"over, move %s aside or give the experiment another name (nothing is deleted for you)",
+		ErrEarlierTrials, e.where, storage.ExperimentStateFile, len(runs),
+		plural(len(runs), "trial", "trials"), strings.Join(shown, ", "), e.where)
 }
 
 // resume makes the restored trials that are to run again pending: those

@@ -35,6 +35,12 @@ type Tuner struct {
 // holds no experiment state.
 var ErrNoExperiment = errors.New("no experiment state to restore")
 
+// ErrEarlierTrials is returned by Fit when an experiment without a state
+// finds trial runs of an earlier one at its location: a fresh experiment
+// would resume them under its own configs (its trials have the same
+// names), and its retention would delete what they trained.
+var ErrEarlierTrials = errors.New("earlier trials without an experiment state")
+
 // Restore returns a tuner that resumes the experiment at where, a
 // directory or an s3:// location (Ray's Tuner.restore): its trials,
 // configs and statuses come from the state, so no param space is needed.

@@ -624,3 +624,46 @@ type fixedScheduler struct{ s Scheduler }
 
 func (fixedScheduler) Kind() string                                 { return "fixed" }
 func (f fixedScheduler) Build(Objective, uint64) (Scheduler, error) { return f.s, nil }
+
+// An experiment whose state is gone finds its earlier trials' runs: it
+// refuses to start afresh over them (its trial_0000 would resume the old
+// one's checkpoint under another config, and retention would delete what
+// it trained), and deletes nothing. Trial directories without records
+// (made before a first state that never reached the disk) do not count.
+func TestFreshExperimentRefusesEarlierTrials(t *testing.T) {
+	dir := t.TempDir()
+	fn := func(ctx context.Context, tr *Trial) error {
+		for step := tr.Iteration(); step < 2; step++ {
+			d, err := tr.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			if err := tr.Report(ctx, trainer.Metrics{"loss": float64(step)}, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cfg := Config{Name: "gone", StoragePath: dir, Metric: "loss", Mode: ModeMin}
+	space := map[string]any{"lr": GridSearch(0.1, 0.2)}
+	g, err := New(&InProcess{Fn: fn}, space, cfg).Fit(context.Background())
+	must.NoError(t, err)
+	must.NoError(t, os.Remove(filepath.Join(g.Path, storage.ExperimentStateFile)))
+	kept, err := filepath.Glob(filepath.Join(g.Path, "trial_*", "checkpoint_*"))
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, kept)
+
+	_, err = New(&InProcess{Fn: fn}, space, cfg).Fit(context.Background())
+	must.ErrorIs(t, err, ErrEarlierTrials)
+	must.ErrorContains(t, err, "trial_0000, trial_0001")
+	after, err := filepath.Glob(filepath.Join(g.Path, "trial_*", "checkpoint_*"))
+	must.NoError(t, err)
+	must.Eq(t, kept, after, must.Sprint("nothing deleted"))
+
+	// Directories a fresh start made, without records, are no trials.
+	empty := t.TempDir()
+	must.NoError(t, os.MkdirAll(filepath.Join(empty, "fresh", "trial_0000"), 0o755))
+	cfg.Name, cfg.StoragePath = "fresh", empty
+	_, err = New(&InProcess{Fn: fn}, space, cfg).Fit(context.Background())
+	must.NoError(t, err)
+}
