@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainspec"
+	"github.com/shoenig/test/must"
 )
 
 // machineEnv marks every process of one simulated machine (Machine).
@@ -411,4 +414,68 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// needNomad returns the nomad binary on PATH, or skips t.
+func needNomad(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad on PATH: build one from Nomad's public source (README.md, \"Multi-node proof\")")
+	}
+	return bin
+}
+
+// testBed is a cluster for a test of the command line: an S3 server, the
+// binaries built, Consul, and clients whose agents and tasks see no S3
+// keys: the workers read them from their job's Variable.
+type testBed struct {
+	s3     *s3test.Server
+	base   string
+	bins   binaries
+	consul consulAgents
+	c      *cluster
+}
+
+// newTestBed starts a test bed of n clients (raw_exec enabled with
+// rawExec) with the S3 keys in the Variable the job named job reads.
+func newTestBed(t *testing.T, job string, n int, rawExec bool) *testBed {
+	t.Helper()
+	nomadBin := needNomad(t)
+	b := &testBed{s3: s3test.Start(t)}
+	// A short base: a task API socket is under a client's data
+	// directory, and a unix socket's path is at most 107 bytes.
+	var err error
+	b.base, err = os.MkdirTemp("", "nt")
+	must.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(b.base) })
+	b.bins = buildBinaries(t, b.base)
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(b.base, "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(b.base, "none"))
+	b.consul = startConsul(t, b.base, n)
+	b.c = startCluster(t, nomadBin, b.bins.driver, b.base, b.consul, n, rawExec)
+	_, _, err = b.c.api.Variables().Create(&api.Variable{Path: trainspec.S3CredentialsVariablePath(job),
+		Items: api.VariableItems{trainspec.S3AccessKeyItem: b.s3.AccessKey, trainspec.S3SecretKeyItem: b.s3.SecretKey}}, nil)
+	must.NoError(t, err)
+	return b
+}
+
+// storageBlock is a spec's run storage on the bed's S3 server at url.
+func (b *testBed) storageBlock(url string) string {
+	return fmt.Sprintf("    storage {\n      path       = %q\n      endpoint   = %q\n      region     = %q\n      path_style = true\n    }\n",
+		url, b.s3.Endpoint, b.s3.Region)
+}
+
+// cli runs nomad-train in the bed's directory with env added (the keys
+// to S3 for a command that reads the storage).
+func (b *testBed) cli(env []string, args ...string) (string, error) {
+	cmd := exec.Command(b.bins.cli, args...)
+	cmd.Dir = b.base
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

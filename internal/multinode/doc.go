@@ -25,7 +25,10 @@
 //
 //	go test -tags multinode -run TestDetachedTune -v -timeout 15m ./internal/multinode
 //
-// Both need root (mount namespaces, cgroups), a `nomad` binary on PATH
+// TestRunOnCluster runs the quickstart with `nomad-train run -address` and
+// reads it back with status, list and logs.
+//
+// All need root (mount namespaces, cgroups), a `nomad` binary on PATH
 // (built from Nomad's public source) and an S3 server binary
 // (NOMAD_TRAIN_TEST_S3_SERVER, see internal/s3test); without the binaries
 // it skips, saying so. A simulated machine is every process whose

@@ -71,10 +71,7 @@ train %q {
 
 // TestNodeLoss is the multi-node proof (see the package documentation).
 func TestNodeLoss(t *testing.T) {
-	nomadBin, err := exec.LookPath("nomad")
-	if err != nil {
-		t.Skip("no nomad on PATH: build one from Nomad's public source (README.md, \"Multi-node proof\")")
-	}
+	nomadBin := needNomad(t)
 	s3 := s3test.Start(t)
 	base := t.TempDir()
 	bins := buildBinaries(t, base)
@@ -92,7 +89,7 @@ func TestNodeLoss(t *testing.T) {
 	storagePath := "s3://" + s3.Bucket + "/runs"
 	job, varPath := clusterJob(t, base, storagePath, s3)
 	services := watchServices(t, consul)
-	_, _, err = c.api.Variables().Create(&api.Variable{Path: varPath,
+	_, _, err := c.api.Variables().Create(&api.Variable{Path: varPath,
 		Items: api.VariableItems{trainspec.S3AccessKeyItem: s3.AccessKey, trainspec.S3SecretKeyItem: s3.SecretKey}}, nil)
 	must.NoError(t, err)
 

@@ -4,9 +4,7 @@ package multinode
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,17 +13,15 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
-	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // tuneSpec is a tune of the quickstart on S3: three trials of two workers
 // that rendezvous through Consul, two trials at a time.
-func tuneSpec(s3 *s3test.Server, url string) string {
-	return fmt.Sprintf(`
+func tuneSpec(storage string) string {
+	return `
 train "dt" {
   entrypoint { builtin = "quickstart" }
   config = {
@@ -42,20 +38,14 @@ train "dt" {
   }
   rendezvous { backend = "consul" }
   run {
-    storage {
-      path       = %q
-      endpoint   = %q
-      region     = %q
-      path_style = true
-    }
-  }
+` + storage + `  }
   tune {
     max_concurrent_trials = 2
     metric                = "loss"
     mode                  = "min"
   }
 }
-`, url, s3.Endpoint, s3.Region)
+`
 }
 
 // TestDetachedTune runs `tune -detach` on the cluster: the tuner is a
@@ -67,45 +57,19 @@ train "dt" {
 // worker's services having been in its node's agent, and `status` prints
 // the experiment.
 func TestDetachedTune(t *testing.T) {
-	nomadBin, err := exec.LookPath("nomad")
-	if err != nil {
-		t.Skip("no nomad on PATH: build one from Nomad's public source (README.md, \"Multi-node proof\")")
-	}
-	s3 := s3test.Start(t)
-	// A short base: the tuner's task API socket is under the client's
-	// data directory, and a unix socket's path is at most 108 bytes.
-	base, err := os.MkdirTemp("", "nt")
-	must.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(base) })
-	bins := buildBinaries(t, base)
-	// The agents, their tasks and the CLI see no keys and no shared
-	// config: the tuner and the workers read them from the Variable.
-	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
-	}
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(base, "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(base, "none"))
-
 	const clients = 2
-	consul := startConsul(t, base, clients)
-	c := startCluster(t, nomadBin, bins.driver, base, consul, clients, true)
+	b := newTestBed(t, "dt", clients, true)
+	s3, c, consul, bins := b.s3, b.c, b.consul, b.bins
 	services := watchServices(t, consul)
-	_, _, err = c.api.Variables().Create(&api.Variable{Path: trainspec.S3CredentialsVariablePath("dt"),
-		Items: api.VariableItems{trainspec.S3AccessKeyItem: s3.AccessKey, trainspec.S3SecretKeyItem: s3.SecretKey}}, nil)
-	must.NoError(t, err)
-
 	url := "s3://" + s3.Bucket + "/tune"
-	spec := filepath.Join(base, "train.hcl")
-	must.NoError(t, os.WriteFile(spec, []byte(tuneSpec(s3, url)), 0o644))
+	spec := filepath.Join(b.base, "train.hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(tuneSpec(b.storageBlock(url))), 0o644))
 	address := "http://" + c.server.http
 	cli := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(bins.cli, args...)
-		cmd.Dir = base
-		out, err := cmd.CombinedOutput()
+		out, err := b.cli(nil, args...)
 		must.NoError(t, err, must.Sprintf("nomad-train %s:\n%s", strings.Join(args, " "), out))
-		return string(out)
+		return out
 	}
 	out := cli("tune", "-detach", "-address", address, "-tuner-driver", "raw_exec",
 		"-tuner-command", bins.cli, "-tuner-consul-address", consul.clients[clientName(1)], spec)
