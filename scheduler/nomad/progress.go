@@ -41,14 +41,23 @@ type ProgressSource interface {
 	Latest(ctx context.Context) (storage.Record, error)
 }
 
-// mountedAt is the directory a storage path names on this machine, or ""
-// when it names none: an object store, a relative path (the workers
+// localRoot is the directory a storage path names on this machine, or ""
+// when it names none: an object store, or a relative path (the workers
 // resolved it against their task directories on some client, not against
-// this process's working directory), or a directory this machine lacks.
-// A first run's own directory need not exist: its workers make it.
-func mountedAt(storagePath string) string {
+// this process's working directory).
+func localRoot(storagePath string) string {
 	root, err := storage.LocalDir(storagePath)
 	if err != nil || !filepath.IsAbs(root) {
+		return ""
+	}
+	return root
+}
+
+// mountedAt is localRoot when that directory is on this machine, else "".
+// A first run's own directory need not exist: its workers make it.
+func mountedAt(storagePath string) string {
+	root := localRoot(storagePath)
+	if root == "" {
 		return ""
 	}
 	if st, err := os.Stat(root); err != nil || !st.IsDir() {
@@ -144,7 +153,7 @@ func ProgressFor(namespace, jobID, run, storagePath string, kv KV, opts ...stora
 	if kv != nil {
 		fromKV = ConsulProgress{KV: kv, Namespace: namespace, Job: jobID, Run: run}
 	}
-	if root, err := storage.LocalDir(storagePath); err != nil || !filepath.IsAbs(root) {
+	if localRoot(storagePath) == "" {
 		return fromKV
 	}
 	return storageOrConsul{store: &StoreProgress{StoragePath: storagePath, Run: run}, kv: fromKV}

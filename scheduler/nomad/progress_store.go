@@ -44,7 +44,8 @@ func (p *StoreProgress) Latest(ctx context.Context) (storage.Record, error) {
 		p.last = nil // a rolled-back history comes whole
 	}
 	if n := len(recs); n > 0 {
-		p.last = &recs[n-1]
+		last := recs[n-1] // a copy: the history read need not stay in memory
+		p.last = &last
 	}
 	if p.last == nil {
 		return storage.Record{}, ErrNoProgress

@@ -1,20 +1,13 @@
 package fakeconsul
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
-	"time"
-
-	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 )
 
 // /v1/agent: an agent's own services and checks, as a worker's Health and
@@ -24,13 +17,9 @@ import (
 // KV. The agent runs HTTP and TCP checks itself; TTL checks are fed by
 // their workload.
 
-// How Consul's agent runs checks.
+// What the fake answers as: the release its behaviour was checked
+// against, and Consul's default datacenter.
 const (
-	minCheckInterval    = time.Second      // a shorter interval is raised to it
-	defaultCheckTimeout = 10 * time.Second // an HTTP or TCP probe's
-	maxCheckOutput      = 4 << 10          // of an HTTP check's body
-	// consulVersion is the release the fake answers as (the one its
-	// behaviour was checked against).
 	consulVersion = "1.22.7"
 	datacenter    = "dc1"
 )
@@ -65,26 +54,6 @@ type Service struct {
 
 // Weights are a service's DNS weights (Consul's default is 1 and 1).
 type Weights struct{ Passing, Warning int }
-
-// Check is an agent check: TTL (fed by the workload), HTTP or TCP (run
-// by the agent every Interval).
-type Check struct {
-	ID, Name, ServiceID string
-	Type                string // "ttl", "http" or "tcp"
-	TTL                 time.Duration
-	HTTP, Method, TCP   string
-	Interval, Timeout   time.Duration
-	Status              string
-	Output              string
-	// Updates counts TTL updates; Runs counts HTTP and TCP probes.
-	Updates, Runs int
-
-	header        http.Header
-	body          string
-	tlsSkipVerify bool
-	updated       time.Time
-	timer         rendezvous.Timer
-}
 
 func newAgent(s *Server, node string, server bool) *Agent {
 	a := &Agent{s: s, node: node, id: newUUID(), server: server}
@@ -149,125 +118,6 @@ func (a *Agent) serviceCopy(svc *Service) Service {
 	return out
 }
 
-// checkDef is a check as registered, alone (ID) or in a service (CheckID).
-type checkDef struct {
-	ID, CheckID, Name, Notes, ServiceID string
-	TTL, Interval, Timeout              string
-	HTTP, Method, Body, TCP             string
-	Header                              map[string][]string
-	TLSSkipVerify                       bool
-	Status                              string
-	// Kinds the fake does not run: registering one is refused.
-	GRPC, H2PING, UDP, DockerContainerID, AliasService, AliasNode, OSService string
-	Args                                                                     []string
-}
-
-// requestError is the text of a 400 answer, in Consul's words.
-type requestError string
-
-func (e requestError) Error() string { return string(e) }
-
-func invalid(format string, args ...any) error { return requestError(fmt.Sprintf(format, args...)) }
-
-// newCheck validates d and makes its check (not yet running).
-func (a *Agent) newCheck(d *checkDef, id, serviceID string) (*Check, error) {
-	if d.GRPC != "" || d.H2PING != "" || d.UDP != "" || d.DockerContainerID != "" ||
-		d.AliasService != "" || d.AliasNode != "" || d.OSService != "" || len(d.Args) > 0 {
-		return nil, invalid("fake: only TTL, HTTP and TCP checks are served (check %q)", id)
-	}
-	c := &Check{ID: id, Name: d.Name, ServiceID: serviceID, Status: d.Status, Output: "",
-		HTTP: d.HTTP, TCP: d.TCP, Method: d.Method, header: d.Header, body: d.Body,
-		tlsSkipVerify: d.TLSSkipVerify, updated: a.s.clock.Now()}
-	switch c.Status {
-	case "":
-		c.Status = "critical"
-	case "passing", "warning", "critical":
-	default:
-		return nil, invalid("Invalid check status: %q", c.Status)
-	}
-	duration := func(field, v string) (time.Duration, error) {
-		if v == "" {
-			return 0, nil
-		}
-		dur, err := time.ParseDuration(v)
-		if err != nil {
-			return 0, invalid("Request decode failed: %s: %v", field, err)
-		}
-		return dur, nil
-	}
-	var err error
-	if c.TTL, err = duration("TTL", d.TTL); err != nil {
-		return nil, err
-	}
-	if c.Interval, err = duration("Interval", d.Interval); err != nil {
-		return nil, err
-	}
-	if c.Timeout, err = duration("Timeout", d.Timeout); err != nil {
-		return nil, err
-	}
-	kinds := 0
-	for _, set := range []bool{d.TTL != "", d.HTTP != "", d.TCP != ""} {
-		if set {
-			kinds++
-		}
-	}
-	switch {
-	case kinds != 1:
-		return nil, invalid("Invalid check: exactly one of TTL, HTTP and TCP is required (check %q)", id)
-	case d.TTL != "":
-		if c.TTL <= 0 {
-			return nil, invalid("Invalid check: TTL must be > 0 for TTL checks (check %q)", id)
-		}
-		if d.Interval != "" {
-			return nil, invalid("Invalid check: Interval cannot be set for TTL checks (check %q)", id)
-		}
-		c.Type = "ttl"
-	default:
-		if c.Interval <= 0 {
-			return nil, invalid("Invalid check: Interval must be > 0 for HTTP and TCP checks (check %q)", id)
-		}
-		c.Interval = max(c.Interval, minCheckInterval)
-		if c.Timeout <= 0 {
-			c.Timeout = defaultCheckTimeout
-		}
-		c.Type = "tcp"
-		if d.HTTP != "" {
-			c.Type = "http"
-			if c.Method == "" {
-				c.Method = http.MethodGet
-			}
-		}
-	}
-	if c.Name == "" {
-		c.Name = "Check " + id
-	}
-	return c, nil
-}
-
-// addCheck puts c in place of any check of its ID and starts running it.
-// mu is held.
-func (a *Agent) addCheck(c *Check) {
-	if old, ok := a.checks[c.ID]; ok {
-		old.stop()
-	}
-	a.checks[c.ID] = c
-	if c.Type != "ttl" {
-		// Consul staggers a check's first run over its interval.
-		a.schedule(c, rand.N(c.Interval))
-	}
-}
-
-// removeCheck stops and forgets check id; it reports whether there was
-// one. mu is held.
-func (a *Agent) removeCheck(id string) bool {
-	c, ok := a.checks[id]
-	if ok {
-		c.stop()
-		delete(a.checks, id)
-	}
-	return ok
-}
-
 // removeService forgets service id and its checks; it reports whether
 // there was one. mu is held.
 func (a *Agent) removeService(id string) bool {
@@ -281,75 +131,6 @@ func (a *Agent) removeService(id string) bool {
 	}
 	delete(a.services, id)
 	return true
-}
-
-func (c *Check) stop() {
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-}
-
-// schedule runs check c after d, then every Interval while it is
-// registered. mu is held.
-func (a *Agent) schedule(c *Check, d time.Duration) {
-	c.timer = a.s.clock.AfterFunc(d, func() {
-		status, output := c.probe()
-		a.s.mu.Lock()
-		defer a.s.mu.Unlock()
-		if a.checks[c.ID] != c || (a == a.s.self && a.s.closed) {
-			return // deregistered or replaced meanwhile, or the agent stopped
-		}
-		c.Status, c.Output, c.updated = status, output, a.s.clock.Now()
-		c.Runs++
-		a.schedule(c, c.Interval)
-	})
-}
-
-// probe runs an HTTP or TCP check once, as Consul's agent does: a TCP
-// connection that opens passes; an HTTP answer passes when 2xx, warns on
-// 429 Too Many Requests, and is critical otherwise.
-func (c *Check) probe() (status, output string) {
-	if c.Type == "tcp" {
-		conn, err := net.DialTimeout("tcp", c.TCP, c.Timeout)
-		if err != nil {
-			return "critical", err.Error()
-		}
-		conn.Close()
-		return "passing", fmt.Sprintf("TCP connect %s: Success", c.TCP)
-	}
-	req, err := http.NewRequest(c.Method, c.HTTP, strings.NewReader(c.body))
-	if err != nil {
-		return "critical", err.Error()
-	}
-	for k, vs := range c.header {
-		req.Header[http.CanonicalHeaderKey(k)] = vs
-	}
-	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", "Consul Health Check")
-	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "text/plain, text/*, */*")
-	}
-	tr := &http.Transport{DisableKeepAlives: true}
-	if c.tlsSkipVerify {
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
-	}
-	client := &http.Client{Timeout: c.Timeout, Transport: tr}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "critical", err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxCheckOutput))
-	output = fmt.Sprintf("HTTP %s %s: %s Output: %s", c.Method, c.HTTP, resp.Status, body)
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
-		return "passing", output
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return "warning", output
-	default:
-		return "critical", output
-	}
 }
 
 func (a *Agent) handleSelf(w http.ResponseWriter, _ *http.Request) {
