@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,9 +54,10 @@ train "dt" {
 // socket; it registers each trial as a job whose workers spread over the
 // clients and rendezvous through their node's Consul agent, the keys to
 // S3 coming from a Nomad Variable only (the agents have none in their
-// environment). Every trial ends TERMINATED after its three epochs, each
-// worker's services having been in its node's agent, and `status` prints
-// the experiment.
+// environment). Midway the tuner is killed; Nomad restarts it, and the
+// new one resumes. Every trial ends TERMINATED after its three epochs,
+// its job having run once, each worker's services having been in its
+// node's agent, and `status` prints the experiment.
 func TestDetachedTune(t *testing.T) {
 	const clients = 2
 	b := newTestBed(t, "dt", clients, true)
@@ -83,6 +85,25 @@ func TestDetachedTune(t *testing.T) {
 		Endpoint: s3.Endpoint, Region: s3.Region, PathStyle: true})}
 	ctx := context.Background()
 	began := time.Now()
+
+	// The tuner crashes (SIGKILL) once a trial runs: Nomad restarts it in
+	// its allocation after the restart delay, and the new tuner takes the
+	// experiment's lease at once, adopts the trials' jobs (running, or
+	// finished meanwhile) and goes on.
+	waitFor(t, 2*time.Minute, "a trial to run", func() (bool, error) {
+		failIfJobFailed(t, c, "dt-tuner")
+		s, ok, err := tune.LoadState(ctx, url+"/dt", opts...)
+		return err == nil && ok && slices.ContainsFunc(s.Trials, func(tr *tune.TrialState) bool {
+			return tr.Status == tune.StatusRunning
+		}), nil
+	})
+	tuners := live(t, c, "dt-tuner")
+	must.SliceLen(t, 1, tuners)
+	alloc, _, err := c.api.Allocations().Info(tuners[0].ID, nil)
+	must.NoError(t, err)
+	must.NoError(t, c.api.Allocations().Signal(alloc, nil, tune.TunerTask, "SIGKILL"))
+	t.Logf("TUNE: killed the tuner (alloc %s) %.1fs after the job was registered", alloc.ID[:8], time.Since(began).Seconds())
+
 	var st *tune.ExperimentState
 	waitFor(t, 6*time.Minute, "every trial to end", func() (bool, error) {
 		failIfJobFailed(t, c, "dt-tuner")
@@ -123,6 +144,12 @@ func TestDetachedTune(t *testing.T) {
 		job, _, err := c.api.Jobs().Info("dt-tuner", nil)
 		return err == nil && *job.Status == "dead", nil
 	})
+	tuners, _, err = c.api.Jobs().Allocations("dt-tuner", true, nil)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, tuners, must.Sprint("the tuner restarted in its allocation"))
+	restarts := tuners[0].TaskStates[tune.TunerTask].Restarts
+	must.Positive(t, restarts, must.Sprint("Nomad restarted the killed tuner"))
+	t.Logf("TUNE: the tuner's allocation %s ended %s after %d restart(s)", tuners[0].ID[:8], tuners[0].ClientStatus, restarts)
 	status := cli("status", "-address", address, "dt")
 	t.Logf("status:\n%s", status)
 	must.StrContains(t, status, "3 TERMINATED")

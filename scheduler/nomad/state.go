@@ -88,11 +88,20 @@ type Failure struct {
 }
 
 func (f Failure) String() string {
-	s := fmt.Sprintf("rank %d (alloc %s): %s", f.Rank, shortID(f.AllocID), f.Reason)
+	return fmt.Sprintf("rank %d (alloc %s): %s", f.Rank, shortID(f.AllocID), f.cause())
+}
+
+// Unranked is the failure as a job of one task (the tuner) shows it: its
+// allocation and its cause.
+func (f Failure) Unranked() string {
+	return fmt.Sprintf("alloc %s: %s", shortID(f.AllocID), f.cause())
+}
+
+func (f Failure) cause() string {
 	if f.ExitCode != 0 {
-		s += fmt.Sprintf(" (exit code %d)", f.ExitCode)
+		return fmt.Sprintf("%s (exit code %d)", f.Reason, f.ExitCode)
 	}
-	return s
+	return f.Reason
 }
 
 // Status is the run as the tracker sees it.

@@ -215,8 +215,8 @@ type Detached struct {
 func (d *Detached) Write(w io.Writer) {
 	name := d.Job.Meta[MetaTuner]
 	fmt.Fprintf(w, "experiment %s: tuner job %s %s, %d restarts\n", name, *d.Job.ID, d.Tuner.Phase, d.Tuner.Restarts())
-	for _, f := range d.Tuner.Failures {
-		fmt.Fprintf(w, "tuner failure: %s\n", f)
+	for _, f := range d.Tuner.Failures { // the tuner is one task, not a rank
+		fmt.Fprintf(w, "tuner failed: %s\n", f.Unranked())
 	}
 	switch {
 	case d.StateErr != nil:

@@ -174,3 +174,16 @@ func TestDetachAgainAfterTheTunerEnded(t *testing.T) {
 	}
 	must.EqOp(t, 2, n)
 }
+
+// A tuner that failed and was restarted: status says where and why, with
+// no rank (the tuner is one task).
+func TestDetachedWriteTunerFailure(t *testing.T) {
+	job := &api.Job{ID: new("exp-tuner"), Meta: map[string]string{MetaTuner: "exp"}}
+	d := &Detached{Job: job, Tuner: nomad.Status{Phase: nomad.PhaseComplete,
+		Failures: []nomad.Failure{{AllocID: "ec5eb0e1-aaaa-bbbb", ExitCode: 137, Reason: "terminated by signal 9"}}},
+		State: &ExperimentState{Version: stateVersion, Name: "exp"}}
+	var text bytes.Buffer
+	d.Write(&text)
+	must.StrContains(t, text.String(), "tuner failed: alloc ec5eb0e1: terminated by signal 9 (exit code 137)\n")
+	must.StrNotContains(t, text.String(), "rank")
+}
