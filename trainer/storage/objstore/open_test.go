@@ -83,6 +83,15 @@ func TestOpenRefusesBadInput(t *testing.T) {
 	must.ErrorContains(t, err, "credentials are not allowed")
 	_, err = Open(context.Background(), "s3://bucket/x", Config{PartSize: 1 << 20})
 	must.ErrorContains(t, err, "below S3's minimum")
+	// No region from anywhere: said so, not as the SDK's endpoint rule
+	// error at the first request.
+	t.Setenv("AWS_ACCESS_KEY_ID", "id")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	_, err = Open(context.Background(), "s3://bucket/x", Config{Endpoint: "http://127.0.0.1:1"})
+	must.ErrorIs(t, err, ErrNoRegion)
+	must.ErrorContains(t, err, "set AWS_REGION")
+	_, err = Open(context.Background(), "s3://bucket/x", Config{Environ: []string{"AWS_ACCESS_KEY_ID=id", "AWS_SECRET_ACCESS_KEY=s"}})
+	must.ErrorIs(t, err, ErrNoRegion)
 }
 
 // A store opened with Config.Environ (the driver, root, reading a task's

@@ -127,8 +127,18 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 		o.UsePathStyle = o.UsePathStyle || cfg.PathStyle
 	}}
 	client := s3.NewFromConfig(awsCfg, append(fns, optFns...)...)
-	return New(client, loc, cfg)
+	st, err := New(client, loc, cfg)
+	if err == nil && client.Options().Region == "" {
+		// The SDK would fail each request with "Invalid region: region was
+		// not a valid DNS name"; a self-hosted server needs one to sign for
+		// too (us-east-1 where it does not care).
+		return nil, fmt.Errorf("%w for %s: set AWS_REGION, a profile's region, or region in the spec's storage block", ErrNoRegion, loc)
+	}
+	return st, err
 }
+
+// ErrNoRegion: no region is configured for a store.
+var ErrNoRegion = errors.New("no AWS region")
 
 // ErrNoKeys: Config.Environ holds no access key.
 var ErrNoKeys = errors.New("no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the given environment")
