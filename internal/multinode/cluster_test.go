@@ -438,8 +438,8 @@ type testBed struct {
 }
 
 // newTestBed starts a test bed of n clients (raw_exec enabled with
-// rawExec) with the S3 keys in the Variable the job named job reads.
-func newTestBed(t *testing.T, job string, n int, rawExec bool) *testBed {
+// rawExec).
+func newTestBed(t *testing.T, n int, rawExec bool) *testBed {
 	t.Helper()
 	nomadBin := needNomad(t)
 	b := &testBed{s3: s3test.Start(t)}
@@ -458,10 +458,15 @@ func newTestBed(t *testing.T, job string, n int, rawExec bool) *testBed {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(b.base, "none"))
 	b.consul = startConsul(t, b.base, n)
 	b.c = startCluster(t, nomadBin, b.bins.driver, b.base, b.consul, n, rawExec)
-	_, _, err = b.c.api.Variables().Create(&api.Variable{Path: trainspec.S3CredentialsVariablePath(job),
+	return b
+}
+
+// putKeys writes the S3 keys into the Variable the job named job reads.
+func (b *testBed) putKeys(t *testing.T, job string) {
+	t.Helper()
+	_, _, err := b.c.api.Variables().Create(&api.Variable{Path: trainspec.S3CredentialsVariablePath(job),
 		Items: api.VariableItems{trainspec.S3AccessKeyItem: b.s3.AccessKey, trainspec.S3SecretKeyItem: b.s3.SecretKey}}, nil)
 	must.NoError(t, err)
-	return b
 }
 
 // storageBlock is a spec's run storage on the bed's S3 server at url.

@@ -26,7 +26,8 @@
 //	go test -tags multinode -run TestDetachedTune -v -timeout 15m ./internal/multinode
 //
 // TestRunOnCluster runs the quickstart with `nomad-train run -address` and
-// reads it back with status, list and logs.
+// reads it back with status, list, logs and the dashboard; then it stops
+// a longer run and runs it again, from its latest checkpoint on S3.
 //
 // All need root (mount namespaces, cgroups), a `nomad` binary on PATH
 // (built from Nomad's public source) and an S3 server binary

@@ -3,6 +3,8 @@
 package multinode
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/shoenig/test/must"
 )
 
@@ -23,32 +27,14 @@ import (
 // end and exits 0; then status, list, logs (rank 0's output) and the dashboard (the run from
 // S3 and its job from Nomad) show it. The S3 keys are
 // in the run's Nomad Variable for the workers and in the environment of
-// the CLI only.
+// the CLI only. Then a longer run is stopped while followed, and run
+// again: it resumes from its latest checkpoint on S3.
 func TestRunOnCluster(t *testing.T) {
 	const clients = 2
-	b := newTestBed(t, "onc", clients, false)
-	spec := filepath.Join(b.base, "train.hcl")
+	b := newTestBed(t, clients, false)
+	b.putKeys(t, "onc")
 	url := "s3://" + b.s3.Bucket + "/runs"
-	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
-train "onc" {
-  entrypoint { builtin = "quickstart" }
-  config = {
-    epochs  = 5
-    samples = 800
-  }
-  scaling {
-    num_workers        = 2
-    placement_strategy = "SPREAD"
-    resources_per_worker {
-      cpu    = 100
-      memory = 128
-    }
-  }
-  rendezvous { backend = "consul" }
-  run {
-%s  }
-}
-`, b.storageBlock(url))), 0o644))
+	spec := b.quickstart(t, "onc", 5, url)
 	address := "http://" + b.c.server.http
 	env := []string{"AWS_ACCESS_KEY_ID=" + b.s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.s3.SecretKey,
 		"CONSUL_HTTP_ADDR=" + b.consul.clients[clientName(1)]}
@@ -102,6 +88,112 @@ train "onc" {
 	t.Logf("logs -rank 0:\n%s", out)
 	must.NoError(t, err)
 	must.StrContains(t, out, "epoch 4: loss", must.Sprint("rank 0's output, from Nomad"))
+
+	t.Run("stop and run again", func(t *testing.T) { stopAndResume(t, b, env) })
+}
+
+// stopAndResume stops a run on the cluster while its `run -address`
+// follows it, then runs it again: the second attempt resumes from the
+// latest checkpoint on S3 and ends where the run is meant to.
+func stopAndResume(t *testing.T, b *testBed, env []string) {
+	const epochs = 400
+	b.putKeys(t, "long")
+	url := "s3://" + b.s3.Bucket + "/runs"
+	spec := b.quickstart(t, "long", epochs, url)
+	address := "http://" + b.c.server.http
+	follow := exec.Command(b.bins.cli, "run", "-address", address, spec)
+	follow.Dir, follow.Env = b.base, append(os.Environ(), env...)
+	var followed bytes.Buffer
+	follow.Stdout, follow.Stderr = &followed, &followed
+	must.NoError(t, follow.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- follow.Wait() }()
+	t.Cleanup(func() { _ = follow.Process.Kill() })
+
+	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
+	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
+	ctx := context.Background()
+	records := func() []storage.Record {
+		st, err := storage.OpenStoreReadOnly(ctx, url, "long", storage.Policy{}, opts...)
+		if err != nil {
+			return nil
+		}
+		defer st.Close()
+		recs, _ := st.Records()
+		return recs
+	}
+	waitFor(t, 2*time.Minute, "the run to pass step 20", func() (bool, error) {
+		recs := records()
+		return len(recs) > 0 && recs[len(recs)-1].Step >= 20, nil
+	})
+	out, err := b.cli(env, "stop", "-address", address, "long")
+	must.NoError(t, err, must.Sprint(out))
+	must.StrContains(t, out, "run long stopped")
+	select {
+	case err := <-exited:
+		t.Logf("the following run -address ended (%v):\n%s", err, followed.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("run -address went on following a stopped run:\n%s", followed.String())
+	}
+	waitFor(t, time.Minute, "the stopped run's workers to end", func() (bool, error) {
+		return len(live(t, b.c, "long")) == 0, nil
+	})
+	stopped := time.Now() // every report of the first run is older
+	before := records()
+	var last storage.Record
+	for _, r := range before {
+		if r.Checkpoint != "" {
+			last = r
+		}
+	}
+	must.NotEq(t, "", last.Checkpoint, must.Sprint("a checkpoint before the stop"))
+	must.Less(t, int64(epochs), last.Step, must.Sprint("stopped before the end"))
+	t.Logf("STOPPED at step %d, the latest checkpoint %s at step %d", before[len(before)-1].Step, last.Checkpoint, last.Step)
+
+	out, err = b.cli(env, "run", "-address", address, spec)
+	t.Logf("run -address again:\n%s", out)
+	must.NoError(t, err)
+	must.StrContains(t, out, `==> run "long" complete`)
+	after := records()
+	must.EqOp(t, int64(epochs), after[len(after)-1].Step)
+	i := slices.IndexFunc(after, func(r storage.Record) bool { return r.Time.After(stopped) })
+	must.Positive(t, i+1, must.Sprint("a report after the stop"))
+	must.EqOp(t, last.Step+1, after[i].Step, must.Sprint("the second run goes on from the step after the latest checkpoint"))
+	for j, r := range after[1:] {
+		must.Less(t, r.Step, after[j].Step, must.Sprint("one history, its steps in order"))
+	}
+	t.Logf("RESUMED: the first report after the stop is step %d; the run ends at step %d", after[i].Step, after[len(after)-1].Step)
+}
+
+// quickstart writes a spec of the quickstart named name for the bed: two
+// workers spread over the clients, epochs epochs, storage on S3 at url,
+// rendezvous through Consul.
+func (b *testBed) quickstart(t *testing.T, name string, epochs int, url string) string {
+	t.Helper()
+	spec := filepath.Join(b.base, name+".hcl")
+	must.NoError(t, os.WriteFile(spec, []byte(fmt.Sprintf(`
+train %q {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    epochs  = %d
+    samples = 800
+  }
+  scaling {
+    num_workers        = 2
+    placement_strategy = "SPREAD"
+    resources_per_worker {
+      cpu    = 100
+      memory = 128
+    }
+  }
+  rendezvous { backend = "consul" }
+  run {
+%s  }
+}
+`, name, epochs, b.storageBlock(url))), 0o644))
+	return spec
 }
 
 // listedRun is a row of the dashboard's /api/runs.

@@ -60,7 +60,8 @@ train "dt" {
 // node's agent, and `status` prints the experiment.
 func TestDetachedTune(t *testing.T) {
 	const clients = 2
-	b := newTestBed(t, "dt", clients, true)
+	b := newTestBed(t, clients, true)
+	b.putKeys(t, "dt")
 	s3, c, consul, bins := b.s3, b.c, b.consul, b.bins
 	services := watchServices(t, consul)
 	url := "s3://" + s3.Bucket + "/tune"
