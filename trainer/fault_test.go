@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -336,6 +337,23 @@ func TestPreemptionLosesNoSteps(t *testing.T) {
 	must.NoError(t, err, must.Sprint(outs))
 
 	checkEveryStepOnce(t, readSteps(t, stepsFile))
+	// The second start's reports carry attempt 1, from the step after the
+	// first's last: the history shows where the run started again, though
+	// each start's rendezvous began at generation 1.
+	st, err := storage.OpenReadOnly(storageDir, "preempt", storage.Policy{})
+	must.NoError(t, err)
+	recs, err := st.Records()
+	must.NoError(t, err)
+	must.NoError(t, st.Close())
+	again := slices.IndexFunc(recs, func(r storage.Record) bool { return r.Attempt == 1 })
+	must.Positive(t, again, must.Sprintf("records of a second start: %+v", recs))
+	for _, r := range recs[:again] {
+		must.EqOp(t, 0, r.Attempt)
+	}
+	for _, r := range recs[again:] {
+		must.EqOp(t, 1, r.Attempt)
+	}
+	must.EqOp(t, recs[again-1].Step+1, recs[again].Step)
 
 	t.Setenv("PP_STEPS", filepath.Join(t.TempDir(), "clean-steps"))
 	clean, outs, err := fit(t, ppTrain, 2, trainer.Run{Name: "clean", StoragePath: storageDir}, nil)

@@ -143,6 +143,7 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	if err != nil {
 		return resumePoint{Err: err.Error()}
 	}
+	s.recordAttempt = storage.NextAttempt(recs)
 	restoring := time.Now()
 	latest, err := st.LatestIntact()
 	if err != nil {

@@ -24,6 +24,7 @@ type Session struct {
 	nodeRank             int
 	generation           uint64
 	attempt              string // storage.AttemptID of the run's secret: with generation, names rank 0 as the storage writer
+	recordAttempt        int    // rank 0: the Attempt of the records it writes (storage.NextAttempt)
 	config               json.RawMessage
 	runDir               string
 	scratch              string         // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)

@@ -32,8 +32,25 @@ type Record struct {
 	Checkpoint string
 	// Generation is the rendezvous generation the report was made in.
 	Generation uint64
-	// Attempt counts restarts of the run (0 for the first attempt).
+	// Attempt counts the starts of the run after its first: the writer of
+	// a run that has records writes NextAttempt of them (0 for a run
+	// without). A run stopped and run again, or whose gang restarted,
+	// thus shows where each start's reports begin even where the
+	// rendezvous generation starts over (a new submission).
 	Attempt int
+}
+
+// NextAttempt is the Attempt of the records a new start of a run with
+// history recs writes: one more than the highest there, or 0.
+func NextAttempt(recs []Record) int {
+	if len(recs) == 0 {
+		return 0
+	}
+	highest := 0
+	for _, r := range recs {
+		highest = max(highest, r.Attempt)
+	}
+	return highest + 1
 }
 
 // wireRecord is Record as it is written; pointers mark required fields.
