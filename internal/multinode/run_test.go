@@ -161,6 +161,7 @@ func stopAndResume(t *testing.T, b *testBed, env []string) {
 	i := slices.IndexFunc(after, func(r storage.Record) bool { return r.Time.After(stopped) })
 	must.Positive(t, i+1, must.Sprint("a report after the stop"))
 	must.EqOp(t, last.Step+1, after[i].Step, must.Sprint("the second run goes on from the step after the latest checkpoint"))
+	must.EqOp(t, before[len(before)-1].Attempt+1, after[i].Attempt, must.Sprint("its reports say it is the run's next start"))
 	for j, r := range after[1:] {
 		must.Less(t, r.Step, after[j].Step, must.Sprint("one history, its steps in order"))
 	}
