@@ -167,6 +167,32 @@ func TestExperimentTrialsOnS3(t *testing.T) {
 	must.EqOp(t, int64(3), u.Records["trial_0000"].Records[0].Step)
 }
 
+// An experiment kept whole on S3 (its state beside its trials, as a tune
+// with storage on S3 keeps it): the runs page under the bucket's prefix
+// lists it, and its page streams its trials' records.
+func TestExperimentWholeOnS3(t *testing.T) {
+	root, o := s3Root(t)
+	b, err := json.Marshal(tune.ExperimentState{Version: 1, Name: "exp",
+		TrialStorage: root + "/exp", TrialStorageOptions: &o,
+		Trials: []*tune.TrialState{{ID: "trial_0000", Status: tune.StatusRunning, Config: map[string]any{"lr": 0.1}}}})
+	must.NoError(t, err)
+	x, err := storage.OpenExperiment(context.Background(), root+"/exp", storage.WithStorageOptions(o))
+	must.NoError(t, err)
+	must.NoError(t, x.WriteState(b))
+	must.NoError(t, x.Close())
+	appendSteps(t, openS3(t, root+"/exp", "trial_0000", o, storage.Policy{}), 1, 2)
+
+	hs := newTestServer(t, Options{Root: root, Storage: o})
+	listed := listRuns(t, hs.URL)
+	must.MapContainsKey(t, listed, "exp")
+	must.EqOp(t, "experiment", listed["exp"].Kind)
+	ev := openEvents(t, hs.URL, "/api/experiment/events?key=exp")
+	var u ExperimentUpdate
+	ev.next(&u)
+	must.SliceLen(t, 1, u.Trials)
+	must.SliceLen(t, 2, u.Records["trial_0000"].Records)
+}
+
 // A Nomad job whose storage is on S3: its page shows the workers and the
 // run's curves, read from the store with the options the job gives its
 // workers.
