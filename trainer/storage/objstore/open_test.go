@@ -138,3 +138,27 @@ func TestOpenWithTaskEnviron(t *testing.T) {
 	_, err = st.Head(shortCtx, "k")
 	must.Error(t, err)
 }
+
+// An S3 error answer reads shortly (what went wrong, its code, its HTTP
+// status), not as the SDK's request and host IDs, and stays in the chain.
+func TestErrorsReadShortly(t *testing.T) {
+	srv := s3test.Start(t)
+	isolateAWS(t)
+	t.Setenv("AWS_REGION", srv.Region)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	ctx := context.Background()
+	st, err := Open(ctx, "s3://no-such-bucket/runs", Config{Endpoint: srv.Endpoint, PathStyle: true})
+	must.NoError(t, err)
+	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
+	must.ErrorContains(t, err, "(NoSuchBucket, HTTP 404)")
+	must.StrNotContains(t, err.Error(), "RequestID")
+	must.EqOp(t, "NoSuchBucket", errorCode(err))
+
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+	st, err = Open(ctx, "s3://"+srv.Bucket+"/runs", Config{Endpoint: srv.Endpoint, PathStyle: true})
+	must.NoError(t, err)
+	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
+	must.ErrorContains(t, err, "(SignatureDoesNotMatch, HTTP 403)")
+	must.EqOp(t, 403, statusCode(err))
+}

@@ -180,7 +180,7 @@ func New(client *s3.Client, loc Location, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", loc, err)
 	}
-	return &Store{client: client, loc: loc, cfg: cfg}, nil
+	return &Store{client: withShortErrors(client), loc: loc, cfg: cfg}, nil
 }
 
 // Location returns the bucket and prefix the store works under.

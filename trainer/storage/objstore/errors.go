@@ -1,0 +1,62 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+)
+
+// The SDK words an S3 error answer as "https response error StatusCode:
+// 404, RequestID: ..., HostID: ..., api error NoSuchBucket: The specified
+// bucket does not exist."; a store says "The specified bucket does not
+// exist (NoSuchBucket, HTTP 404)", with the SDK's error still in the
+// chain (errors.As finds its smithy.APIError and status code).
+
+// apiError is an S3 error answer, said shortly.
+type apiError struct {
+	err  error
+	text string
+}
+
+func (e *apiError) Error() string { return e.text }
+func (e *apiError) Unwrap() error { return e.err }
+
+// shorten rewords an error that carries an S3 error answer; others stay.
+func shorten(err error) error {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	what := strings.TrimSuffix(ae.ErrorMessage(), ".")
+	detail := ae.ErrorCode()
+	if code := statusCode(err); code != 0 {
+		detail += fmt.Sprintf(", HTTP %d", code)
+	}
+	if what == "" {
+		return &apiError{err: err, text: detail}
+	}
+	return &apiError{err: err, text: what + " (" + detail + ")"}
+}
+
+// withShortErrors is the client with its operations' errors shortened.
+func withShortErrors(client *s3.Client) *s3.Client {
+	return s3.New(client.Options(), func(o *s3.Options) {
+		o.APIOptions = append(slices.Clip(o.APIOptions), func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("nomadTrainShortErrors",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
+					middleware.InitializeOutput, middleware.Metadata, error) {
+					out, md, err := next.HandleInitialize(ctx, in)
+					if err != nil {
+						err = shorten(err)
+					}
+					return out, md, err
+				}), middleware.Before)
+		})
+	})
+}
