@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,16 @@ func b6aCPU() (self, server time.Duration) {
 
 func b6aTrain(out string) trainer.TrainFunc {
 	return func(ctx context.Context, s *trainer.Session) error {
+		if path := os.Getenv("B6A_CPUPROFILE"); path != "" { // the worker's own profile
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 		buf := make([]byte, 4*b6aParams)
 		params := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), b6aParams)
 		vel := make([]float32, b6aParams)
