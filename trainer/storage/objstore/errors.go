@@ -18,7 +18,7 @@ import (
 // exist (NoSuchBucket, HTTP 404)", with the SDK's error still in the
 // chain (errors.As finds its smithy.APIError and status code).
 
-// apiError is an S3 error answer, said shortly.
+// apiError is an S3 error answer (or a credential failure), said shortly.
 type apiError struct {
 	err  error
 	text string
@@ -27,10 +27,17 @@ type apiError struct {
 func (e *apiError) Error() string { return e.text }
 func (e *apiError) Unwrap() error { return e.err }
 
-// shorten rewords an error that carries an S3 error answer; others stay.
+// shorten rewords an error that carries an S3 error answer, or that
+// says no credentials were found; others stay.
 func shorten(err error) error {
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
+		// The SDK's credential cache words a chain that found nothing so
+		// (its provider's reason follows).
+		if strings.Contains(err.Error(), "failed to refresh cached credentials") {
+			return &apiError{err: err, text: "no AWS credentials found (set AWS_ACCESS_KEY_ID and " +
+				"AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or use an instance role): " + err.Error()}
+		}
 		return err
 	}
 	what := strings.TrimSuffix(ae.ErrorMessage(), ".")

@@ -161,4 +161,12 @@ func TestErrorsReadShortly(t *testing.T) {
 	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
 	must.ErrorContains(t, err, "(SignatureDoesNotMatch, HTTP 403)")
 	must.EqOp(t, 403, statusCode(err))
+
+	// No keys anywhere (and no instance role): said first.
+	isolateAWS(t)
+	t.Setenv("AWS_REGION", srv.Region)
+	st, err = Open(ctx, "s3://"+srv.Bucket+"/runs", Config{Endpoint: srv.Endpoint, PathStyle: true})
+	must.NoError(t, err)
+	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
+	must.ErrorContains(t, err, "no AWS credentials found (set AWS_ACCESS_KEY_ID")
 }
