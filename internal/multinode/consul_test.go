@@ -247,7 +247,7 @@ func (w *serviceWatch) of(alloc string) []sighting {
 	return out
 }
 
-// registered lists the allocation services agent addr holds now.
+// registeredIn lists the allocation services agent addr holds now.
 func registeredIn(t *testing.T, addr string) []string {
 	t.Helper()
 	client, err := capi.NewClient(&capi.Config{Address: addr})

@@ -125,8 +125,8 @@ func (e *experiment) failFast(id string, metrics map[string]any) bool {
 
 // readTail reads trial id's records written since t last read. When
 // the history came whole (the first read of a new Follower, or one after
-// a rollback), all is that history and recs only its records newer than
-// those read before.
+// a rollback), all is that history (not nil, even when empty) and recs
+// only its records newer than those read before; otherwise all is nil.
 func (e *experiment) readTail(t *progressTail, id string) (recs, all []storage.Record, err error) {
 	whole := t.f == nil
 	if whole {

@@ -51,19 +51,23 @@ func shorten(err error) error {
 	return &apiError{err: err, text: what + " (" + detail + ")"}
 }
 
-// withShortErrors is the client with its operations' errors shortened.
+// shortErrors is the client option (APIOptions) that shortens its
+// operations' errors.
+func shortErrors(st *middleware.Stack) error {
+	return st.Initialize.Add(middleware.InitializeMiddlewareFunc("nomadTrainShortErrors",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
+			middleware.InitializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleInitialize(ctx, in)
+			if err != nil {
+				err = shorten(err)
+			}
+			return out, md, err
+		}), middleware.Before)
+}
+
+// withShortErrors is a client given from outside (New) with shortErrors.
 func withShortErrors(client *s3.Client) *s3.Client {
 	return s3.New(client.Options(), func(o *s3.Options) {
-		o.APIOptions = append(slices.Clip(o.APIOptions), func(st *middleware.Stack) error {
-			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("nomadTrainShortErrors",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
-					middleware.InitializeOutput, middleware.Metadata, error) {
-					out, md, err := next.HandleInitialize(ctx, in)
-					if err != nil {
-						err = shorten(err)
-					}
-					return out, md, err
-				}), middleware.Before)
-		})
+		o.APIOptions = append(slices.Clip(o.APIOptions), shortErrors)
 	})
 }

@@ -118,6 +118,7 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 		return nil, fmt.Errorf("load aws config for %s: %w", loc, err)
 	}
 	fns := []func(*s3.Options){func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, shortErrors)
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
@@ -127,7 +128,7 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 		o.UsePathStyle = o.UsePathStyle || cfg.PathStyle
 	}}
 	client := s3.NewFromConfig(awsCfg, append(fns, optFns...)...)
-	st, err := New(client, loc, cfg)
+	st, err := buildStore(client, loc, cfg)
 	if err == nil && client.Options().Region == "" {
 		// The SDK would fail each request with "Invalid region: region was
 		// not a valid DNS name"; a self-hosted server needs one to sign for
@@ -174,13 +175,18 @@ func environConfig(environ []string) (aws.Config, error) {
 	return c, nil
 }
 
-// New returns a store over an existing client.
+// New returns a store over an existing client (its errors shortened, as
+// Open's are).
 func New(client *s3.Client, loc Location, cfg Config) (*Store, error) {
+	return buildStore(withShortErrors(client), loc, cfg)
+}
+
+func buildStore(client *s3.Client, loc Location, cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", loc, err)
 	}
-	return &Store{client: withShortErrors(client), loc: loc, cfg: cfg}, nil
+	return &Store{client: client, loc: loc, cfg: cfg}, nil
 }
 
 // Location returns the bucket and prefix the store works under.

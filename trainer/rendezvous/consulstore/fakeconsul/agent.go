@@ -124,13 +124,18 @@ func (a *Agent) removeService(id string) bool {
 	if _, ok := a.services[id]; !ok {
 		return false
 	}
+	a.removeChecksOf(id)
+	delete(a.services, id)
+	return true
+}
+
+// removeChecksOf stops and forgets the checks of service id. mu is held.
+func (a *Agent) removeChecksOf(id string) {
 	for cid, c := range a.checks {
 		if c.ServiceID == id {
 			a.removeCheck(cid)
 		}
 	}
-	delete(a.services, id)
-	return true
 }
 
 func (a *Agent) handleSelf(w http.ResponseWriter, _ *http.Request) {
@@ -312,12 +317,7 @@ func (a *Agent) handleServiceRegister(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := a.services[body.ID]; ok && r.URL.Query().Get("replace-existing-checks") == "true" {
-		// The service's checks are those of this registration alone.
-		for id, c := range a.checks {
-			if c.ServiceID == body.ID {
-				a.removeCheck(id)
-			}
-		}
+		a.removeChecksOf(body.ID) // its checks are this registration's alone
 	}
 	a.services[body.ID] = svc
 	for _, c := range checks {
@@ -388,9 +388,7 @@ func (a *Agent) handleCheckUpdate(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
-	switch body.Status {
-	case "passing", "warning", "critical":
-	default:
+	if !validStatus(body.Status) {
 		writeText(w, http.StatusBadRequest, "Invalid check status: "+strconv.Quote(body.Status))
 		return
 	}

@@ -57,6 +57,9 @@ type checkDef struct {
 	Args                                                                     []string
 }
 
+// validStatus reports whether s is a check status Consul takes.
+func validStatus(s string) bool { return s == "passing" || s == "warning" || s == "critical" }
+
 // requestError is the text of a 400 answer, in Consul's words.
 type requestError string
 
@@ -70,14 +73,13 @@ func (a *Agent) newCheck(d *checkDef, id, serviceID string) (*Check, error) {
 		d.AliasService != "" || d.AliasNode != "" || d.OSService != "" || len(d.Args) > 0 {
 		return nil, invalid("fake: only TTL, HTTP and TCP checks are served (check %q)", id)
 	}
-	c := &Check{ID: id, Name: d.Name, ServiceID: serviceID, Status: d.Status, Output: "",
+	c := &Check{ID: id, Name: d.Name, ServiceID: serviceID, Status: d.Status,
 		HTTP: d.HTTP, TCP: d.TCP, Method: d.Method, header: d.Header, body: d.Body,
 		tlsSkipVerify: d.TLSSkipVerify, updated: a.s.clock.Now()}
-	switch c.Status {
-	case "":
+	if c.Status == "" {
 		c.Status = "critical"
-	case "passing", "warning", "critical":
-	default:
+	}
+	if !validStatus(c.Status) {
 		return nil, invalid("Invalid check status: %q", c.Status)
 	}
 	duration := func(field, v string) (time.Duration, error) {
