@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -38,7 +40,12 @@ const (
 // *workerMetrics (metrics off) takes every call and does nothing, so the
 // hooks in the training path cost a nil check.
 type workerMetrics struct {
-	reg *prometheus.Registry
+	reg     *prometheus.Registry // ours
+	runtime *prometheus.Registry // the Go runtime's and the process's
+	// mu makes a report's gauges one snapshot: reportedStep sets them
+	// under it, and a scrape reads ours under it (microseconds; the
+	// runtime's are read outside it).
+	mu sync.RWMutex
 
 	step       *prometheus.GaugeVec
 	steps      *prometheus.CounterVec
@@ -85,8 +92,21 @@ func newWorkerMetrics(run string) *workerMetrics {
 		generation: gauge(MetricGeneration, "The rendezvous generation this worker trains in (1 for the gang's first)."),
 		restarts:   gauge(MetricRestarts, "Times the gang re-formed after losing a worker in this attempt at the run (failures counted against max_failures)."),
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.runtime = prometheus.NewRegistry()
+	m.runtime.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Gather reads our metrics as one snapshot (see mu), then the runtime's.
+func (m *workerMetrics) Gather() ([]*dto.MetricFamily, error) {
+	m.mu.RLock()
+	ours, err := m.reg.Gather()
+	m.mu.RUnlock()
+	if err != nil {
+		return ours, err
+	}
+	rt, err := m.runtime.Gather()
+	return append(ours, rt...), err
 }
 
 // join labels the metrics with the rank of a new generation (a rank that
@@ -117,6 +137,8 @@ func (m *workerMetrics) reportedStep(step int64, metrics Metrics) {
 	if m == nil || m.stepG == nil {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.stepG.Set(float64(step))
 	m.stepsC.Inc()
 	for name, v := range metrics {
@@ -186,7 +208,7 @@ func serveMetrics(addr string, m *workerMetrics, log hclog.Logger) (*metricsServ
 		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(workerenv.MetricsPath, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+	mux.Handle(workerenv.MetricsPath, promhttp.HandlerFor(m, promhttp.HandlerOpts{
 		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}))
 	s := &metricsServer{
