@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/nomad-train/nomad-train/internal/english"
 )
 
 // Live writes scrolling output to a terminal with a live region (a
@@ -62,7 +64,7 @@ func (l *Live) Set(s string) {
 		lines := strings.Split(s, "\n")
 		if h > 2 && len(lines) > h-1 {
 			more := len(lines) - (h - 2)
-			lines = append(lines[:h-2], fmt.Sprintf("... %d more %s", more, plural(more, "line", "lines")))
+			lines = append(lines[:h-2], fmt.Sprintf("... %d more %s", more, english.Plural(more, "line", "lines")))
 		}
 		for _, line := range lines {
 			l.region = append(l.region, fit(line, w-1)) // a full line would wrap the cursor

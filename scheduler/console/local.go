@@ -34,8 +34,8 @@ func PrintLocalStatus(w io.Writer, dir string) error {
 	if stErr != nil {
 		fmt.Fprintf(w, "run %s: no launcher state (%v)\n", filepath.Base(dir), stErr)
 	} else {
-		fmt.Fprintf(w, "run %s: %s (local, launcher pid %d on %s, started %s), %d workers, %d restarts\n",
-			st.Run, st.Phase, st.PID, st.Host, st.Started.Local().Format(time.DateTime), st.NumWorkers, st.Restarts)
+		fmt.Fprintf(w, "run %s: %s (local, launcher pid %d on %s, started %s), %s, %s\n",
+			st.Run, st.Phase, st.PID, st.Host, st.Started.Local().Format(time.DateTime), workers(st.NumWorkers), restarts(st.Restarts))
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RANK\tPID\tSTATE\tRESTARTS\tMETRICS\tLOG")
 		for _, wk := range st.Workers {

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -140,6 +141,8 @@ func best(res *trainer.Result, attr string) (path, score string) {
 
 // workers is "1 worker" or "n workers".
 func workers(n int) string { return launch.Workers(n) }
+
+func restarts(n int) string { return english.Count(n, "restart", "restarts") }
 
 // PrintResult prints what a run left: its last metrics, its latest
 // checkpoint, its metrics history.

@@ -106,7 +106,7 @@ func FollowNomad(ctx context.Context, c nomad.API, spec *trainspec.Spec, job *ap
 		printLastFailures(stderr, res)
 		return 1
 	}
-	fmt.Fprintf(out, "==> run %q complete (%d restarts)\n", spec.Name, res.Status.Restarts())
+	fmt.Fprintf(out, "==> run %q complete (%s)\n", spec.Name, restarts(res.Status.Restarts()))
 	fmt.Fprint(out, nomadSummary(spec, res, before, time.Since(start)).Render())
 	return 0
 }
@@ -139,7 +139,7 @@ func waitingOnNomad(st nomad.Status, n int) string {
 	}
 	switch {
 	case st.Phase == nomad.PhaseBlocked:
-		return fmt.Sprintf("waiting for capacity: %d workers not placed", st.Unplaced)
+		return fmt.Sprintf("waiting for capacity: %s not placed", workers(st.Unplaced))
 	case running < n:
 		return fmt.Sprintf("waiting for placement and start: %d of %d workers running", running, n)
 	}
@@ -196,7 +196,7 @@ func (p *StatusPrinter) Print(st nomad.Status) {
 		p.phase = st.Phase
 		line := fmt.Sprintf("    %s", st.Phase)
 		if st.Phase == nomad.PhaseBlocked {
-			line += fmt.Sprintf(": %d workers not placed (%s)", st.Unplaced, st.Reason)
+			line += fmt.Sprintf(": %s not placed (%s)", workers(st.Unplaced), st.Reason)
 		} else {
 			running := 0
 			for _, w := range st.Workers {
@@ -235,9 +235,9 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string
 		return err
 	}
 	st := r.Status
-	fmt.Fprintf(w, "run %s: %s, %d of %d workers, %d restarts\n", name, st.Phase, len(st.Workers), r.Count, st.Restarts())
+	fmt.Fprintf(w, "run %s: %s, %d of %s, %s\n", name, st.Phase, len(st.Workers), workers(r.Count), restarts(st.Restarts()))
 	if st.Phase == nomad.PhaseBlocked {
-		fmt.Fprintf(w, "  %d workers not placed: %s\n", st.Unplaced, st.Reason)
+		fmt.Fprintf(w, "  %s not placed: %s\n", workers(st.Unplaced), st.Reason)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RANK\tALLOC\tNODE\tSTATE\tRESTARTS\tLAST EVENT")

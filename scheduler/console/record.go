@@ -34,10 +34,3 @@ func short(id string) string {
 	}
 	return id
 }
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}

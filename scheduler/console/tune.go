@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -94,7 +95,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 		// a script or CI job must not take an experiment with failed
 		// trials for a good one.
 		fmt.Fprintf(stderr, "nomad-train tune: %d of %d %s failed (see the table above)\n",
-			failed, len(grid.Trials), plural(len(grid.Trials), "trial", "trials"))
+			failed, len(grid.Trials), english.Plural(len(grid.Trials), "trial", "trials"))
 	}
 	if err != nil || failed > 0 {
 		return 1

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-train/nomad-train/internal/english"
 )
 
 // A failed plan's metric does not tell a full cluster from one too small:
@@ -144,16 +145,9 @@ func IdleShortfall(job *api.Job, nodes []*api.NodeListStub) []string {
 			continue
 		}
 		out = append(out, fmt.Sprintf("group %q has %d allocations of %s each, but the %d ready %s could hold only %d with nothing else running (largest: %s, %d cores, %d MHz, %d MB): ask for less in resources_per_worker or add bigger nodes",
-			*g.Name, *g.Count, r, len(rooms), plural(len(rooms), "node", "nodes"), total, largest.name, largest.cores, largest.cpuMHz, largest.memoryMB))
+			*g.Name, *g.Count, r, len(rooms), english.Plural(len(rooms), "node", "nodes"), total, largest.name, largest.cores, largest.cpuMHz, largest.memoryMB))
 	}
 	return out
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // checkIdle turns a capacity error into an unplaceable one when the

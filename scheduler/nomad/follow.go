@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -148,8 +149,8 @@ func Follow(ctx context.Context, c API, o FollowOptions) (Status, error) {
 			if err := Stop(ctx, c, o.JobID, o.Namespace, true); err != nil {
 				return st, fmt.Errorf("stopping half-placed gang: %w", err)
 			}
-			return st, fmt.Errorf("%w: %d of %d workers could not be placed (%s); job stopped, "+
-				"use -wait-for-capacity to wait instead", ErrInsufficientCapacity, st.Unplaced, o.Count, st.Reason)
+			return st, fmt.Errorf("%w: %d of %s could not be placed (%s); job stopped, "+
+				"use -wait-for-capacity to wait instead", ErrInsufficientCapacity, st.Unplaced, english.Count(o.Count, "worker", "workers"), st.Reason)
 		}
 		if st.Phase == PhaseFailed {
 			// The two streams may each lag the other: confirm on one

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -214,7 +215,7 @@ type Detached struct {
 // job's status, then the trial table.
 func (d *Detached) Write(w io.Writer) {
 	name := d.Job.Meta[MetaTuner]
-	fmt.Fprintf(w, "experiment %s: tuner job %s %s, %d restarts\n", name, *d.Job.ID, d.Tuner.Phase, d.Tuner.Restarts())
+	fmt.Fprintf(w, "experiment %s: tuner job %s %s, %s\n", name, *d.Job.ID, d.Tuner.Phase, english.Count(d.Tuner.Restarts(), "restart", "restarts"))
 	for _, f := range d.Tuner.Failures { // the tuner is one task, not a rank
 		fmt.Fprintf(w, "tuner failed: %s\n", f.Unranked())
 	}

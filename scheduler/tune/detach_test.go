@@ -140,7 +140,7 @@ func TestReadDetached(t *testing.T) {
 	must.NotNil(t, d.State)
 	text.Reset()
 	d.Write(&text)
-	must.StrContains(t, text.String(), "== exp: 1 trials (1 RUNNING)")
+	must.StrContains(t, text.String(), "== exp: 1 trial (1 RUNNING)")
 	must.StrContains(t, text.String(), "loss") // the metric's column
 }
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -108,7 +109,7 @@ func (e *experiment) refuseEarlierTrials() error {
 		"them under its own configs and delete their checkpoints. Resuming needs the state; to start "+
 		"over, move %s aside or give the experiment another name (nothing is deleted for you)",
 		ErrEarlierTrials, e.where, storage.ExperimentStateFile, len(runs),
-		plural(len(runs), "trial", "trials"), strings.Join(shown, ", "), e.where)
+		english.Plural(len(runs), "trial", "trials"), strings.Join(shown, ", "), e.where)
 }
 
 // resume makes the restored trials that are to run again pending: those
@@ -135,7 +136,7 @@ func (e *experiment) resume() {
 	}
 	if retried > 0 {
 		e.log.Info("retrying trials that failed before", "trials", retried)
-		e.note("retrying %d %s that failed before", retried, plural(retried, "trial", "trials"))
+		e.note("retrying %d %s that failed before", retried, english.Plural(retried, "trial", "trials"))
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/nomad-train/nomad-train/internal/english"
 )
 
 // A Framer shows the trial table in place: a terminal redraws it rather
@@ -42,7 +44,7 @@ func writeTable(w io.Writer, st *ExperimentState, metric string) {
 			summary = append(summary, fmt.Sprintf("%d %s", counts[s], s))
 		}
 	}
-	fmt.Fprintf(w, "== %s: %d trials (%s)\n", st.Name, len(st.Trials), strings.Join(summary, ", "))
+	fmt.Fprintf(w, "== %s: %s (%s)\n", st.Name, english.Count(len(st.Trials), "trial", "trials"), strings.Join(summary, ", "))
 	keys := sortedTrials(params)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := append([]string{"trial", "status"}, keys...)

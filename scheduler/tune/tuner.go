@@ -219,13 +219,6 @@ func (e *experiment) note(format string, args ...any) {
 	}
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
 // makeTrialDir makes a trial's run directory when the trials are kept in
 // a directory (on an object store a run needs none).
 func (e *experiment) makeTrialDir(id string) error {

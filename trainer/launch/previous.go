@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -76,10 +77,7 @@ func WorkersChange(rec LastRun, had bool, n int) string {
 
 // Workers is "1 worker" or "n workers".
 func Workers(n int) string {
-	if n == 1 {
-		return "1 worker"
-	}
-	return fmt.Sprintf("%d workers", n)
+	return english.Count(n, "worker", "workers")
 }
 
 // ConfigChange says how config differs from before, the one the run last
