@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -35,8 +36,14 @@ func TestMemoryStaging(t *testing.T) {
 		Checkpoint: trainer.CheckpointConfig{AsyncUpload: trainer.Async(true), Staging: "memory"}}
 	const world = 4
 	// What a run killed a day ago left in memory: swept as the run starts.
-	left := fmt.Sprintf("/dev/shm/nomad-train-%d/killed-%x", os.Getuid(), time.Now().UnixNano()&(1<<48-1))
+	left := fmt.Sprintf("/dev/shm/nomad-train-%d/killed-%012x", os.Getuid(), time.Now().UnixNano()&(1<<48-1)) // a node cache's name: 12 hex digits
 	if !workerenv.IsWorker() {
+		// The user's directory as a worker makes it (private), not as
+		// MkdirAll would (open to all, which a worker refuses), on a
+		// machine where no run has made it yet.
+		if err := os.Mkdir(filepath.Dir(left), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			t.Fatal(err)
+		}
 		must.NoError(t, os.MkdirAll(filepath.Join(left, "rank0-1"), 0o755))
 		must.NoError(t, os.WriteFile(filepath.Join(left, "rank0-1", "model.bin"), []byte("w"), 0o644))
 		day := time.Now().Add(-storage.NodeCacheIdle - time.Minute)
