@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"io/fs"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -25,4 +27,52 @@ func TestNotes(t *testing.T) {
 			must.Error(t, WriteNote(ctx, root, "r", bad, nil, opts...), must.Sprint(bad))
 		}
 	})
+}
+
+// A note read while its writer keeps replacing it reads whole, the old or
+// the new, and never fails: the reader's check that it opened the entry it
+// looked at meets a rename in between, and looks again.
+func TestNoteReadWhileReplaced(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	old, new := []byte(`{"v":"old"}`), []byte(`{"v":"new"}`)
+	must.NoError(t, WriteNote(ctx, root, "r", "last-state.json", old))
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			b := old
+			if i%2 == 1 {
+				b = new
+			}
+			if err := WriteNote(ctx, root, "r", "last-state.json", b); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(time.Second)
+	reads := 0
+	for ; time.Now().Before(deadline); reads++ {
+		b, err := ReadNote(ctx, root, "r", "last-state.json")
+		if err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("read %d: %v", reads, err)
+		}
+		if !bytes.Equal(b, old) && !bytes.Equal(b, new) {
+			close(stop)
+			<-done
+			t.Fatalf("read %d: %q, neither version", reads, b)
+		}
+	}
+	close(stop)
+	must.NoError(t, <-done)
+	t.Logf("%d reads", reads)
 }

@@ -164,8 +164,23 @@ func openRegular(path string) (*os.File, error) {
 // openRegularFile opens path with flag, refusing a symbolic link or
 // anything but a regular file: the entry is checked before opening (so a
 // FIFO or device is not opened at all) and the file opened is checked to
-// be that entry (so one swapped in between is refused too).
+// be that entry (so one swapped in between is refused too). A regular file
+// replaced by another between the check and the open (a note or state
+// file rewritten by rename while it is read) is looked at again.
 func openRegularFile(path string, flag int, perm fs.FileMode) (*os.File, error) {
+	for try := 1; ; try++ {
+		f, err := openRegularOnce(path, flag, perm)
+		if !errors.Is(err, errReplaced) || try == 3 {
+			return f, err
+		}
+	}
+}
+
+// errReplaced is openRegularOnce's answer when a regular file was seen and
+// another regular file opened.
+var errReplaced = fmt.Errorf("%w (it changed while being opened)", errNotRegular)
+
+func openRegularOnce(path string, flag int, perm fs.FileMode) (*os.File, error) {
 	before, err := os.Lstat(path)
 	if err != nil {
 		before = nil
@@ -191,9 +206,13 @@ func openRegularFile(path string, flag int, perm fs.FileMode) (*os.File, error) 
 		f.Close()
 		return nil, err
 	}
-	if !opened.Mode().IsRegular() || !os.SameFile(before, opened) {
+	switch {
+	case !opened.Mode().IsRegular():
 		f.Close()
 		return nil, fmt.Errorf("%s: %w (it changed while being opened)", path, errNotRegular)
+	case !os.SameFile(before, opened):
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, errReplaced)
 	}
 	return f, nil
 }
