@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
 )
 
@@ -197,7 +198,11 @@ func BenchmarkB6aAsyncCheckpointStep(b *testing.B) {
 		b.ReportMetric(perStep(times.ServerPlain), "server-cpu-ms/plain-step")
 		b.ReportMetric(perStep(times.ServerCheckpoint), "server-cpu-ms/ckpt-step")
 		if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-			b.Logf("staging %s, load average: %s", b6aStaging(), strings.Fields(string(load))[0])
+			nice := os.Getenv(s3test.EnvNice)
+			if nice == "" {
+				nice = "0"
+			}
+			b.Logf("staging %s, S3 server niceness %s, load average: %s", b6aStaging(), nice, strings.Fields(string(load))[0])
 		}
 	}
 }

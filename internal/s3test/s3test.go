@@ -51,6 +51,13 @@ const Version = "v1.8.0"
 // binary (versitygw).
 const EnvServer = "NOMAD_TRAIN_TEST_S3_SERVER"
 
+// EnvNice names the environment variable that, set to a niceness (1 to
+// 19), starts the server under nice(1): on a machine where the server
+// shares the benchmark's cores, a server at the lowest priority stands in
+// for one on another machine, which takes no CPU from the training
+// (BENCHMARKS.md, B6a).
+const EnvNice = "NOMAD_TRAIN_TEST_S3_NICE"
+
 // startTimeout bounds the wait for the server to answer. Generous: the
 // tests run on loaded 2-core machines.
 const startTimeout = 60 * time.Second
@@ -101,6 +108,9 @@ func Start(t testing.TB) *Server {
 		t.Skipf("s3test: no S3 server: set %s or put versitygw on PATH "+
 			"(go install github.com/versity/versitygw/cmd/versitygw@%s)", EnvServer, Version)
 	}
+	if _, err := niceness(); err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
 	// A free port can be taken between our probe and the server's bind;
 	// try a few times.
 	var lastErr error
@@ -138,7 +148,11 @@ func start(t testing.TB, bin string) (*Server, error) {
 	// open; without it every request of a test or benchmark pays a new TCP
 	// connection, and a client that leaves response bodies unread goes
 	// unnoticed.
-	cmd := exec.Command(bin, "--port", addr, "--region", Region, "--keep-alive", "--quiet", "posix", data)
+	args := []string{bin, "--port", addr, "--region", Region, "--keep-alive", "--quiet", "posix", data}
+	if n, _ := niceness(); n != "" {
+		args = append([]string{"nice", "-n", n}, args...) // nice execs the server: the PID stays its
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -161,6 +175,18 @@ func start(t testing.TB, bin string) (*Server, error) {
 	}
 	t.Cleanup(stop)
 	return srv, nil
+}
+
+// niceness returns EnvNice's value, "" when unset, or why it is refused.
+func niceness() (string, error) {
+	v := os.Getenv(EnvNice)
+	if v == "" {
+		return "", nil
+	}
+	if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 19 {
+		return "", fmt.Errorf("%s=%q: want a niceness from 1 to 19", EnvNice, v)
+	}
+	return v, nil
 }
 
 // stopProcess ends the server by its PID: SIGTERM, then SIGKILL if it has

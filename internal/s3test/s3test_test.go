@@ -3,10 +3,12 @@ package s3test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -66,4 +68,28 @@ func TestServerKeepsConnections(t *testing.T) {
 		must.NoError(t, err)
 	}
 	must.Eq(t, []bool{true, true, true}, reused)
+}
+
+// TestServerAtNiceness: with NOMAD_TRAIN_TEST_S3_NICE the server process
+// (the PID the benchmarks read its CPU time from) runs at that niceness;
+// a value out of range is refused.
+func TestServerAtNiceness(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	t.Setenv(EnvNice, "7")
+	srv := Start(t)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", srv.PID))
+	must.NoError(t, err)
+	// The fields after the command name (in parentheses): nice is the 19th
+	// field of the line, the 17th after it.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	must.EqOp(t, "7", f[16])
+	must.StrContains(t, string(b), "(versitygw)")
+
+	for _, bad := range []string{"0", "20", "x"} {
+		t.Setenv(EnvNice, bad)
+		_, err := niceness()
+		must.ErrorContains(t, err, EnvNice)
+	}
 }
