@@ -25,7 +25,23 @@ import (
 
 // withPayloadHash makes the signer use sum as the request's payload hash.
 func withPayloadHash(sum []byte) func(*middleware.Stack) error {
-	h := hex.EncodeToString(sum)
+	return payloadHash(hex.EncodeToString(sum))
+}
+
+// unsignedPayload sends a request's body as UNSIGNED-PAYLOAD. Like
+// withPayloadHash it says so before the SDK's checksum middleware runs:
+// over plain HTTP that middleware otherwise hashes the body with SHA-256
+// beside its CRC32, for a payload hash the signer would then not use (a
+// second pass over every part, as costly as the digest Put keeps).
+var unsignedPayload = payloadHash(unsignedPayloadHash)
+
+// unsignedPayloadHash is the payload hash SigV4 signs for a body it does
+// not cover.
+const unsignedPayloadHash = "UNSIGNED-PAYLOAD"
+
+// payloadHash sets h as the request's payload hash at the first step of
+// the stack, before any middleware would compute one.
+func payloadHash(h string) func(*middleware.Stack) error {
 	return func(st *middleware.Stack) error {
 		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("nomadTrainPayloadHash",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
@@ -34,6 +50,3 @@ func withPayloadHash(sum []byte) func(*middleware.Stack) error {
 			}), middleware.After)
 	}
 }
-
-// unsignedPayload sends a request's body as UNSIGNED-PAYLOAD.
-var unsignedPayload = v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware

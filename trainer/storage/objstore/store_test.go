@@ -4,15 +4,21 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"testing/iotest"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
@@ -279,4 +285,62 @@ func TestPutCancelled(t *testing.T) {
 	must.ErrorIs(t, err, context.Canceled)
 	_, err = st.Put(ctx, "k", bytes.NewReader(nil))
 	must.ErrorIs(t, err, context.Canceled)
+}
+
+// TestPutHashesEachByteOnce: over plain HTTP a multipart Put hashes the
+// body once, for the digest it returns. Its parts go as UNSIGNED-PAYLOAD
+// (their CRC32 guards them), and the SDK is told so before its checksum
+// middleware runs, which would otherwise compute each part's SHA-256 for
+// a payload hash nothing uses. A single PutObject is signed with the
+// digest Put computed. What each request's payload hash is once the
+// checksum middleware has run shows it: a hash it computed would be
+// there.
+func TestPutHashesEachByteOnce(t *testing.T) {
+	srv := s3test.Start(t)
+	var (
+		mu   sync.Mutex
+		seen = map[string][]string{} // operation: payload hashes after the checksum
+	)
+	const checksum = "AWSChecksum:ComputeInputPayloadChecksum"
+	probe := func(st *middleware.Stack) error {
+		if _, ok := st.Finalize.Get(checksum); !ok {
+			return nil // an operation without a body
+		}
+		return st.Finalize.Insert(middleware.FinalizeMiddlewareFunc("payloadHashProbe",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+				middleware.FinalizeOutput, middleware.Metadata, error) {
+				mu.Lock()
+				op := middleware.GetOperationName(ctx)
+				seen[op] = append(seen[op], v4.GetPayloadHash(ctx))
+				if req, ok := in.Request.(*smithyhttp.Request); ok && req.Header.Get("X-Amz-Checksum-Crc32") == "" {
+					seen[op] = append(seen[op], "no CRC32")
+				}
+				mu.Unlock()
+				return next.HandleFinalize(ctx, in)
+			}), checksum, middleware.After)
+	}
+	client := s3.New(s3.Options{
+		BaseEndpoint: aws.String(srv.Endpoint), Region: srv.Region, UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, ""),
+		APIOptions:  []func(*middleware.Stack) error{probe},
+		// As Open's clients do (the SDK's default): a CRC32 on every body.
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenSupported,
+	})
+	st, err := New(client, Location{Bucket: srv.Bucket}, Config{PartSize: MinPartSize})
+	must.NoError(t, err)
+	ctx := context.Background()
+	big := randomBytes(2*MinPartSize+1, 7)
+	res, err := st.Put(ctx, "big", bytes.NewReader(big))
+	must.NoError(t, err)
+	must.EqOp(t, 3, res.Parts)
+	must.EqOp(t, sha256.Sum256(big), res.SHA256)
+	small := []byte("small")
+	_, err = st.Put(ctx, "small", bytes.NewReader(small))
+	must.NoError(t, err)
+
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, []string{"UNSIGNED-PAYLOAD", "UNSIGNED-PAYLOAD", "UNSIGNED-PAYLOAD"}, seen["UploadPart"])
+	sum := sha256.Sum256(small)
+	must.Eq(t, []string{hex.EncodeToString(sum[:])}, seen["PutObject"])
 }
