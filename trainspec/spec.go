@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/nomad-train/nomad-train/internal/english"
 )
 
 // Builtin training functions an entrypoint may name with builtin = "...".
@@ -156,10 +157,8 @@ func (s Scaling) Workers() string {
 	switch {
 	case s.MinWorkers > 0 && s.MinWorkers < s.NumWorkers:
 		return fmt.Sprintf("%d to %d workers", s.MinWorkers, s.NumWorkers)
-	case s.NumWorkers == 1:
-		return "1 worker"
 	}
-	return fmt.Sprintf("%d workers", s.NumWorkers)
+	return english.Count(s.NumWorkers, "worker", "workers")
 }
 
 // Resources is what one worker (or the controller) asks Nomad for.

@@ -141,7 +141,7 @@ func waitingOnNomad(st nomad.Status, n int) string {
 	case st.Phase == nomad.PhaseBlocked:
 		return fmt.Sprintf("waiting for capacity: %s not placed", workers(st.Unplaced))
 	case running < n:
-		return fmt.Sprintf("waiting for placement and start: %d of %d workers running", running, n)
+		return fmt.Sprintf("waiting for placement and start: %d of %s running", running, workers(n))
 	}
 	return fmt.Sprintf("waiting for %s to rendezvous and report", workers(n))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-train/nomad-train/internal/english"
 )
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-train/nomad-train/internal/english"
 )
 
 // Phase is where a run stands, as seen from its allocations and
@@ -433,7 +434,7 @@ func DescribeMetric(m *api.AllocationMetric) string {
 	if m == nil {
 		return ""
 	}
-	parts := []string{fmt.Sprintf("%d nodes evaluated", m.NodesEvaluated)}
+	parts := []string{english.Count(m.NodesEvaluated, "node", "nodes") + " evaluated"}
 	add := func(what string, counts map[string]int) {
 		for _, k := range slices.Sorted(maps.Keys(counts)) {
 			parts = append(parts, fmt.Sprintf("%s %q on %d", what, k, counts[k]))
