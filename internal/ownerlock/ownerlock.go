@@ -16,8 +16,11 @@ import (
 const LockFile = ".owner"
 
 // maxTries bounds how often a new entry is made again after a sweeper took
-// it in the moment between its creation and its lock.
-const maxTries = 10
+// it in the moment between its creation and its lock. It is there against
+// an endless loop, not to give up early: a sweeper that sweeps over and
+// over (TestSweepRacingOwners' does) won that moment 10 times in a row on
+// a busy 2-core machine, and every retry is cheap and leaves nothing.
+const maxTries = 1000
 
 // errSwept says an entry was removed by a sweeper before its owner locked it.
 var errSwept = errors.New("removed before it was locked")
