@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,14 +131,12 @@ func b6aTrain(out string) trainer.TrainFunc {
 			self0, server0 := b6aCPU()
 			for range b6aSteps {
 				start := time.Now()
-				hashed := make(chan struct{})
+				var hashing sync.WaitGroup
 				if hash {
-					go func() { sha256.Sum256(ref); close(hashed) }()
-				} else {
-					close(hashed)
+					hashing.Go(func() { sha256.Sum256(ref) })
 				}
 				step()
-				<-hashed
+				hashing.Wait()
 				var ck *trainer.Checkpoint
 				written := time.Now()
 				if ckpt {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
 	"github.com/nomad-train/nomad-train/internal/english"
 )
 
@@ -154,8 +155,7 @@ type Scaling struct {
 // Workers says how many workers the gang has, for people: "1 worker",
 // "4 workers", or "2 to 4 workers" for an elastic gang.
 func (s Scaling) Workers() string {
-	switch {
-	case s.MinWorkers > 0 && s.MinWorkers < s.NumWorkers:
+	if s.MinWorkers > 0 && s.MinWorkers < s.NumWorkers {
 		return fmt.Sprintf("%d to %d workers", s.MinWorkers, s.NumWorkers)
 	}
 	return english.Count(s.NumWorkers, "worker", "workers")

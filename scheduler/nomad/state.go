@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-train/nomad-train/internal/english"
 )
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,22 +58,19 @@ func TestNoteReadWhileReplaced(t *testing.T) {
 			}
 		}
 	}()
+	stopWriter := sync.OnceValue(func() error { close(stop); return <-done })
+	defer stopWriter()
 	deadline := time.Now().Add(time.Second)
 	reads := 0
 	for ; time.Now().Before(deadline); reads++ {
 		b, err := ReadNote(ctx, root, "r", "last-state.json")
 		if err != nil {
-			close(stop)
-			<-done
 			t.Fatalf("read %d: %v", reads, err)
 		}
 		if !bytes.Equal(b, old) && !bytes.Equal(b, new) {
-			close(stop)
-			<-done
 			t.Fatalf("read %d: %q, neither version", reads, b)
 		}
 	}
-	close(stop)
-	must.NoError(t, <-done)
+	must.NoError(t, stopWriter())
 	t.Logf("%d reads", reads)
 }
