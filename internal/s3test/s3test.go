@@ -240,14 +240,18 @@ func waitReady(endpoint string, exited <-chan struct{}) error {
 }
 
 // Client returns an S3 client for the server, signing with the test
-// credentials, addressing buckets by path.
+// credentials, addressing buckets by path, and sending the checksums
+// config.LoadDefaultConfig's clients send (a CRC32 with every upload), as
+// objstore.Open's do: a server given none computes its own, on the CPU
+// the tests share with it.
 func (s *Server) Client(t testing.TB) *s3.Client {
 	t.Helper()
 	return s3.New(s3.Options{
-		BaseEndpoint: aws.String(s.Endpoint),
-		Region:       s.Region,
-		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
-		UsePathStyle: true,
+		BaseEndpoint:               aws.String(s.Endpoint),
+		Region:                     s.Region,
+		Credentials:                credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		UsePathStyle:               true,
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenSupported,
 	})
 }
 

@@ -72,15 +72,27 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 		return "", err
 	}
 	r.callHook(pointUploaded)
-	manifest, err := r.writeManifest(name, rec, files, inline, leased())
+	// The manifest object is encoded and hashed while the lease check is
+	// under way, and the local copy's manifest written while the object
+	// goes up.
+	m, err := r.files.encodeManifest(rec, files, inline)
 	if err != nil {
+		r.deleteObjects(name)
+		return "", err
+	}
+	defer m.release()
+	local := writeLocalManifest(s.dir, m.doc)
+	if err := r.writeManifest(name, m, leased()); err != nil {
+		if local() == nil {
+			os.Remove(filepath.Join(s.dir, ManifestFile)) // the Staged stays usable
+		}
 		return "", err
 	}
 	s.done = true
 	// The committed files stay in the local directory under the
 	// checkpoint's name, with the manifest that marks the copy whole:
 	// GetCheckpoint's path, and the restore cache.
-	r.keepLocal(s.dir, name, manifest)
+	r.keepLocal(s.dir, name, local)
 	r.callHook(pointManifested)
 	if err := r.record(name, rec); err != nil {
 		return "", err
@@ -112,13 +124,21 @@ func (r *ObjectRun) reserve(s *Staged, rec Record) (string, Record, error) {
 	return name, rec, nil
 }
 
+// writeLocalManifest writes a manifest into a checkpoint's staged files
+// in the background; the function returned waits for it.
+func writeLocalManifest(staged string, doc []byte) func() error {
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(filepath.Join(staged, ManifestFile), doc, 0o644) }()
+	return sync.OnceValue(func() error { return <-done })
+}
+
 // keepLocal places a committed checkpoint's staged files at <local>/<name>
-// with its manifest; a copy that cannot be placed is dropped (a restore
-// downloads it again).
-func (r *ObjectRun) keepLocal(staged, name string, manifest []byte) {
+// once its manifest is written among them (written); a copy that cannot
+// be placed is dropped (a restore downloads it again).
+func (r *ObjectRun) keepLocal(staged, name string, written func() error) {
 	dir := filepath.Join(r.local, name)
 	os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(staged, ManifestFile), manifest, 0o644); err != nil {
+	if err := written(); err != nil {
 		os.RemoveAll(staged)
 		return
 	}
@@ -149,25 +169,25 @@ func (r *ObjectRun) carry(files []FileSum, inline InlineFiles) ([]FileSum, []byt
 	return all, data, nil
 }
 
-// writeManifest writes a checkpoint's manifest with the bytes of the
-// files it carries (see objFiles.putManifest); on failure the
-// checkpoint's objects are deleted.
-// leaseErr is the result of the lease check made for this commit.
-func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum, inline []byte, leaseErr error) ([]byte, error) {
+// writeManifest writes a checkpoint's manifest object (see
+// objFiles.putManifest); on failure the checkpoint's objects are
+// deleted. leaseErr is the result of the lease check made for this
+// commit.
+func (r *ObjectRun) writeManifest(name string, m manifestObject, leaseErr error) error {
 	// The manifest is the commit point: a writer whose lease was taken
 	// (its generation is over) must not commit, and must not delete the
 	// objects either, which may be the new writer's under the same name.
 	if err := leaseErr; err != nil {
-		return nil, fmt.Errorf("committing %s: %w", name, err)
+		return fmt.Errorf("committing %s: %w", name, err)
 	}
-	b, err := r.files.putManifest(name, rec, files, inline, func(err error) {
+	err := r.files.putManifest(name, m, func(err error) {
 		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
 	})
 	if err != nil {
 		r.deleteObjects(name)
-		return nil, err
+		return err
 	}
-	return b, nil
+	return nil
 }
 
 // record adds the record naming a checkpoint whose manifest is written

@@ -229,26 +229,67 @@ func (o objFiles) getUpTo(key string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// putManifest writes a checkpoint's manifest once, followed in its object
+// manifestObject is a checkpoint's manifest object, its manifest followed
 // by the bytes of the files it carries (inline, in the manifest's order
-// of the files marked Inline): with If-None-Match where the server
-// supports it, so that two writers can never both commit a name. It
-// returns the manifest's own bytes.
-func (o objFiles) putManifest(name string, rec Record, files []FileSum, inline []byte, warn func(error)) ([]byte, error) {
+// of the files marked Inline), encoded and hashed ahead of its write
+// (encodeManifest), so that the hashing overlaps the lease check.
+type manifestObject struct {
+	doc  []byte         // the manifest's own bytes
+	body *objstore.Body // the whole object; nil when bigger than a part
+	// inline is the carried files' bytes, for an object too big for a
+	// Body (a manifest of very many files), which Put streams instead.
+	inline []byte
+}
+
+// encodeManifest renders a checkpoint's manifest and reads its object
+// into a Body, hashing it; release gives the Body back.
+func (o objFiles) encodeManifest(rec Record, files []FileSum, inline []byte) (manifestObject, error) {
 	rec.Checkpoint = ""
 	doc, err := EncodeManifest(Manifest{Record: rec, Files: files})
 	if err != nil {
-		return nil, err
+		return manifestObject{}, err
 	}
-	body := func() io.Reader { return io.MultiReader(bytes.NewReader(doc), bytes.NewReader(inline)) }
+	m := manifestObject{doc: doc, inline: inline}
+	if int64(len(doc)+len(inline)) <= o.st.PartSize() {
+		if m.body, err = o.st.ReadBody(m.reader()); err != nil {
+			return manifestObject{}, fmt.Errorf("encoding manifest: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m manifestObject) reader() io.Reader {
+	return io.MultiReader(bytes.NewReader(m.doc), bytes.NewReader(m.inline))
+}
+
+func (m manifestObject) release() { m.body.Release() }
+
+// putManifest writes a checkpoint's manifest object once: with
+// If-None-Match where the server supports it, so that two writers can
+// never both commit a name.
+func (o objFiles) putManifest(name string, m manifestObject, warn func(error)) error {
 	key := o.prefix(name) + ManifestFile
-	_, err = o.st.PutIfAbsent(o.ctx, key, body())
+	put := func(ifAbsent bool) error {
+		var err error
+		switch {
+		case m.body != nil && ifAbsent:
+			_, err = o.st.PutBodyIfAbsent(o.ctx, key, m.body)
+		case m.body != nil:
+			_, err = o.st.PutBody(o.ctx, key, m.body)
+		case ifAbsent:
+			_, err = o.st.PutIfAbsent(o.ctx, key, m.reader())
+		default:
+			_, err = o.st.Put(o.ctx, key, m.reader())
+		}
+		return err
+	}
+	err := put(true)
 	if errors.Is(err, objstore.ErrConditionalUnsupported) {
 		warn(err)
-		_, err = o.st.Put(o.ctx, key, body())
+		err = put(false)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("writing manifest of %s: %w", name, err)
+		return fmt.Errorf("writing manifest of %s: %w", name, err)
 	}
-	return doc, nil
+	return nil
 }

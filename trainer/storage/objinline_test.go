@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -88,13 +89,7 @@ func TestInlineCheckpointObjects(t *testing.T) {
 			}
 			must.Eq(t, tc.objects, keys)
 
-			ro, err := OpenObjectReadOnly(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
-			must.NoError(t, err)
-			defer ro.Close()
-			res, err := ro.LatestIntact()
-			must.NoError(t, err)
-			must.EqOp(t, name, res.Name)
-			must.Eq(t, tc.files, readTree(t, res.Path))
+			must.Eq(t, tc.files, restoreLatest(t, st, name))
 		})
 	}
 }
@@ -179,4 +174,45 @@ func FuzzReadManifestObject(f *testing.F) {
 		must.Eq(t, m, again)
 		_, _ = copyInline(m, rest, t.TempDir())
 	})
+}
+
+// A manifest object bigger than one part (a manifest of very many small
+// files) is streamed up instead of read ahead into a part's buffer, and
+// restores whole.
+func TestManifestObjectBiggerThanAPart(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket}, objstore.Config{PartSize: objstore.MinPartSize})
+	must.NoError(t, err)
+	w, err := OpenObject(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	defer w.Close()
+	files := map[string]string{}
+	long := strings.Repeat("p", 190)
+	for i := range 4096 {
+		files[fmt.Sprintf("shards/%s-%04d", long, i)] = strings.Repeat(string(rune('a'+i%26)), 1000)
+	}
+	s, err := w.Stage()
+	must.NoError(t, err)
+	writeTree(t, s.Dir(), files)
+	name, err := w.Commit(s, Record{Step: 1})
+	must.NoError(t, err)
+	info, err := st.Head(ctx, "run/checkpoints/"+name+"/"+ManifestFile)
+	must.NoError(t, err)
+	must.Greater(t, st.PartSize(), info.Size)
+
+	must.Eq(t, files, restoreLatest(t, st, name))
+}
+
+// restoreLatest restores run's latest intact checkpoint, which must be
+// name, into a fresh directory and returns its files.
+func restoreLatest(t *testing.T, st *objstore.Store, name string) map[string]string {
+	t.Helper()
+	ro, err := OpenObjectReadOnly(context.Background(), st, "run", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	defer ro.Close()
+	res, err := ro.LatestIntact()
+	must.NoError(t, err)
+	must.EqOp(t, name, res.Name)
+	return readTree(t, res.Path)
 }

@@ -95,11 +95,16 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	r.callHook(pointUploaded)
-	manifest, err := r.writeManifest(name, rec, files, data, leased())
+	m, err := r.files.encodeManifest(rec, files, data) // while the lease check is under way
 	if err != nil {
+		r.deleteObjects(name)
+		return fmt.Errorf("committing %s: %w", name, err)
+	}
+	defer m.release()
+	if err := r.writeManifest(name, m, leased()); err != nil {
 		return err
 	}
-	r.keepOwn(inline.Dir, name, files, manifest)
+	r.keepOwn(inline.Dir, name, files, m.doc)
 	r.callHook(pointManifested)
 	return r.record(name, rec)
 }

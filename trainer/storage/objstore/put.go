@@ -90,6 +90,81 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 	return res, nil
 }
 
+// Body is an object of at most one part, read and hashed ahead of its
+// write (ReadBody), so that the hashing can overlap other work: a check
+// that must end before the write, say. PutBody and PutBodyIfAbsent write
+// it as Put and PutIfAbsent would, signed with the digest already taken.
+// Release gives its buffer back once it is written.
+type Body struct {
+	st   *Store
+	buf  []byte // from the store's pool
+	data []byte
+	sum  [sha256.Size]byte
+}
+
+// ReadBody reads and hashes an object's bytes. A body bigger than one
+// part is refused: Put uploads those in parts.
+func (s *Store) ReadBody(body io.Reader) (*Body, error) {
+	buf := s.getBuf()
+	h := sha256.New()
+	n, err := io.ReadFull(io.TeeReader(body, h), buf)
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case err != nil:
+		s.putBuf(buf)
+		return nil, fmt.Errorf("read body: %w", err)
+	default:
+		var peek [1]byte
+		if m, _ := io.ReadFull(body, peek[:]); m > 0 {
+			s.putBuf(buf)
+			return nil, fmt.Errorf("body bigger than one part (%d bytes)", s.cfg.PartSize)
+		}
+	}
+	b := &Body{st: s, buf: buf, data: buf[:n]}
+	h.Sum(b.sum[:0])
+	return b, nil
+}
+
+// PartSize returns the size of the store's multipart parts: the most a
+// Body holds.
+func (s *Store) PartSize() int64 { return s.cfg.PartSize }
+
+// Size returns the body's length in bytes.
+func (b *Body) Size() int64 { return int64(len(b.data)) }
+
+// Release gives the body's buffer back to its store; b is not used again.
+func (b *Body) Release() {
+	if b != nil && b.buf != nil {
+		b.st.putBuf(b.buf)
+		b.buf, b.data = nil, nil
+	}
+}
+
+// PutBody writes b to key, replacing any object there.
+func (s *Store) PutBody(ctx context.Context, key string, b *Body) (PutResult, error) {
+	return s.putBody(ctx, key, b, false)
+}
+
+// PutBodyIfAbsent writes b to key only when key holds no object (see
+// PutIfAbsent).
+func (s *Store) PutBodyIfAbsent(ctx context.Context, key string, b *Body) (PutResult, error) {
+	return s.putBody(ctx, key, b, true)
+}
+
+func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool) (PutResult, error) {
+	if err := checkKey(key); err != nil {
+		return PutResult{}, fmt.Errorf("put: %w", err)
+	}
+	if b.st != s || b.buf == nil {
+		return PutResult{}, fmt.Errorf("put %s: body released or read by another store", key)
+	}
+	res := PutResult{Key: key, SHA256: b.sum}
+	if err := s.putSingle(ctx, key, b.data, ifAbsent, &res); err != nil {
+		return PutResult{}, err
+	}
+	return res, nil
+}
+
 // getBuf returns a part buffer of PartSize bytes from the store's pool.
 func (s *Store) getBuf() []byte {
 	if b, ok := s.bufs.Get().(*[]byte); ok {

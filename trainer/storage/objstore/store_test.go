@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"testing/iotest"
@@ -343,4 +344,46 @@ func TestPutHashesEachByteOnce(t *testing.T) {
 	must.Eq(t, []string{"UNSIGNED-PAYLOAD", "UNSIGNED-PAYLOAD", "UNSIGNED-PAYLOAD"}, seen["UploadPart"])
 	sum := sha256.Sum256(small)
 	must.Eq(t, []string{hex.EncodeToString(sum[:])}, seen["PutObject"])
+}
+
+// A Body is read and hashed once, ahead of its write; it is written as
+// Put writes, with or without If-None-Match, and a body bigger than one
+// part is refused, with its buffer given back.
+func TestBody(t *testing.T) {
+	st, srv := newStore(t, Config{PartSize: MinPartSize})
+	ctx := context.Background()
+	data := randomBytes(1<<20, 3)
+	b, err := st.ReadBody(bytes.NewReader(data))
+	must.NoError(t, err)
+	defer b.Release()
+	must.EqOp(t, int64(len(data)), b.Size())
+	res, err := st.PutBodyIfAbsent(ctx, "body", b)
+	must.NoError(t, err)
+	must.EqOp(t, sha256.Sum256(data), res.SHA256)
+	must.EqOp(t, int64(len(data)), res.Size)
+	if srv.ConditionalWrites {
+		_, err = st.PutBodyIfAbsent(ctx, "body", b)
+		must.ErrorIs(t, err, ErrExists)
+	}
+	_, err = st.PutBody(ctx, "again", b) // a Body can be written more than once
+	must.NoError(t, err)
+	for _, key := range []string{"body", "again"} {
+		rc, _, err := st.Get(ctx, key)
+		must.NoError(t, err)
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		must.True(t, bytes.Equal(data, got), must.Sprint(key))
+	}
+
+	_, err = st.ReadBody(bytes.NewReader(randomBytes(MinPartSize+1, 4)))
+	must.ErrorContains(t, err, "bigger than one part")
+	b.Release()
+	_, err = st.PutBody(ctx, "released", b)
+	must.ErrorContains(t, err, "released")
+	other := storeOn(t, srv, Config{})
+	b2, err := other.ReadBody(strings.NewReader("x"))
+	must.NoError(t, err)
+	defer b2.Release()
+	_, err = st.PutBody(ctx, "other", b2)
+	must.ErrorContains(t, err, "another store")
 }
