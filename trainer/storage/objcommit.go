@@ -52,8 +52,8 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The lease is checked while the files go up: the check must end
-	// before the manifest, not before the upload.
+	// The lease is checked while the files and the manifest go up: its
+	// answer must come before the manifest's last byte, which waits.
 	leased := r.checkLease()
 	listed, err := listCheckpointFiles(s.dir)
 	if err != nil {
@@ -74,7 +74,7 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	r.callHook(pointUploaded)
 	// The manifest object is encoded and hashed while the lease check is
 	// under way, and the local copy's manifest written while the object
-	// goes up.
+	// goes up; the object's last byte waits for the check.
 	m, err := r.files.encodeManifest(rec, files, inline)
 	if err != nil {
 		r.deleteObjects(name)
@@ -82,7 +82,7 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	}
 	defer m.release()
 	local := writeLocalManifest(s.dir, m.doc)
-	if err := r.writeManifest(name, m, leased()); err != nil {
+	if err := r.writeManifest(name, m, leased); err != nil {
 		if local() == nil {
 			os.Remove(filepath.Join(s.dir, ManifestFile)) // the Staged stays usable
 		}
@@ -171,18 +171,20 @@ func (r *ObjectRun) carry(files []FileSum, inline InlineFiles) ([]FileSum, []byt
 
 // writeManifest writes a checkpoint's manifest object (see
 // objFiles.putManifest); on failure the checkpoint's objects are
-// deleted. leaseErr is the result of the lease check made for this
-// commit.
-func (r *ObjectRun) writeManifest(name string, m manifestObject, leaseErr error) error {
+// deleted. leased is the lease check made for this commit, which may
+// still be under way.
+func (r *ObjectRun) writeManifest(name string, m manifestObject, leased func() error) error {
 	// The manifest is the commit point: a writer whose lease was taken
 	// (its generation is over) must not commit, and must not delete the
 	// objects either, which may be the new writer's under the same name.
-	if err := leaseErr; err != nil {
-		return fmt.Errorf("committing %s: %w", name, err)
-	}
-	err := r.files.putManifest(name, m, func(err error) {
+	// The object goes up while the check ends; its last byte waits for
+	// the answer.
+	err := r.files.putManifest(name, m, leased, func(err error) {
 		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
 	})
+	if lerr := leased(); lerr != nil {
+		return fmt.Errorf("committing %s: %w", name, lerr)
+	}
 	if err != nil {
 		r.deleteObjects(name)
 		return err

@@ -266,16 +266,23 @@ func (m manifestObject) release() { m.body.Release() }
 
 // putManifest writes a checkpoint's manifest object once: with
 // If-None-Match where the server supports it, so that two writers can
-// never both commit a name.
-func (o objFiles) putManifest(name string, m manifestObject, warn func(error)) error {
+// never both commit a name. fence must answer nil before the object can
+// exist: it is asked before the last byte goes, or, for an object
+// streamed in parts, before the first.
+func (o objFiles) putManifest(name string, m manifestObject, fence func() error, warn func(error)) error {
 	key := o.prefix(name) + ManifestFile
+	if m.body == nil {
+		if err := fence(); err != nil {
+			return fmt.Errorf("writing manifest of %s: %w", name, err)
+		}
+	}
 	put := func(ifAbsent bool) error {
 		var err error
 		switch {
 		case m.body != nil && ifAbsent:
-			_, err = o.st.PutBodyIfAbsent(o.ctx, key, m.body)
+			_, err = o.st.PutBodyIfAbsent(o.ctx, key, m.body, fence)
 		case m.body != nil:
-			_, err = o.st.PutBody(o.ctx, key, m.body)
+			_, err = o.st.PutBody(o.ctx, key, m.body, fence)
 		case ifAbsent:
 			_, err = o.st.PutIfAbsent(o.ctx, key, m.reader())
 		default:

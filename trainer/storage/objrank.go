@@ -82,7 +82,8 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 	var data []byte
 	leased := func() error { return nil }
 	if err == nil {
-		// The lease is checked while the carried files are read.
+		// The lease is checked while the carried files are read and the
+		// manifest goes up (writeManifest).
 		leased = r.checkLease()
 		files, data, err = r.carry(files, inline)
 		defer r.inlineBuf.give(data)
@@ -101,7 +102,7 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	defer m.release()
-	if err := r.writeManifest(name, m, leased()); err != nil {
+	if err := r.writeManifest(name, m, leased); err != nil {
 		return err
 	}
 	r.keepOwn(inline.Dir, name, files, m.doc)

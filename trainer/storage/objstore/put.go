@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"slices"
 	"sync"
@@ -65,7 +68,7 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 	single := func(data []byte) (PutResult, error) {
 		defer s.putBuf(first)
 		h.Sum(res.SHA256[:0])
-		if err := s.putSingle(ctx, key, data, ifAbsent, &res); err != nil {
+		if err := s.putSingle(ctx, key, bytes.NewReader(data), int64(len(data)), "", ifAbsent, &res); err != nil {
 			return PutResult{}, err
 		}
 		return res, nil
@@ -91,15 +94,20 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 }
 
 // Body is an object of at most one part, read and hashed ahead of its
-// write (ReadBody), so that the hashing can overlap other work: a check
-// that must end before the write, say. PutBody and PutBodyIfAbsent write
-// it as Put and PutIfAbsent would, signed with the digest already taken.
+// write (ReadBody), so that the hashing can overlap other work. PutBody
+// and PutBodyIfAbsent write it as Put and PutIfAbsent would, signed with
+// the digest already taken, and can hold its last byte back until a
+// check that must pass before the object exists (a fence) has answered.
 // Release gives its buffer back once it is written.
 type Body struct {
 	st   *Store
 	buf  []byte // from the store's pool
 	data []byte
 	sum  [sha256.Size]byte
+	// crc is the CRC32 checksum header's value, computed here so that the
+	// SDK need not read the body before sending it; "" when the client
+	// sends checksums only where an operation requires them.
+	crc string
 }
 
 // ReadBody reads and hashes an object's bytes. A body bigger than one
@@ -122,7 +130,16 @@ func (s *Store) ReadBody(body io.Reader) (*Body, error) {
 	}
 	b := &Body{st: s, buf: buf, data: buf[:n]}
 	h.Sum(b.sum[:0])
+	if s.client.Options().RequestChecksumCalculation != aws.RequestChecksumCalculationWhenRequired {
+		b.crc = crc32Header(b.data)
+	}
 	return b, nil
+}
+
+// crc32Header is the x-amz-checksum-crc32 value of data: its CRC-32
+// (IEEE), big-endian, in base64.
+func crc32Header(data []byte) string {
+	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(data)))
 }
 
 // PartSize returns the size of the store's multipart parts: the most a
@@ -140,18 +157,23 @@ func (b *Body) Release() {
 	}
 }
 
-// PutBody writes b to key, replacing any object there.
-func (s *Store) PutBody(ctx context.Context, key string, b *Body) (PutResult, error) {
-	return s.putBody(ctx, key, b, false)
+// PutBody writes b to key, replacing any object there. fence, when not
+// nil, is asked before the body's last byte is sent, and the write
+// completes only if it answers nil: the object cannot exist before the
+// fence has passed, while the rest of the body is already on its way.
+// Its error fails the write, which then creates no object, and is
+// returned (errors.Is finds it); it may be asked more than once.
+func (s *Store) PutBody(ctx context.Context, key string, b *Body, fence func() error) (PutResult, error) {
+	return s.putBody(ctx, key, b, false, fence)
 }
 
-// PutBodyIfAbsent writes b to key only when key holds no object (see
-// PutIfAbsent).
-func (s *Store) PutBodyIfAbsent(ctx context.Context, key string, b *Body) (PutResult, error) {
-	return s.putBody(ctx, key, b, true)
+// PutBodyIfAbsent is PutBody that writes only when key holds no object
+// (see PutIfAbsent).
+func (s *Store) PutBodyIfAbsent(ctx context.Context, key string, b *Body, fence func() error) (PutResult, error) {
+	return s.putBody(ctx, key, b, true, fence)
 }
 
-func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool) (PutResult, error) {
+func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool, fence func() error) (PutResult, error) {
 	if err := checkKey(key); err != nil {
 		return PutResult{}, fmt.Errorf("put: %w", err)
 	}
@@ -159,10 +181,77 @@ func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool)
 		return PutResult{}, fmt.Errorf("put %s: body released or read by another store", key)
 	}
 	res := PutResult{Key: key, SHA256: b.sum}
-	if err := s.putSingle(ctx, key, b.data, ifAbsent, &res); err != nil {
+	if fence == nil {
+		return res, s.putSingle(ctx, key, bytes.NewReader(b.data), int64(len(b.data)), b.crc, ifAbsent, &res)
+	}
+	if len(b.data) == 0 {
+		if err := fence(); err != nil {
+			return PutResult{}, fmt.Errorf("put %s: %w", key, err)
+		}
+		return res, s.putSingle(ctx, key, bytes.NewReader(b.data), 0, b.crc, ifAbsent, &res)
+	}
+	// A failed fence also cancels the request, so that the SDK does not
+	// retry it.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	body := &fencedReader{data: b.data, fence: func() error {
+		err := fence()
+		if err != nil {
+			cancel(err)
+		}
+		return err
+	}}
+	err := s.putSingle(ctx, key, body, int64(len(b.data)), b.crc, ifAbsent, &res)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(err, cause) {
+		err = fmt.Errorf("%w (%w)", cause, err)
+	}
+	if err != nil {
 		return PutResult{}, err
 	}
 	return res, nil
+}
+
+// fencedReader reads data, but for its last byte, which it gives only
+// once fence answers nil. It seeks, so that the SDK can send it again.
+type fencedReader struct {
+	data  []byte
+	off   int
+	fence func() error
+}
+
+func (r *fencedReader) Read(p []byte) (int, error) {
+	last := len(r.data) - 1
+	switch {
+	case r.off > last:
+		return 0, io.EOF
+	case r.off == last:
+		if err := r.fence(); err != nil {
+			return 0, err
+		}
+		n := copy(p, r.data[last:])
+		r.off += n
+		return n, nil
+	}
+	n := copy(p, r.data[r.off:last])
+	r.off += n
+	return n, nil
+}
+
+func (r *fencedReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += int64(r.off)
+	case io.SeekEnd:
+		offset += int64(len(r.data))
+	default:
+		return 0, fmt.Errorf("seek: bad whence %d", whence)
+	}
+	if offset < 0 || offset > int64(len(r.data)) {
+		return 0, fmt.Errorf("seek to %d: outside the body", offset)
+	}
+	r.off = int(offset)
+	return offset, nil
 }
 
 // getBuf returns a part buffer of PartSize bytes from the store's pool.
@@ -178,12 +267,17 @@ func (s *Store) putBuf(b []byte) {
 	s.bufs.Put(&b)
 }
 
-func (s *Store) putSingle(ctx context.Context, key string, data []byte, ifAbsent bool, res *PutResult) error {
+// putSingle writes one PutObject whose body's SHA-256 is res.SHA256;
+// crc, when not "", is its CRC32 checksum header.
+func (s *Store) putSingle(ctx context.Context, key string, body io.ReadSeeker, size int64, crc string, ifAbsent bool, res *PutResult) error {
 	in := &s3.PutObjectInput{
 		Bucket:        aws.String(s.loc.Bucket),
 		Key:           aws.String(s.objectKey(key)),
-		Body:          bytes.NewReader(data),
-		ContentLength: aws.Int64(int64(len(data))),
+		Body:          body,
+		ContentLength: aws.Int64(size),
+	}
+	if crc != "" {
+		in.ChecksumCRC32 = aws.String(crc)
 	}
 	if ifAbsent {
 		in.IfNoneMatch = aws.String("*")
@@ -192,7 +286,7 @@ func (s *Store) putSingle(ctx context.Context, key string, data []byte, ifAbsent
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, conditional(err))
 	}
-	res.Size = int64(len(data))
+	res.Size = size
 	res.ETag = aws.ToString(out.ETag)
 	return nil
 }

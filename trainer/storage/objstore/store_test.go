@@ -9,10 +9,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -357,15 +361,15 @@ func TestBody(t *testing.T) {
 	must.NoError(t, err)
 	defer b.Release()
 	must.EqOp(t, int64(len(data)), b.Size())
-	res, err := st.PutBodyIfAbsent(ctx, "body", b)
+	res, err := st.PutBodyIfAbsent(ctx, "body", b, nil)
 	must.NoError(t, err)
 	must.EqOp(t, sha256.Sum256(data), res.SHA256)
 	must.EqOp(t, int64(len(data)), res.Size)
 	if srv.ConditionalWrites {
-		_, err = st.PutBodyIfAbsent(ctx, "body", b)
+		_, err = st.PutBodyIfAbsent(ctx, "body", b, nil)
 		must.ErrorIs(t, err, ErrExists)
 	}
-	_, err = st.PutBody(ctx, "again", b) // a Body can be written more than once
+	_, err = st.PutBody(ctx, "again", b, nil) // a Body can be written more than once
 	must.NoError(t, err)
 	for _, key := range []string{"body", "again"} {
 		rc, _, err := st.Get(ctx, key)
@@ -378,12 +382,129 @@ func TestBody(t *testing.T) {
 	_, err = st.ReadBody(bytes.NewReader(randomBytes(MinPartSize+1, 4)))
 	must.ErrorContains(t, err, "bigger than one part")
 	b.Release()
-	_, err = st.PutBody(ctx, "released", b)
+	_, err = st.PutBody(ctx, "released", b, nil)
 	must.ErrorContains(t, err, "released")
 	other := storeOn(t, srv, Config{})
 	b2, err := other.ReadBody(strings.NewReader("x"))
 	must.NoError(t, err)
 	defer b2.Release()
-	_, err = st.PutBody(ctx, "other", b2)
+	_, err = st.PutBody(ctx, "other", b2, nil)
 	must.ErrorContains(t, err, "another store")
+}
+
+// A fenced Body goes up but for its last byte, which waits for the
+// fence: until it answers the object does not exist, and when it fails
+// the object never does, and the write is not retried.
+func TestBodyFence(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	proxy := newCountingProxy(t, srv.Endpoint)
+	client := s3.New(srv.Client(t).Options(), func(o *s3.Options) { o.BaseEndpoint = aws.String(proxy.url) })
+	st, err := New(client, Location{Bucket: srv.Bucket}, Config{})
+	must.NoError(t, err)
+	data := randomBytes(1<<20, 5)
+	b, err := st.ReadBody(bytes.NewReader(data))
+	must.NoError(t, err)
+	defer b.Release()
+
+	t.Run("passes", func(t *testing.T) {
+		sent := proxy.sent.Load()
+		var asked atomic.Int32
+		res, err := st.PutBodyIfAbsent(ctx, "fenced", b, func() error {
+			asked.Add(1)
+			// The body is on its way (its checksum was not computed by
+			// reading it first), and the object is not there yet.
+			deadline := time.Now().Add(10 * time.Second)
+			for proxy.sent.Load()-sent < int64(len(data)-1) {
+				if time.Now().After(deadline) {
+					return errors.New("the body was not sent before the fence")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if _, err := st.Head(ctx, "fenced"); !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("object visible before its fence: %v", err)
+			}
+			return nil
+		})
+		must.NoError(t, err)
+		must.EqOp(t, int32(1), asked.Load())
+		must.EqOp(t, sha256.Sum256(data), res.SHA256)
+		rc, _, err := st.Get(ctx, "fenced")
+		must.NoError(t, err)
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		must.True(t, bytes.Equal(data, got))
+	})
+	t.Run("fails", func(t *testing.T) {
+		fenced := errors.New("lease taken")
+		var asked atomic.Int32
+		_, err := st.PutBody(ctx, "refused", b, func() error { asked.Add(1); return fenced })
+		must.ErrorIs(t, err, fenced)
+		must.EqOp(t, int32(1), asked.Load())
+		_, err = st.Head(ctx, "refused")
+		must.ErrorIs(t, err, ErrNotFound)
+	})
+}
+
+// countingProxy forwards TCP connections to an S3 server, counting the
+// bytes sent to it.
+type countingProxy struct {
+	url  string
+	sent atomic.Int64
+}
+
+func newCountingProxy(t *testing.T, endpoint string) *countingProxy {
+	t.Helper()
+	u, err := url.Parse(endpoint)
+	must.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	p := &countingProxy{url: "http://" + ln.Addr().String()}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			wg.Go(func() {
+				io.Copy(countingWriter{out, &p.sent}, in)
+				out.Close()
+			})
+			wg.Go(func() { io.Copy(in, out); in.Close() })
+		}
+	})
+	return p
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
 }
