@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -305,14 +304,7 @@ func recoveryOf(r RunStore) Recovery {
 // corruptInline replaces the bytes of file inside a manifest object that
 // carries it, and says whether it did.
 func corruptInline(t *testing.T, st *objstore.Store, key, file string, data []byte) bool {
-	ctx := context.Background()
-	rc, _, err := st.Get(ctx, key)
-	must.NoError(t, err)
-	defer rc.Close()
-	m, doc, rest, err := readManifestObject(rc)
-	must.NoError(t, err)
-	carried, err := io.ReadAll(rest)
-	must.NoError(t, err)
+	m, doc, carried := getManifestObject(t, st, key)
 	var out []byte
 	var off int64
 	found := false
@@ -328,8 +320,7 @@ func corruptInline(t *testing.T, st *objstore.Store, key, file string, data []by
 		off += f.Size
 	}
 	if found {
-		_, err = st.Put(ctx, key, io.MultiReader(bytes.NewReader(doc), bytes.NewReader(out)))
-		must.NoError(t, err)
+		putManifestObject(t, st, key, out, doc)
 	}
 	return found
 }

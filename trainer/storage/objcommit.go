@@ -65,8 +65,8 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 		r.deleteObjects(name)
 		return "", err
 	}
-	files, inline, err := r.carry(files, InlineFiles{Dir: s.dir, Files: small})
-	defer r.inlineBuf.give(inline)
+	files, carried, err := r.carry(files, InlineFiles{Dir: s.dir, Files: small})
+	defer func() { r.inlineBuf.give(carried.data) }() // the whole object, once encoded
 	if err != nil {
 		r.deleteObjects(name)
 		return "", err
@@ -75,7 +75,7 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	// The manifest object is encoded and hashed while the lease check is
 	// under way, and the local copy's manifest written while the object
 	// goes up; the object's last byte waits for the check.
-	m, err := r.files.encodeManifest(rec, files, inline)
+	m, err := r.files.encodeManifest(rec, files, &carried)
 	if err != nil {
 		r.deleteObjects(name)
 		return "", err
@@ -157,16 +157,16 @@ func (r *ObjectRun) checkLease() func() error {
 }
 
 // carry reads the files a manifest carries (inline, in its writer's
-// reused buffer: give it back) and returns them marked, after files,
-// sorted by path.
-func (r *ObjectRun) carry(files []FileSum, inline InlineFiles) ([]FileSum, []byte, error) {
-	carried, data, err := readInline(inline.Dir, inline.Files, r.inlineBuf.take())
+// reused buffer: give it back, even on error) and returns them marked,
+// after files, sorted by path.
+func (r *ObjectRun) carry(files []FileSum, inline InlineFiles) ([]FileSum, carried, error) {
+	c, err := readInline(inline.Dir, inline.Files, r.inlineBuf.take())
 	if err != nil {
-		return nil, data, err
+		return nil, c, err
 	}
-	all := slices.SortedFunc(slices.Values(append(slices.Clone(files), carried...)),
+	all := slices.SortedFunc(slices.Values(append(slices.Clone(files), c.sums...)),
 		func(a, b FileSum) int { return strings.Compare(a.Path, b.Path) })
-	return all, data, nil
+	return all, c, nil
 }
 
 // writeManifest writes a checkpoint's manifest object (see

@@ -120,12 +120,11 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		return dir, false, nil
 	}
 	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
-	rc, _, err := o.st.Get(o.ctx, o.prefix(name)+ManifestFile)
+	obj, err := o.getUpTo(o.prefix(name)+ManifestFile, maxManifestObject)
 	if err != nil {
 		return "", false, err
 	}
-	defer rc.Close()
-	m, doc, rest, err := readManifestObject(rc)
+	m, doc, carried, err := parseManifestObject(obj)
 	if err != nil {
 		return "", false, bad(fmt.Sprintf("unreadable manifest: %v", err))
 	}
@@ -157,11 +156,10 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		return "", false, fmt.Errorf("creating restore directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	sums, err := copyInline(m, rest, tmp)
+	sums, err := copyInline(m, carried, tmp)
 	if err != nil {
-		return "", false, bad(err.Error())
+		return "", false, err
 	}
-	rc.Close()
 	for _, f := range m.Files {
 		if f.Inline {
 			continue
@@ -229,37 +227,32 @@ func (o objFiles) getUpTo(key string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// manifestObject is a checkpoint's manifest object, its manifest followed
-// by the bytes of the files it carries (inline, in the manifest's order
-// of the files marked Inline), encoded and hashed ahead of its write
-// (encodeManifest), so that the hashing overlaps the lease check.
+// manifestObject is a checkpoint's manifest object (see objinline.go),
+// encoded and hashed ahead of its write (encodeManifest), so that the
+// hashing overlaps the lease check.
 type manifestObject struct {
 	doc  []byte         // the manifest's own bytes
-	body *objstore.Body // the whole object; nil when bigger than a part
-	// inline is the carried files' bytes, for an object too big for a
-	// Body (a manifest of very many files), which Put streams instead.
-	inline []byte
+	obj  []byte         // the whole object
+	body *objstore.Body // obj, hashed; nil when bigger than a part
 }
 
-// encodeManifest renders a checkpoint's manifest and reads its object
-// into a Body, hashing it; release gives the Body back.
-func (o objFiles) encodeManifest(rec Record, files []FileSum, inline []byte) (manifestObject, error) {
+// encodeManifest renders a checkpoint's manifest after the files it
+// carries (c, whose data becomes the whole object) and makes the object
+// a Body when it fits one part; release gives the Body back.
+func (o objFiles) encodeManifest(rec Record, files []FileSum, c *carried) (manifestObject, error) {
 	rec.Checkpoint = ""
 	doc, err := EncodeManifest(Manifest{Record: rec, Files: files})
 	if err != nil {
 		return manifestObject{}, err
 	}
-	m := manifestObject{doc: doc, inline: inline}
-	if int64(len(doc)+len(inline)) <= o.st.PartSize() {
-		if m.body, err = o.st.ReadBody(m.reader()); err != nil {
-			return manifestObject{}, fmt.Errorf("encoding manifest: %w", err)
+	sum := c.finish(doc)
+	m := manifestObject{doc: doc, obj: c.data}
+	if int64(len(m.obj)) <= o.st.PartSize() {
+		if m.body, err = o.st.BodyOf(m.obj, sum); err != nil {
+			return manifestObject{}, err
 		}
 	}
 	return m, nil
-}
-
-func (m manifestObject) reader() io.Reader {
-	return io.MultiReader(bytes.NewReader(m.doc), bytes.NewReader(m.inline))
 }
 
 func (m manifestObject) release() { m.body.Release() }
@@ -284,9 +277,9 @@ func (o objFiles) putManifest(name string, m manifestObject, fence func() error,
 		case m.body != nil:
 			_, err = o.st.PutBody(o.ctx, key, m.body, fence)
 		case ifAbsent:
-			_, err = o.st.PutIfAbsent(o.ctx, key, m.reader())
+			_, err = o.st.PutIfAbsent(o.ctx, key, bytes.NewReader(m.obj))
 		default:
-			_, err = o.st.Put(o.ctx, key, m.reader())
+			_, err = o.st.Put(o.ctx, key, bytes.NewReader(m.obj))
 		}
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,16 +128,9 @@ func TestInlineCorruptionIsCaught(t *testing.T) {
 			must.NoError(t, w.Close())
 
 			key := "run/checkpoints/" + second + "/" + ManifestFile
-			rc, _, err := st.Get(ctx, key)
-			must.NoError(t, err)
-			_, doc, rest, err := readManifestObject(rc)
-			must.NoError(t, err)
-			carried, err := io.ReadAll(rest)
-			must.NoError(t, err)
-			rc.Close()
+			_, doc, carried := getManifestObject(t, st, key)
 			must.EqOp(t, "latersecond", string(carried))
-			_, err = st.Put(ctx, key, io.MultiReader(bytes.NewReader(doc), bytes.NewReader(tc.mangle(carried))))
-			must.NoError(t, err)
+			putManifestObject(t, st, key, tc.mangle(carried), doc)
 
 			ro, err := OpenObjectReadOnly(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
 			must.NoError(t, err)
@@ -151,7 +145,29 @@ func TestInlineCorruptionIsCaught(t *testing.T) {
 	}
 }
 
-func FuzzReadManifestObject(f *testing.F) {
+// getManifestObject reads and parses the manifest object at key.
+func getManifestObject(t *testing.T, st *objstore.Store, key string) (m Manifest, doc, carried []byte) {
+	t.Helper()
+	rc, _, err := st.Get(context.Background(), key)
+	must.NoError(t, err)
+	defer rc.Close()
+	obj, err := io.ReadAll(rc)
+	must.NoError(t, err)
+	m, doc, carried, err = parseManifestObject(obj)
+	must.NoError(t, err)
+	return m, doc, carried
+}
+
+// putManifestObject writes a manifest object of the given parts at key,
+// laid out as a writer lays it out.
+func putManifestObject(t *testing.T, st *objstore.Store, key string, carried, doc []byte) {
+	t.Helper()
+	obj := appendTrailer(append(slices.Clone(carried), doc...), len(doc))
+	_, err := st.Put(context.Background(), key, bytes.NewReader(obj))
+	must.NoError(t, err)
+}
+
+func FuzzParseManifestObject(f *testing.F) {
 	doc, err := EncodeManifest(Manifest{Files: []FileSum{
 		{Path: "a", Size: 3, SHA256: strings.Repeat("0", 64), Inline: true},
 		{Path: "b", Size: 1 << 30, SHA256: strings.Repeat("1", 64)},
@@ -159,20 +175,23 @@ func FuzzReadManifestObject(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(append(doc, "abc"...))
+	f.Add(append(doc, "abc"...))                                  // before trailers
+	f.Add(appendTrailer(append([]byte("abc"), doc...), len(doc))) // with one
+	f.Add(appendTrailer(append([]byte("ab"), doc...), len(doc)))
 	f.Add(doc[:len(doc)-1])
 	f.Add([]byte(`{"format_version":1}` + "\nxyz"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, doc, rest, err := readManifestObject(bytes.NewReader(b))
+		m, doc, carried, err := parseManifestObject(b)
 		if err != nil {
 			return
 		}
-		// What it accepts is a manifest DecodeManifest takes again, and
-		// copying its files reads no more than the object holds.
+		// What it accepts is a manifest DecodeManifest takes again, whose
+		// inline files are exactly the bytes it carries.
 		again, err := DecodeManifest(doc)
 		must.NoError(t, err)
 		must.Eq(t, m, again)
-		_, _ = copyInline(m, rest, t.TempDir())
+		must.NoError(t, checkCarried(m, carried))
+		_, _ = copyInline(m, carried, t.TempDir())
 	})
 }
 
@@ -197,6 +216,7 @@ func TestManifestObjectBiggerThanAPart(t *testing.T) {
 	writeTree(t, s.Dir(), files)
 	name, err := w.Commit(s, Record{Step: 1})
 	must.NoError(t, err)
+	must.NoError(t, w.flushed()) // its record, written in the background
 	info, err := st.Head(ctx, "run/checkpoints/"+name+"/"+ManifestFile)
 	must.NoError(t, err)
 	must.Greater(t, st.PartSize(), info.Size)
@@ -215,4 +235,37 @@ func restoreLatest(t *testing.T, st *objstore.Store, name string) map[string]str
 	must.NoError(t, err)
 	must.EqOp(t, name, res.Name)
 	return readTree(t, res.Path)
+}
+
+// A manifest object begins with the files it carries and ends with the
+// manifest and its trailer; one written before trailers (the manifest
+// first) still restores.
+func TestManifestObjectLayouts(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket}, objstore.Config{})
+	must.NoError(t, err)
+	w, err := OpenObject(ctx, st, "run", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	files := map[string]string{"a.bin": "first file", "b.json": `{"step": 1}`}
+	s, err := w.Stage()
+	must.NoError(t, err)
+	writeTree(t, s.Dir(), files)
+	name, err := w.Commit(s, Record{Step: 1})
+	must.NoError(t, err)
+	must.NoError(t, w.Close())
+
+	key := "run/checkpoints/" + name + "/" + ManifestFile
+	rc, _, err := st.Get(ctx, key)
+	must.NoError(t, err)
+	obj, err := io.ReadAll(rc)
+	rc.Close()
+	must.NoError(t, err)
+	must.StrHasPrefix(t, `first file{"step": 1}{`, string(obj))
+	must.StrHasSuffix(t, "\n"+manifestTrailer, string(obj[:len(obj)-21]))
+
+	_, doc, carried := getManifestObject(t, st, key)
+	_, err = st.Put(ctx, key, bytes.NewReader(append(slices.Clone(doc), carried...)))
+	must.NoError(t, err)
+	must.Eq(t, files, restoreLatest(t, st, name))
 }

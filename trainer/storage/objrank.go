@@ -79,14 +79,14 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 	}
 	delete(r.reserved, name)
 	r.mu.Unlock()
-	var data []byte
+	var c carried
 	leased := func() error { return nil }
 	if err == nil {
 		// The lease is checked while the carried files are read and the
 		// manifest goes up (writeManifest).
 		leased = r.checkLease()
-		files, data, err = r.carry(files, inline)
-		defer r.inlineBuf.give(data)
+		files, c, err = r.carry(files, inline)
+		defer func() { r.inlineBuf.give(c.data) }() // the whole object, once encoded
 	}
 	if err == nil {
 		err = checkFileSums(files) // two ranks' files under one name among others
@@ -96,7 +96,7 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	r.callHook(pointUploaded)
-	m, err := r.files.encodeManifest(rec, files, data) // while the lease check is under way
+	m, err := r.files.encodeManifest(rec, files, &c) // while the lease check is under way
 	if err != nil {
 		r.deleteObjects(name)
 		return fmt.Errorf("committing %s: %w", name, err)

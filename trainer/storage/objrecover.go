@@ -165,15 +165,14 @@ func (r *ObjectRun) rebuild(ckpts map[string]*ckptObjects) error {
 	return r.reload()
 }
 
-// readManifest reads and decodes a checkpoint's manifest (not the files
-// its object carries).
+// readManifest reads a checkpoint's manifest object (a few megabytes at
+// most, with the files it carries) and decodes its manifest.
 func (r *ObjectRun) readManifest(name string) (Manifest, error) {
-	rc, _, err := r.st.Get(r.ctx, r.ckptKey(name, ManifestFile))
+	obj, err := r.files.getUpTo(r.ckptKey(name, ManifestFile), maxManifestObject)
 	if err != nil {
 		return Manifest{}, err
 	}
-	defer rc.Close()
-	m, _, _, err := readManifestObject(rc)
+	m, _, _, err := parseManifestObject(obj)
 	return m, err
 }
 

@@ -101,8 +101,9 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 // Release gives its buffer back once it is written.
 type Body struct {
 	st   *Store
-	buf  []byte // from the store's pool
+	buf  []byte // from the store's pool; nil for BodyOf's
 	data []byte
+	done bool // released
 	sum  [sha256.Size]byte
 	// crc is the CRC32 checksum header's value, computed here so that the
 	// SDK need not read the body before sending it; "" when the client
@@ -128,10 +129,28 @@ func (s *Store) ReadBody(body io.Reader) (*Body, error) {
 			return nil, fmt.Errorf("body bigger than one part (%d bytes)", s.cfg.PartSize)
 		}
 	}
-	b := &Body{st: s, buf: buf, data: buf[:n]}
-	h.Sum(b.sum[:0])
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	b, err := s.BodyOf(buf[:n], sum)
+	if err != nil {
+		s.putBuf(buf)
+		return nil, err
+	}
+	b.buf = buf
+	return b, nil
+}
+
+// BodyOf makes a Body of data, whose SHA-256 the caller has computed in
+// a pass of its own (a server refuses a body whose signed hash is not
+// its own). data must not change until the Body is released. A body
+// bigger than one part is refused.
+func (s *Store) BodyOf(data []byte, sum [sha256.Size]byte) (*Body, error) {
+	if int64(len(data)) > s.cfg.PartSize {
+		return nil, fmt.Errorf("body bigger than one part (%d bytes)", s.cfg.PartSize)
+	}
+	b := &Body{st: s, data: data, sum: sum}
 	if s.client.Options().RequestChecksumCalculation != aws.RequestChecksumCalculationWhenRequired {
-		b.crc = crc32Header(b.data)
+		b.crc = crc32Header(data)
 	}
 	return b, nil
 }
@@ -151,10 +170,13 @@ func (b *Body) Size() int64 { return int64(len(b.data)) }
 
 // Release gives the body's buffer back to its store; b is not used again.
 func (b *Body) Release() {
-	if b != nil && b.buf != nil {
-		b.st.putBuf(b.buf)
-		b.buf, b.data = nil, nil
+	if b == nil || b.done {
+		return
 	}
+	if b.buf != nil {
+		b.st.putBuf(b.buf)
+	}
+	b.buf, b.data, b.done = nil, nil, true
 }
 
 // PutBody writes b to key, replacing any object there. fence, when not
@@ -177,7 +199,7 @@ func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool,
 	if err := checkKey(key); err != nil {
 		return PutResult{}, fmt.Errorf("put: %w", err)
 	}
-	if b.st != s || b.buf == nil {
+	if b.st != s || b.done {
 		return PutResult{}, fmt.Errorf("put %s: body released or read by another store", key)
 	}
 	res := PutResult{Key: key, SHA256: b.sum}
