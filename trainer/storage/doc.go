@@ -68,7 +68,8 @@
 //	progress/<step>-<seq>.jsonl      one segment per record, both numbers zero-padded
 //	checkpoints/checkpoint_NNNNNN/   a checkpoint's big files, one object each
 //	  MANIFEST.json                  written last: the checkpoint exists iff it does;
-//	                                 its JSON, then the bytes of the small files it carries
+//	                                 the bytes of the small files it carries, its JSON,
+//	                                 a trailer giving the JSON's length (objinline.go)
 //	  MANIFEST.json.corrupt          a quarantined checkpoint's manifest, kept for a person
 //	.writer.lease                    the single writer's lease
 //
@@ -79,7 +80,10 @@
 // the lease alone keeps writers apart), carrying the small files (marked
 // "inline": a checkpoint of at most 4 MiB whole, else files of at most
 // 64 KiB up to 1 MiB: planInline), so that a small checkpoint is one
-// request; then the record's segment, in the background and in order
+// request. The lease check that fences a writer whose lease was taken
+// runs beside all this; the manifest's last byte waits for its answer
+// (objstore.PutBody), so the manifest cannot exist unless it passed.
+// Then the record's segment, in the background and in order
 // with later segments (a reader sees the checkpoint once it is written;
 // retention waits for it before deleting an older manifest). The
 // files come from a local staging directory (Stage, Commit), or from

@@ -57,6 +57,22 @@ func syncTree(root string) error {
 	return syncAll(paths)
 }
 
+// placeDir makes dst hold src's entries and removes src: one rename when
+// dst does not exist (or is empty), else src's entries moved into it
+// (moveInto), which refuses to replace any.
+func placeDir(src, dst string) error {
+	if err := os.Rename(src, dst); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := moveInto(src, dst); err != nil {
+		return err
+	}
+	return os.Remove(src)
+}
+
 // moveInto moves the entries of src into dst, merging directories that
 // exist on both sides. An entry is renamed when src and dst share a
 // filesystem and copied then removed otherwise. A file or link that

@@ -118,10 +118,11 @@ func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, manifest []byte) 
 		return
 	}
 	local := filepath.Join(r.local, name)
-	if err := os.MkdirAll(local, 0o755); err != nil {
-		return
-	}
-	if err := moveInto(dir, local); err != nil {
+	// Usually the copy is the writer's directory itself, renamed (one
+	// call, where moving each file and removing the emptied directory
+	// took as long as a tenth of a small commit); the node's other ranks
+	// may have placed files there first, which the writer's then join.
+	if err := placeDir(dir, local); err != nil {
 		r.log.Warn("could not keep the local copy of a committed checkpoint", "checkpoint", name, "error", err)
 		return
 	}
@@ -199,15 +200,7 @@ func (r *RankStore) Upload(name, dir string) ([]FileSum, error) {
 	if err != nil {
 		return nil, err
 	}
-	local := filepath.Join(r.cache, name)
-	err = os.MkdirAll(local, 0o755)
-	if err == nil {
-		err = moveInto(dir, local)
-	}
-	if err == nil {
-		err = os.Remove(dir)
-	}
-	if err != nil {
+	if err := placeDir(dir, filepath.Join(r.cache, name)); err != nil {
 		r.log.Warn("could not keep the local copy of an uploaded checkpoint", "checkpoint", name, "error", err)
 	}
 	return files, nil
