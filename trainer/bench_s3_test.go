@@ -56,6 +56,44 @@ func b6aPasses() int {
 	return 24
 }
 
+// B6A_STEP=gemm makes a step mostly compute-bound, as a forward and
+// backward pass is, where the default step (B6A_PASSES passes over the
+// parameters) only streams memory: B6A_GEMMS (56) products of 256x256
+// matrices, which stay in the core's cache, then one momentum pass over
+// the parameters (the optimizer's update), about as long as the default
+// step on the machine of BENCHMARKS.md.
+func b6aGemms() int {
+	if n, err := strconv.Atoi(os.Getenv("B6A_GEMMS")); err == nil && n > 0 {
+		return n
+	}
+	return 56
+}
+
+// b6aMatmul is a single-threaded matrix product, the compute-bound part
+// of a B6A_STEP=gemm step.
+type b6aMatmul struct{ a, b, c []float32 }
+
+const b6aDim = 256
+
+func (m *b6aMatmul) product() {
+	if m.a == nil {
+		m.a, m.b, m.c = make([]float32, b6aDim*b6aDim), make([]float32, b6aDim*b6aDim), make([]float32, b6aDim*b6aDim)
+		for i := range m.a {
+			m.a[i], m.b[i] = float32(i%7)*0.01, float32(i%5)*0.01
+		}
+	}
+	clear(m.c)
+	for i := range b6aDim {
+		ci := m.c[i*b6aDim : (i+1)*b6aDim]
+		for k := range b6aDim {
+			aik, bk := m.a[i*b6aDim+k], m.b[k*b6aDim:(k+1)*b6aDim]
+			for j := range ci {
+				ci[j] += aik * bk[j]
+			}
+		}
+	}
+}
+
 // b6aStaging is where the benchmark's checkpoints are built.
 func b6aStaging() string {
 	if s := os.Getenv("B6A_STAGING"); s != "" {
@@ -114,8 +152,15 @@ func b6aTrain(out string) trainer.TrainFunc {
 		buf := make([]byte, 4*b6aParams)
 		params := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), b6aParams)
 		vel := make([]float32, b6aParams)
-		passes := b6aPasses()
+		passes, gemms := b6aPasses(), 0
+		if os.Getenv("B6A_STEP") == "gemm" {
+			passes, gemms = 1, b6aGemms()
+		}
+		var mm b6aMatmul
 		step := func() {
+			for range gemms {
+				mm.product()
+			}
 			for p := range passes {
 				g := float32(p+1) * 1e-6
 				for i := range params {
