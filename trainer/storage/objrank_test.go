@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -34,9 +35,7 @@ func newRankFixture(t *testing.T) rankFixture {
 
 func (f rankFixture) rank(t *testing.T, cache string) *RankStore {
 	t.Helper()
-	r, err := NewRankStore(context.Background(), f.st, "r", cache)
-	must.NoError(t, err)
-	return r
+	return openRankStore(t, f.st, cache)
 }
 
 // commitByRanks commits one checkpoint of which rank i uploads files[i]
@@ -225,4 +224,67 @@ func TestNodeCacheDir(t *testing.T) {
 	must.StrHasPrefix(t, "run_one-", filepath.Base(a))
 	must.NotEq(t, a, NodeCacheDir("/base", "s3://b/q", "run one"), must.Sprint("another location, another directory"))
 	must.EqOp(t, a, NodeCacheDir("/base", "s3://b/p", "run one"))
+}
+
+// After a gang's commit the writer's node holds a copy of the checkpoint,
+// marked whole by its manifest only when the node's ranks hold every file;
+// no temporary manifest is left behind, whether the commit succeeds or
+// fails.
+func TestWriterKeepsItsCopy(t *testing.T) {
+	srv := s3test.Start(t)
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket}, objstore.Config{})
+	must.NoError(t, err)
+	cache := t.TempDir() // the writer's node cache, shared with its node's ranks
+	w, err := OpenObject(context.Background(), st, "r", Policy{}, WithLocalDir(cache))
+	must.NoError(t, err)
+	defer w.Close()
+	commit := func(otherCache string) (string, error) {
+		name, err := w.Reserve()
+		must.NoError(t, err)
+		own := t.TempDir()
+		writeTree(t, own, map[string]string{"model.bin": "weights"})
+		sums, inline, err := openRankStore(t, st, cache).UploadLarge(name, own)
+		must.NoError(t, err)
+		other := t.TempDir()
+		writeTree(t, other, map[string]string{"opt/rank-1": "moments"})
+		more, err := openRankStore(t, st, otherCache).Upload(name, other)
+		must.NoError(t, err)
+		return name, w.CommitFiles(name, Record{Step: 1}, append(sums, more...), inline)
+	}
+	temps := func() []string {
+		m, err := filepath.Glob(filepath.Join(cache, tempPrefix+"*"))
+		must.NoError(t, err)
+		return m
+	}
+
+	name, err := commit(cache) // both ranks on the writer's node
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{"model.bin": "weights", "opt/rank-1": "moments"}, readTree(t, filepath.Join(cache, name)))
+	_, err = os.Stat(filepath.Join(cache, name, ManifestFile))
+	must.NoError(t, err)
+	must.SliceEmpty(t, temps())
+
+	name, err = commit(t.TempDir()) // rank 1 on another node
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{"model.bin": "weights"}, readTree(t, filepath.Join(cache, name)))
+	_, err = os.Stat(filepath.Join(cache, name, ManifestFile))
+	must.True(t, os.IsNotExist(err), must.Sprint("a copy without rank 1's files is not whole"))
+	must.SliceEmpty(t, temps())
+
+	// A commit refused at the manifest (another one is there already).
+	next := checkpointName(2)
+	_, err = st.Put(context.Background(), "r/"+objCheckpointDir+next+"/"+ManifestFile, strings.NewReader("{}"))
+	must.NoError(t, err)
+	name, err = commit(t.TempDir())
+	must.EqOp(t, next, name)
+	must.Error(t, err)
+	must.SliceEmpty(t, temps())
+}
+
+// openRankStore opens a RankStore of run "r" with its cache at dir.
+func openRankStore(t *testing.T, st *objstore.Store, dir string) *RankStore {
+	t.Helper()
+	r, err := NewRankStore(context.Background(), st, "r", dir)
+	must.NoError(t, err)
+	return r
 }
