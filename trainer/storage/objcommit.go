@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,18 +75,17 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 	r.callHook(pointUploaded)
 	// The manifest object is encoded and hashed while the lease check is
 	// under way, and the local copy's manifest written while the object
-	// goes up; the object's last byte waits for the check.
+	// goes up (localManifest); the object's last byte waits for the
+	// check.
 	m, err := r.files.encodeManifest(rec, files, &carried)
 	if err != nil {
 		r.deleteObjects(name)
 		return "", err
 	}
 	defer m.release()
-	local := writeLocalManifest(s.dir, m.doc)
+	local := r.writeLocalManifest(m.doc)
+	defer local.discard()
 	if err := r.writeManifest(name, m, leased); err != nil {
-		if local() == nil {
-			os.Remove(filepath.Join(s.dir, ManifestFile)) // the Staged stays usable
-		}
 		return "", err
 	}
 	s.done = true
@@ -124,21 +124,71 @@ func (r *ObjectRun) reserve(s *Staged, rec Record) (string, Record, error) {
 	return name, rec, nil
 }
 
-// writeLocalManifest writes a manifest into a checkpoint's staged files
-// in the background; the function returned waits for it.
-func writeLocalManifest(staged string, doc []byte) func() error {
-	done := make(chan error, 1)
-	go func() { done <- os.WriteFile(filepath.Join(staged, ManifestFile), doc, 0o644) }()
-	return sync.OnceValue(func() error { return <-done })
+// localManifest is the manifest of a checkpoint's local copy, written to
+// a temporary file in the writer's local directory while the manifest
+// object goes up (creating a file is a fifth of a millisecond here), and
+// renamed into the copy once the checkpoint is committed and the copy
+// whole. The zero value holds none.
+type localManifest struct {
+	written func() (string, error) // waits for the file
+}
+
+func (r *ObjectRun) writeLocalManifest(doc []byte) localManifest {
+	type result struct {
+		path string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		f, err := os.CreateTemp(r.local, tempPrefix+"manifest-*")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		_, err = f.Write(doc)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(f.Name(), 0o644)
+		}
+		if err != nil {
+			os.Remove(f.Name())
+		}
+		done <- result{f.Name(), err}
+	}()
+	return localManifest{sync.OnceValues(func() (string, error) { r := <-done; return r.path, r.err })}
+}
+
+// place renames the manifest into the copy at dir, which it marks whole.
+func (l localManifest) place(dir string) error {
+	if l.written == nil {
+		return errors.New("no manifest written")
+	}
+	p, err := l.written()
+	if err != nil {
+		return err
+	}
+	return os.Rename(p, filepath.Join(dir, ManifestFile))
+}
+
+// discard removes the manifest's file if it was not placed.
+func (l localManifest) discard() {
+	if l.written == nil {
+		return
+	}
+	if p, err := l.written(); err == nil {
+		os.Remove(p)
+	}
 }
 
 // keepLocal places a committed checkpoint's staged files at <local>/<name>
-// once its manifest is written among them (written); a copy that cannot
-// be placed is dropped (a restore downloads it again).
-func (r *ObjectRun) keepLocal(staged, name string, written func() error) {
+// with their manifest; a copy that cannot be placed is dropped (a restore
+// downloads it again).
+func (r *ObjectRun) keepLocal(staged, name string, local localManifest) {
 	dir := filepath.Join(r.local, name)
 	os.RemoveAll(dir)
-	if err := written(); err != nil {
+	if err := local.place(staged); err != nil {
 		os.RemoveAll(staged)
 		return
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -103,58 +102,23 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	defer m.release()
-	var doc func() (string, error) // the node's copy's manifest, written meanwhile
+	var local localManifest // the node copy's, written meanwhile
 	if inline.Dir != "" {
-		doc = writeTempManifest(r.local, m.doc)
-		defer func() {
-			if p, err := doc(); err == nil {
-				os.Remove(p) // renamed into the copy, or not wanted
-			}
-		}()
+		local = r.writeLocalManifest(m.doc)
+		defer local.discard()
 	}
 	if err := r.writeManifest(name, m, leased); err != nil {
 		return err
 	}
-	r.keepOwn(inline.Dir, name, files, doc)
+	r.keepOwn(inline.Dir, name, files, local)
 	r.callHook(pointManifested)
 	return r.record(name, rec)
 }
 
-// writeTempManifest writes a manifest into a temporary file under local
-// in the background; the function returned waits for it and gives the
-// file's path.
-func writeTempManifest(local string, doc []byte) func() (string, error) {
-	type written struct {
-		path string
-		err  error
-	}
-	done := make(chan written, 1)
-	go func() {
-		f, err := os.CreateTemp(local, tempPrefix+"manifest-*")
-		if err != nil {
-			done <- written{err: err}
-			return
-		}
-		_, err = f.Write(doc)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Chmod(f.Name(), 0o644)
-		}
-		if err != nil {
-			os.Remove(f.Name())
-		}
-		done <- written{f.Name(), err}
-	}()
-	return sync.OnceValues(func() (string, error) { w := <-done; return w.path, w.err })
-}
-
 // keepOwn moves the writer's own files of a committed checkpoint into its
 // local copy, beside those the node's ranks uploaded; the copy is whole
-// (its manifest, written by doc, is renamed into it) when it holds every
-// file.
-func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, doc func() (string, error)) {
+// (its manifest is placed in it) when it holds every file.
+func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, manifest localManifest) {
 	if dir == "" {
 		return
 	}
@@ -171,9 +135,7 @@ func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, doc func() (strin
 	if err != nil || len(Manifest{Files: files}.Check(have)) > 0 {
 		return
 	}
-	if p, err := doc(); err == nil {
-		_ = os.Rename(p, filepath.Join(local, ManifestFile))
-	}
+	_ = manifest.place(local)
 }
 
 // Abandon deletes the uploaded objects of a reserved checkpoint that will

@@ -229,7 +229,7 @@ func TestNodeCacheDir(t *testing.T) {
 // After a gang's commit the writer's node holds a copy of the checkpoint,
 // marked whole by its manifest only when the node's ranks hold every file;
 // no temporary manifest is left behind, whether the commit succeeds or
-// fails.
+// fails, nor, after a staged commit, in the Staged.
 func TestWriterKeepsItsCopy(t *testing.T) {
 	srv := s3test.Start(t)
 	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket}, objstore.Config{})
@@ -278,6 +278,24 @@ func TestWriterKeepsItsCopy(t *testing.T) {
 	name, err = commit(t.TempDir())
 	must.EqOp(t, next, name)
 	must.Error(t, err)
+	must.SliceEmpty(t, temps())
+
+	// A staged commit refused the same way leaves its Staged as it was.
+	next = checkpointName(3)
+	_, err = st.Put(context.Background(), "r/"+objCheckpointDir+next+"/"+ManifestFile, strings.NewReader("{}"))
+	must.NoError(t, err)
+	s, err := w.Stage()
+	must.NoError(t, err)
+	writeTree(t, s.Dir(), map[string]string{"model.bin": "weights"})
+	_, err = w.Commit(s, Record{Step: 2})
+	must.Error(t, err)
+	must.Eq(t, []string{"model.bin"}, entries(t, s.Dir()))
+	must.SliceEmpty(t, temps())
+	name, err = w.Commit(s, Record{Step: 2}) // under the next name
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{"model.bin": "weights"}, readTree(t, filepath.Join(cache, name)))
+	_, err = os.Stat(filepath.Join(cache, name, ManifestFile))
+	must.NoError(t, err)
 	must.SliceEmpty(t, temps())
 }
 
