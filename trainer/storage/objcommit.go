@@ -82,7 +82,6 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 		r.deleteObjects(name)
 		return "", err
 	}
-	defer m.release()
 	local := r.writeLocalManifest(m.doc)
 	defer local.discard()
 	if err := r.writeManifest(name, m, leased); err != nil {

@@ -238,7 +238,7 @@ type manifestObject struct {
 
 // encodeManifest renders a checkpoint's manifest after the files it
 // carries (c, whose data becomes the whole object) and makes the object
-// a Body when it fits one part; release gives the Body back.
+// a Body when it fits one part.
 func (o objFiles) encodeManifest(rec Record, files []FileSum, c *carried) (manifestObject, error) {
 	rec.Checkpoint = ""
 	doc, err := EncodeManifest(Manifest{Record: rec, Files: files})
@@ -254,8 +254,6 @@ func (o objFiles) encodeManifest(rec Record, files []FileSum, c *carried) (manif
 	}
 	return m, nil
 }
-
-func (m manifestObject) release() { m.body.Release() }
 
 // putManifest writes a checkpoint's manifest object once: with
 // If-None-Match where the server supports it, so that two writers can

@@ -101,7 +101,6 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		r.deleteObjects(name)
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
-	defer m.release()
 	var local localManifest // the node copy's, written meanwhile
 	if inline.Dir != "" {
 		local = r.writeLocalManifest(m.doc)

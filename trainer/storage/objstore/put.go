@@ -93,17 +93,14 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 	return res, nil
 }
 
-// Body is an object of at most one part, read and hashed ahead of its
-// write (ReadBody), so that the hashing can overlap other work. PutBody
+// Body is an object of at most one part, hashed by its caller ahead of
+// its write (BodyOf), so that the hashing can overlap other work. PutBody
 // and PutBodyIfAbsent write it as Put and PutIfAbsent would, signed with
-// the digest already taken, and can hold its last byte back until a
-// check that must pass before the object exists (a fence) has answered.
-// Release gives its buffer back once it is written.
+// that digest, and can hold its last byte back until a check that must
+// pass before the object exists (a fence) has answered.
 type Body struct {
 	st   *Store
-	buf  []byte // from the store's pool; nil for BodyOf's
 	data []byte
-	done bool // released
 	sum  [sha256.Size]byte
 	// crc is the CRC32 checksum header's value, computed here so that the
 	// SDK need not read the body before sending it; "" when the client
@@ -111,38 +108,9 @@ type Body struct {
 	crc string
 }
 
-// ReadBody reads and hashes an object's bytes. A body bigger than one
-// part is refused: Put uploads those in parts.
-func (s *Store) ReadBody(body io.Reader) (*Body, error) {
-	buf := s.getBuf()
-	h := sha256.New()
-	n, err := io.ReadFull(io.TeeReader(body, h), buf)
-	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-	case err != nil:
-		s.putBuf(buf)
-		return nil, fmt.Errorf("read body: %w", err)
-	default:
-		var peek [1]byte
-		if m, _ := io.ReadFull(body, peek[:]); m > 0 {
-			s.putBuf(buf)
-			return nil, fmt.Errorf("body bigger than one part (%d bytes)", s.cfg.PartSize)
-		}
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	b, err := s.BodyOf(buf[:n], sum)
-	if err != nil {
-		s.putBuf(buf)
-		return nil, err
-	}
-	b.buf = buf
-	return b, nil
-}
-
 // BodyOf makes a Body of data, whose SHA-256 the caller has computed in
 // a pass of its own (a server refuses a body whose signed hash is not
-// its own). data must not change until the Body is released. A body
+// its own). data must not change while the Body is being written. A body
 // bigger than one part is refused.
 func (s *Store) BodyOf(data []byte, sum [sha256.Size]byte) (*Body, error) {
 	if int64(len(data)) > s.cfg.PartSize {
@@ -165,20 +133,6 @@ func crc32Header(data []byte) string {
 // Body holds.
 func (s *Store) PartSize() int64 { return s.cfg.PartSize }
 
-// Size returns the body's length in bytes.
-func (b *Body) Size() int64 { return int64(len(b.data)) }
-
-// Release gives the body's buffer back to its store; b is not used again.
-func (b *Body) Release() {
-	if b == nil || b.done {
-		return
-	}
-	if b.buf != nil {
-		b.st.putBuf(b.buf)
-	}
-	b.buf, b.data, b.done = nil, nil, true
-}
-
 // PutBody writes b to key, replacing any object there. fence, when not
 // nil, is asked before the body's last byte is sent, and the write
 // completes only if it answers nil: the object cannot exist before the
@@ -199,8 +153,8 @@ func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool,
 	if err := checkKey(key); err != nil {
 		return PutResult{}, fmt.Errorf("put: %w", err)
 	}
-	if b.st != s || b.done {
-		return PutResult{}, fmt.Errorf("put %s: body released or read by another store", key)
+	if b.st != s {
+		return PutResult{}, fmt.Errorf("put %s: body made by another store", key)
 	}
 	res := PutResult{Key: key, SHA256: b.sum}
 	if fence == nil {

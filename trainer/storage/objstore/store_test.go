@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -350,17 +349,15 @@ func TestPutHashesEachByteOnce(t *testing.T) {
 	must.Eq(t, []string{hex.EncodeToString(sum[:])}, seen["PutObject"])
 }
 
-// A Body is read and hashed once, ahead of its write; it is written as
-// Put writes, with or without If-None-Match, and a body bigger than one
-// part is refused, with its buffer given back.
+// A Body, hashed by its caller, is written as Put writes, with or
+// without If-None-Match; the server refuses one whose hash is not its
+// own, and a body bigger than one part is refused.
 func TestBody(t *testing.T) {
 	st, srv := newStore(t, Config{PartSize: MinPartSize})
 	ctx := context.Background()
 	data := randomBytes(1<<20, 3)
-	b, err := st.ReadBody(bytes.NewReader(data))
+	b, err := st.BodyOf(data, sha256.Sum256(data))
 	must.NoError(t, err)
-	defer b.Release()
-	must.EqOp(t, int64(len(data)), b.Size())
 	res, err := st.PutBodyIfAbsent(ctx, "body", b, nil)
 	must.NoError(t, err)
 	must.EqOp(t, sha256.Sum256(data), res.SHA256)
@@ -379,15 +376,19 @@ func TestBody(t *testing.T) {
 		must.True(t, bytes.Equal(data, got), must.Sprint(key))
 	}
 
-	_, err = st.ReadBody(bytes.NewReader(randomBytes(MinPartSize+1, 4)))
-	must.ErrorContains(t, err, "bigger than one part")
-	b.Release()
-	_, err = st.PutBody(ctx, "released", b, nil)
-	must.ErrorContains(t, err, "released")
-	other := storeOn(t, srv, Config{})
-	b2, err := other.ReadBody(strings.NewReader("x"))
+	wrong, err := st.BodyOf(data, sha256.Sum256(data[1:]))
 	must.NoError(t, err)
-	defer b2.Release()
+	_, err = st.PutBody(ctx, "wrong", wrong, nil)
+	must.Error(t, err)
+	_, err = st.Head(ctx, "wrong")
+	must.ErrorIs(t, err, ErrNotFound)
+
+	big := randomBytes(MinPartSize+1, 4)
+	_, err = st.BodyOf(big, sha256.Sum256(big))
+	must.ErrorContains(t, err, "bigger than one part")
+	other := storeOn(t, srv, Config{})
+	b2, err := other.BodyOf([]byte("x"), sha256.Sum256([]byte("x")))
+	must.NoError(t, err)
 	_, err = st.PutBody(ctx, "other", b2, nil)
 	must.ErrorContains(t, err, "another store")
 }
@@ -403,9 +404,8 @@ func TestBodyFence(t *testing.T) {
 	st, err := New(client, Location{Bucket: srv.Bucket}, Config{})
 	must.NoError(t, err)
 	data := randomBytes(1<<20, 5)
-	b, err := st.ReadBody(bytes.NewReader(data))
+	b, err := st.BodyOf(data, sha256.Sum256(data))
 	must.NoError(t, err)
-	defer b.Release()
 
 	t.Run("passes", func(t *testing.T) {
 		sent := proxy.sent.Load()
