@@ -73,18 +73,9 @@ func (r *ObjectRun) Commit(s *Staged, rec Record) (string, error) {
 		return "", err
 	}
 	r.callHook(pointUploaded)
-	// The manifest object is encoded and hashed while the lease check is
-	// under way, and the local copy's manifest written while the object
-	// goes up (localManifest); the object's last byte waits for the
-	// check.
-	m, err := r.files.encodeManifest(rec, files, &carried)
-	if err != nil {
-		r.deleteObjects(name)
-		return "", err
-	}
-	local := r.writeLocalManifest(m.doc)
+	local, err := r.writeManifest(name, rec, files, &carried, leased, true)
 	defer local.discard()
-	if err := r.writeManifest(name, m, leased); err != nil {
+	if err != nil {
 		return "", err
 	}
 	s.done = true
@@ -218,27 +209,38 @@ func (r *ObjectRun) carry(files []FileSum, inline InlineFiles) ([]FileSum, carri
 	return all, c, nil
 }
 
-// writeManifest writes a checkpoint's manifest object (see
-// objFiles.putManifest); on failure the checkpoint's objects are
-// deleted. leased is the lease check made for this commit, which may
-// still be under way.
-func (r *ObjectRun) writeManifest(name string, m manifestObject, leased func() error) error {
+// writeManifest encodes a checkpoint's manifest object after the files
+// it carries (c) and writes it (objFiles.putManifest), with the local
+// copy's manifest written beside the upload when local is set (discard
+// the localManifest returned, placed or not). leased is the lease check
+// made for this commit, which may still be under way while the object is
+// hashed and goes up. On failure the checkpoint's objects are deleted.
+func (r *ObjectRun) writeManifest(name string, rec Record, files []FileSum, c *carried, leased func() error, local bool) (localManifest, error) {
+	m, err := r.files.encodeManifest(rec, files, c)
+	if err != nil {
+		r.deleteObjects(name)
+		return localManifest{}, fmt.Errorf("committing %s: %w", name, err)
+	}
+	var lm localManifest
+	if local {
+		lm = r.writeLocalManifest(m.doc)
+	}
 	// The manifest is the commit point: a writer whose lease was taken
 	// (its generation is over) must not commit, and must not delete the
 	// objects either, which may be the new writer's under the same name.
 	// The object goes up while the check ends; its last byte waits for
 	// the answer.
-	err := r.files.putManifest(name, m, leased, func(err error) {
+	err = r.files.putManifest(name, m, leased, func(err error) {
 		r.log.Warn("server has no conditional writes: the lease alone keeps writers apart", "error", err)
 	})
 	if lerr := leased(); lerr != nil {
-		return fmt.Errorf("committing %s: %w", name, lerr)
+		return lm, fmt.Errorf("committing %s: %w", name, lerr)
 	}
 	if err != nil {
 		r.deleteObjects(name)
-		return err
+		return lm, err
 	}
-	return nil
+	return lm, nil
 }
 
 // record adds the record naming a checkpoint whose manifest is written

@@ -96,17 +96,9 @@ func (r *ObjectRun) CommitFiles(name string, rec Record, files []FileSum, inline
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	r.callHook(pointUploaded)
-	m, err := r.files.encodeManifest(rec, files, &c) // while the lease check is under way
+	local, err := r.writeManifest(name, rec, files, &c, leased, inline.Dir != "")
+	defer local.discard()
 	if err != nil {
-		r.deleteObjects(name)
-		return fmt.Errorf("committing %s: %w", name, err)
-	}
-	var local localManifest // the node copy's, written meanwhile
-	if inline.Dir != "" {
-		local = r.writeLocalManifest(m.doc)
-		defer local.discard()
-	}
-	if err := r.writeManifest(name, m, leased); err != nil {
 		return err
 	}
 	r.keepOwn(inline.Dir, name, files, local)

@@ -272,18 +272,20 @@ func TestWriterKeepsItsCopy(t *testing.T) {
 	must.SliceEmpty(t, temps())
 
 	// A commit refused at the manifest (another one is there already).
-	next := checkpointName(2)
-	_, err = st.Put(context.Background(), "r/"+objCheckpointDir+next+"/"+ManifestFile, strings.NewReader("{}"))
-	must.NoError(t, err)
+	taken := func(i int64) string {
+		name := checkpointName(i)
+		_, err := st.Put(context.Background(), "r/"+objCheckpointDir+name+"/"+ManifestFile, strings.NewReader("{}"))
+		must.NoError(t, err)
+		return name
+	}
+	next := taken(2)
 	name, err = commit(t.TempDir())
 	must.EqOp(t, next, name)
 	must.Error(t, err)
 	must.SliceEmpty(t, temps())
 
 	// A staged commit refused the same way leaves its Staged as it was.
-	next = checkpointName(3)
-	_, err = st.Put(context.Background(), "r/"+objCheckpointDir+next+"/"+ManifestFile, strings.NewReader("{}"))
-	must.NoError(t, err)
+	taken(3)
 	s, err := w.Stage()
 	must.NoError(t, err)
 	writeTree(t, s.Dir(), map[string]string{"model.bin": "weights"})

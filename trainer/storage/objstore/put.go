@@ -157,26 +157,27 @@ func (s *Store) putBody(ctx context.Context, key string, b *Body, ifAbsent bool,
 		return PutResult{}, fmt.Errorf("put %s: body made by another store", key)
 	}
 	res := PutResult{Key: key, SHA256: b.sum}
-	if fence == nil {
-		return res, s.putSingle(ctx, key, bytes.NewReader(b.data), int64(len(b.data)), b.crc, ifAbsent, &res)
-	}
-	if len(b.data) == 0 {
+	var body io.ReadSeeker = bytes.NewReader(b.data)
+	switch {
+	case fence == nil:
+	case len(b.data) == 0: // no last byte to hold back
 		if err := fence(); err != nil {
 			return PutResult{}, fmt.Errorf("put %s: %w", key, err)
 		}
-		return res, s.putSingle(ctx, key, bytes.NewReader(b.data), 0, b.crc, ifAbsent, &res)
+	default:
+		// A failed fence also cancels the request, so that the SDK does
+		// not retry it.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		body = &fencedReader{data: b.data, fence: func() error {
+			err := fence()
+			if err != nil {
+				cancel(err)
+			}
+			return err
+		}}
 	}
-	// A failed fence also cancels the request, so that the SDK does not
-	// retry it.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	body := &fencedReader{data: b.data, fence: func() error {
-		err := fence()
-		if err != nil {
-			cancel(err)
-		}
-		return err
-	}}
 	err := s.putSingle(ctx, key, body, int64(len(b.data)), b.crc, ifAbsent, &res)
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(err, cause) {
 		err = fmt.Errorf("%w (%w)", cause, err)
