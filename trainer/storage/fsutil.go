@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -174,7 +173,7 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("creating copy: %w", err)
 	}
-	_, err = io.Copy(out, in)
+	err = copyContents(out, in)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
