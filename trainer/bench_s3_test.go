@@ -21,6 +21,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
 
 // B6a: the cost of an asynchronous checkpoint every step on S3. One
@@ -36,16 +37,21 @@ import (
 // checkpoint's manifest needs) on another goroutine while it trains, and
 // nothing else; hash/plain is what that alone costs the step on this
 // machine, where the training and the hash share the cores' caches and
-// memory.
+// memory. A fourth kind is the upload's own floor: each step starts a
+// bare objstore.Put of 64 MiB from memory to the same server (after the
+// previous one has ended, as the next checkpoint waits for the previous
+// upload), with no checkpoint, manifest or local copy; put/plain is what
+// moving the bytes to a server on the same cores costs the step.
 // B6A_STAGING sets CheckpointConfig.Staging: "memory" (the default here:
 // what a run that checkpoints every step should use) or "disk".
 const (
 	b6aParams = 16 << 20 // 64 MiB of float32
-	b6aBlocks = 3        // blocks of each kind (plain, hash, checkpoint), in turn
+	b6aBlocks = 3        // blocks of each kind (plain, hash, put, checkpoint), in turn
 	b6aSteps  = 5        // steps per block
-	// b6aSettle is the untimed pause after a checkpoint block, for its
-	// last upload to end.
+	// b6aSettle is the untimed pause after a checkpoint or put block, for
+	// its last upload to end.
 	b6aSettle = 2 * time.Second
+	b6aKinds  = 4 // plain, hash, put, checkpoint
 )
 
 // b6aPasses is the work of a step; B6A_PASSES changes it.
@@ -104,14 +110,14 @@ func b6aStaging() string {
 
 // b6aTimes are the step times rank 0 measured, by kind.
 type b6aTimes struct {
-	Plain, Checkpoint, Hash []time.Duration
-	Write, Report           []time.Duration // of the steps with a checkpoint
+	Plain, Checkpoint, Hash, Put []time.Duration
+	Write, Report                []time.Duration // of the steps with a checkpoint
 	// CPU time used during the blocks of each kind, by the worker
 	// process itself and by the S3 server (whose process the launching
 	// benchmark names in B6A_SERVER_PID): where a checkpoint's work goes.
 	// A checkpoint block's time includes b6aSettle after its last step.
-	SelfPlain, SelfCheckpoint     time.Duration
-	ServerPlain, ServerCheckpoint time.Duration
+	SelfPlain, SelfPut, SelfCheckpoint       time.Duration
+	ServerPlain, ServerPut, ServerCheckpoint time.Duration
 }
 
 // b6aCPU returns the CPU time used so far by this process and by the
@@ -170,15 +176,28 @@ func b6aTrain(out string) trainer.TrainFunc {
 			}
 		}
 		var times b6aTimes
-		ref := bytes.Repeat([]byte{1}, len(buf)) // what the hash blocks hash
-		for block := range 3 * b6aBlocks {
-			hash, ckpt := block%3 == 1, block%3 == 2
+		ref := bytes.Repeat([]byte{1}, len(buf)) // what the hash and put blocks send
+		floor, err := objstore.Open(ctx, os.Getenv("TRAINER_TEST_S3_URL")+"/b6a-floor", objstore.Config{PathStyle: true})
+		if err != nil {
+			return err
+		}
+		for block := range b6aKinds * b6aBlocks {
+			hash, put, ckpt := block%b6aKinds == 1, block%b6aKinds == 2, block%b6aKinds == 3
 			self0, server0 := b6aCPU()
-			for range b6aSteps {
+			var putting sync.WaitGroup // the block's bare uploads, one at a time
+			var putErr error
+			for i := range b6aSteps {
 				start := time.Now()
 				var hashing sync.WaitGroup
 				if hash {
 					hashing.Go(func() { sha256.Sum256(ref) })
+				}
+				if put {
+					putting.Wait()
+					if putErr != nil {
+						return putErr
+					}
+					putting.Go(func() { _, putErr = floor.Put(ctx, fmt.Sprintf("put-%d", i), bytes.NewReader(ref)) })
 				}
 				step()
 				hashing.Wait()
@@ -205,13 +224,19 @@ func b6aTrain(out string) trainer.TrainFunc {
 					times.Checkpoint = append(times.Checkpoint, time.Since(start))
 				case hash:
 					times.Hash = append(times.Hash, time.Since(start))
+				case put:
+					times.Put = append(times.Put, time.Since(start))
 				default:
 					times.Plain = append(times.Plain, time.Since(start))
 				}
 			}
-			if ckpt {
+			if ckpt || put {
 				// Untimed: the block's last upload ends before the next
 				// block, and its CPU is counted in this one.
+				putting.Wait()
+				if putErr != nil {
+					return putErr
+				}
 				time.Sleep(b6aSettle)
 			}
 			self1, server1 := b6aCPU()
@@ -219,6 +244,9 @@ func b6aTrain(out string) trainer.TrainFunc {
 			case ckpt:
 				times.SelfCheckpoint += self1 - self0
 				times.ServerCheckpoint += server1 - server0
+			case put:
+				times.SelfPut += self1 - self0
+				times.ServerPut += server1 - server0
 			case !hash:
 				times.SelfPlain += self1 - self0
 				times.ServerPlain += server1 - server0
@@ -262,11 +290,14 @@ func BenchmarkB6aAsyncCheckpointStep(b *testing.B) {
 		b.ReportMetric(float64(ckpt.Milliseconds()), "ckpt-step-ms")
 		b.ReportMetric(float64(ckpt)/float64(plain), "ckpt/plain")
 		b.ReportMetric(float64(median(times.Hash))/float64(plain), "hash/plain")
+		b.ReportMetric(float64(median(times.Put))/float64(plain), "put/plain")
 		b.ReportMetric(float64(median(times.Write).Milliseconds()), "write-ms")
 		b.ReportMetric(float64(median(times.Report).Milliseconds()), "report-ms")
 		perStep := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b6aBlocks*b6aSteps) }
 		b.ReportMetric(perStep(times.SelfPlain), "self-cpu-ms/plain-step")
+		b.ReportMetric(perStep(times.SelfPut), "self-cpu-ms/put-step")
 		b.ReportMetric(perStep(times.SelfCheckpoint), "self-cpu-ms/ckpt-step")
+		b.ReportMetric(perStep(times.ServerPut), "server-cpu-ms/put-step")
 		b.ReportMetric(perStep(times.ServerPlain), "server-cpu-ms/plain-step")
 		b.ReportMetric(perStep(times.ServerCheckpoint), "server-cpu-ms/ckpt-step")
 		if load, err := os.ReadFile("/proc/loadavg"); err == nil {
