@@ -106,7 +106,7 @@ func BenchmarkCopyAcrossFileSystems(b *testing.B) {
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	copyWith := func(copy func(out, in *os.File) error) time.Duration {
+	copyWith := func(cp func(out, in *os.File) error) time.Duration {
 		in, err := os.Open(src)
 		if err != nil {
 			b.Fatal(err)
@@ -117,7 +117,7 @@ func BenchmarkCopyAcrossFileSystems(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := cpu()
-		err = copy(out, in)
+		err = cp(out, in)
 		used := cpu() - start
 		if cerr := out.Close(); err == nil {
 			err = cerr
