@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -50,7 +51,9 @@ func RunTuner(ctx context.Context, c nomad.API, x *tune.Experiment, namespace st
 	cfg := x.Config
 	cfg.Progress, cfg.KeepErrored = stdout, true
 	cfg.Instance = os.Getenv("NOMAD_ALLOC_ID") // a restart in the allocation takes the experiment's lease at once
-	nj := &tune.NomadJobs{API: c, Spec: x.Spec, Namespace: namespace}
+	// Its log goes to the task's stderr, which Nomad keeps.
+	log := hclog.New(&hclog.LoggerOptions{Name: "nomad-train-tuner", Output: stderr, Level: hclog.Info})
+	nj := &tune.NomadJobs{API: c, Spec: x.Spec, Namespace: namespace, Logger: log}
 	if kv := nomad.EnvConsulKV(); kv != nil {
 		nj.KV = kv
 	}

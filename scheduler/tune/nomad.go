@@ -226,8 +226,18 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	if job.Namespace != nil {
 		ns = *job.Namespace
 	}
-	log.Debug("purging the trial's earlier job")
+	log.Info("purging the trial's earlier job before submitting it again", "stopped", old.Stop != nil && *old.Stop,
+		"same_spec", old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256], "allocations", allocStates(allocs))
 	return false, b.stop(*job.ID, ns)
+}
+
+// allocStates lists allocations as "client/desired" states, for a log.
+func allocStates(allocs []*api.AllocationListStub) []string {
+	out := make([]string, len(allocs))
+	for i, a := range allocs {
+		out[i] = a.ClientStatus + "/" + a.DesiredStatus
+	}
+	return out
 }
 
 // stop deregisters the job, waits (up to StopTimeout) until every
