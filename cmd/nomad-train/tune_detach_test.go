@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,8 @@ func detachCrash(t *testing.T, bin, spec, where string, opts ...storage.Option) 
 	ran := time.Since(restarted)
 	must.NoError(t, err, must.Sprintf("the restarted tuner:\n%s", log2.String()))
 	must.StrContains(t, log2.String(), "3 TERMINATED")
+	// Its log, on the task's stderr, says what it found of the trials.
+	must.StrContains(t, log2.String(), "adopting the trial's running job: trial=trial_0001")
 
 	st, ok, err := tune.LoadState(ctx, where, opts...)
 	must.NoError(t, err)
@@ -209,13 +212,11 @@ func detachCrash(t *testing.T, bin, spec, where string, opts ...storage.Option) 
 		must.NoError(t, r.Close())
 		must.SliceLen(t, 3, recs, must.Sprintf("%s ran more than once", tr.ID))
 	}
-	n := 0
-	for _, r := range srv.Requests() {
-		if r == "PUT /v1/jobs" {
-			n++
-		}
-	}
-	must.EqOp(t, 1+3, n, must.Sprint("the tuner's job and each trial's once"))
+	registered := srv.Registered()
+	slices.Sort(registered)
+	must.Eq(t, []string{"dt-trial_0000", "dt-trial_0001", "dt-trial_0002", "dt-tuner"}, registered,
+		must.Sprintf("the tuner's job and each trial's once; the restarted tuner:\n%s\nfailed runs: %q\nrequests: %q",
+			log2.String(), node.Failures(), srv.Requests()))
 	for _, key := range stale {
 		_, found := agent.KV(key)
 		must.False(t, found, must.Sprintf("%s: the tuner did not clear the trial's keys", key))

@@ -50,6 +50,15 @@ type Node struct {
 	mu     sync.Mutex
 	gen    uint64                        // guarded by mu: the create index of the latest start
 	cancel map[string]context.CancelFunc // guarded by mu: running jobs
+	failed []string                      // guarded by mu: "job: error" for each failed run
+}
+
+// Failures returns "job: error" for each run of a job that failed, in
+// order, for a test to say why an allocation failed.
+func (n *Node) Failures() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.failed...)
 }
 
 // NewNode starts a node in front of srv; it stops every job it runs when
@@ -76,7 +85,10 @@ func NewNode(t testing.TB, srv *Server, run RunFunc) *Node {
 			}
 			// Registered first, then placed: its allocations are created
 			// after the registration's index, and exist before Register
-			// answers.
+			// answers. A client that goes away mid-request (a tuner
+			// killed) does not stop either, as it does not on a real
+			// agent: a registered job is placed.
+			r = r.WithContext(context.WithoutCancel(r.Context()))
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			rec := httptest.NewRecorder()
 			proxy.ServeHTTP(rec, r)
@@ -169,6 +181,9 @@ func (n *Node) start(job *api.Job) {
 		n.mu.Lock()
 		if n.gen == gen {
 			delete(n.cancel, id)
+		}
+		if client == api.AllocClientStatusFailed {
+			n.failed = append(n.failed, id+": "+err.Error())
 		}
 		n.mu.Unlock()
 		cancel()

@@ -72,6 +72,7 @@ type Server struct {
 	planFailures []map[string]*api.AllocationMetric
 	logs         map[string]string
 	requests     []string
+	registered   []string        // job IDs, once per registration
 	tokens       map[string]bool // X-Nomad-Token values seen
 	namespaces   map[string]bool // namespace parameters seen
 	// index is the Raft index of the last registration. It starts below
@@ -80,6 +81,10 @@ type Server struct {
 	index uint64
 	// nodes are the client nodes of the capacity model (capacity.go).
 	nodes []*api.NodeListStub
+
+	// onRegister, when set (before any request), runs in each
+	// registration once the job is stored, before the answer.
+	onRegister func()
 }
 
 // firstIndex is the index before the first registration.
@@ -183,6 +188,14 @@ func (s *Server) Requests() []string {
 	return append([]string(nil), s.requests...)
 }
 
+// Registered returns the ID of the job of every registration so far, in
+// order.
+func (s *Server) Registered() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.registered...)
+}
+
 // SawToken reports whether any request carried this ACL token.
 func (s *Server) SawToken(token string) bool {
 	s.mu.Lock()
@@ -263,8 +276,12 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	index := s.index
 	req.Job.JobModifyIndex = &index
 	s.jobs[*req.Job.ID] = req.Job
+	s.registered = append(s.registered, *req.Job.ID)
 	delete(s.stopped, *req.Job.ID)
 	s.mu.Unlock()
+	if s.onRegister != nil {
+		s.onRegister()
+	}
 	reply(w, index, api.JobRegisterResponse{EvalID: "eval-" + *req.Job.ID, JobModifyIndex: index})
 }
 
