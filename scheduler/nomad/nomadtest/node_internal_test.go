@@ -21,10 +21,12 @@ func TestRegisteredJobIsPlacedWhenClientLeaves(t *testing.T) {
 		return nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
+	srv.mu.Lock()
 	srv.onRegister = func() {
 		cancel()                          // the client leaves
 		time.Sleep(50 * time.Millisecond) // and the node sees it go
 	}
+	srv.mu.Unlock()
 	cfg := api.DefaultConfig()
 	cfg.Address = node.URL
 	c, err := api.NewClient(cfg)

@@ -82,8 +82,8 @@ type Server struct {
 	// nodes are the client nodes of the capacity model (capacity.go).
 	nodes []*api.NodeListStub
 
-	// onRegister, when set (before any request), runs in each
-	// registration once the job is stored, before the answer.
+	// onRegister, when set, runs in each registration once the job is
+	// stored, before the answer.
 	onRegister func()
 }
 
@@ -278,9 +278,10 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	s.jobs[*req.Job.ID] = req.Job
 	s.registered = append(s.registered, *req.Job.ID)
 	delete(s.stopped, *req.Job.ID)
+	hook := s.onRegister
 	s.mu.Unlock()
-	if s.onRegister != nil {
-		s.onRegister()
+	if hook != nil {
+		hook()
 	}
 	reply(w, index, api.JobRegisterResponse{EvalID: "eval-" + *req.Job.ID, JobModifyIndex: index})
 }
