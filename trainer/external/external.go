@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -130,7 +131,7 @@ func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (worke
 		if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
 			host = "127.0.0.1"
 		}
-		port, err := freePort(host)
+		port, err := freePort()
 		if err != nil {
 			return workerenv.Topology{}, err
 		}
@@ -169,14 +170,36 @@ func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (worke
 	return t, nil
 }
 
-// freePort asks the kernel for a port that is free on host now.
-func freePort(host string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port for the torch store: %w", err)
+// The torch store's port is drawn from [torchPortLow, torchPortHigh):
+// below Linux's ephemeral range (32768 and up by default) and Nomad's
+// dynamic ports (20000-32000 by default). The command binds it a second
+// or more after it was found free (Python imports torch first), and a port
+// the kernel hands out as ephemeral can be taken meanwhile by any outgoing
+// connection on the machine; one from this range only by a listener.
+const (
+	torchPortLow  = 15000
+	torchPortHigh = 20000
+)
+
+// freePort finds a port in the torch store's range that is free now on
+// every address of this machine (the store listens on all of them).
+func freePort() (int, error) {
+	return pickPort(func() int { return torchPortLow + rand.IntN(torchPortHigh-torchPortLow) })
+}
+
+// pickPort returns the first of up to 64 candidates that can be listened
+// on.
+func pickPort(candidate func() int) (int, error) {
+	var err error
+	for range 64 {
+		port := candidate()
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", ":"+strconv.Itoa(port)); err == nil {
+			ln.Close()
+			return port, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("find a free port for the torch store (64 tried): %w", err)
 }
 
 // Train runs the command for this generation: it agrees on the torchrun
