@@ -44,7 +44,9 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader) (PutResult,
 // when key holds no object, atomically on servers that implement the
 // condition. It returns ErrExists when key holds one, and
 // ErrConditionalUnsupported when the server answers that it does not
-// implement the condition. A server that ignores the header silently
+// implement the condition. When a single PutObject fails with no answer
+// at all (a reset connection), a HEAD decides: ErrExists if key holds an
+// object then. A server that ignores the header silently
 // overwrites: ProbeConditionalWrite tells the two kinds apart. For a body
 // bigger than one part the condition is checked when the upload is
 // completed, after the parts are sent; a refused upload is aborted.
@@ -260,12 +262,29 @@ func (s *Store) putSingle(ctx context.Context, key string, body io.ReadSeeker, s
 		in.IfNoneMatch = aws.String("*")
 	}
 	out, err := s.client.PutObject(ctx, in, s3.WithAPIOptions(withPayloadHash(res.SHA256[:])))
+	if err != nil && ifAbsent && statusCode(err) == 0 && ctx.Err() == nil {
+		err = s.existsAfter(ctx, key, err)
+	}
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, conditional(err))
 	}
 	res.Size = size
 	res.ETag = aws.ToString(out.ETag)
 	return nil
+}
+
+// existsAfter asks whether key holds an object after a conditional
+// PutObject failed with no answer from the server, and returns err marked
+// with ErrExists when it does. A server may refuse such a write from its
+// headers alone and close the connection without reading the body
+// (versitygw does); the client, still sending, then sees a reset instead
+// of the 412. As with a write retried after its answer was lost, the
+// object found may be the one this write put.
+func (s *Store) existsAfter(ctx context.Context, key string, err error) error {
+	if _, herr := s.Head(ctx, key); herr != nil {
+		return err
+	}
+	return fmt.Errorf("%w (found by a HEAD after the write failed): %w", ErrExists, err)
 }
 
 // part is one multipart part on its way to a worker.

@@ -10,9 +10,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -507,4 +509,84 @@ func (c countingWriter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// resetPuts is a transport that loses the answer to every conditional
+// PutObject: with server true the request reaches the server first (it
+// refuses or writes, as it would), otherwise it never leaves. The caller
+// sees a reset connection either way, as with a server that answers 412
+// from the headers and closes the connection while the body is still
+// being sent.
+type resetPuts struct {
+	server bool
+	tries  atomic.Int32
+}
+
+func (r *resetPuts) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPut || req.Header.Get("If-None-Match") == "" {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	r.tries.Add(1)
+	if r.server {
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return nil, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+// A conditional write that fails with no answer is ErrExists when the key
+// holds an object afterwards, and keeps its own error when it does not.
+func TestPutIfAbsentWithoutAnswer(t *testing.T) {
+	srv := s3test.Start(t)
+	if !srv.ConditionalWrites {
+		t.Skip("the server does not implement conditional writes")
+	}
+	ctx := context.Background()
+	plain := storeOn(t, srv, Config{PartSize: MinPartSize})
+	data := randomBytes(1<<20, 5)
+	_, err := plain.Put(ctx, "there", bytes.NewReader(data))
+	must.NoError(t, err)
+
+	open := func(server bool) (*Store, *resetPuts) {
+		rt := &resetPuts{server: server}
+		client := s3.New(s3.Options{
+			BaseEndpoint: aws.String(srv.Endpoint), Region: srv.Region, UsePathStyle: true,
+			Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, ""),
+			HTTPClient:  &http.Client{Transport: rt},
+		})
+		st, err := New(client, Location{Bucket: srv.Bucket, Prefix: "runs/r1"}, Config{PartSize: MinPartSize})
+		must.NoError(t, err)
+		return st, rt
+	}
+
+	// The server refused the write (412), and the answer was lost.
+	st, rt := open(true)
+	b, err := st.BodyOf(data, sha256.Sum256(data))
+	must.NoError(t, err)
+	_, err = st.PutBodyIfAbsent(ctx, "there", b, nil)
+	must.ErrorIs(t, err, ErrExists)
+	must.ErrorContains(t, err, "connection reset")
+	must.Greater(t, 1, rt.tries.Load()) // the SDK retried before the HEAD
+	_, err = st.PutIfAbsent(ctx, "there", bytes.NewReader([]byte("small")))
+	must.ErrorIs(t, err, ErrExists)
+
+	// Nothing reached the server: the key is still free, and the write
+	// fails with its own error.
+	st, _ = open(false)
+	b, err = st.BodyOf(data, sha256.Sum256(data))
+	must.NoError(t, err)
+	_, err = st.PutBodyIfAbsent(ctx, "free", b, nil)
+	must.Error(t, err)
+	must.False(t, errors.Is(err, ErrExists), must.Sprint(err))
+	must.ErrorContains(t, err, "connection reset")
+	_, err = plain.Head(ctx, "free")
+	must.ErrorIs(t, err, ErrNotFound)
+
+	// An unconditional write asks nothing after a lost answer.
+	_, err = st.PutBody(ctx, "there", b, nil)
+	must.NoError(t, err)
 }
