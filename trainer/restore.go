@@ -49,7 +49,6 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if err := s.openNodeCache(env); err != nil {
 		return err
 	}
-	s.scratch = s.memoryScratch(env)
 	s.beforeResume(env)
 	if s.rank == 0 {
 		rp = s.openStorage(ctx, env)
@@ -64,7 +63,6 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if rp.Err != "" {
 		return fmt.Errorf("open run storage: %s", rp.Err)
 	}
-	s.useMemoryScratch()
 	if rp.Probe != "" {
 		if err := s.checkShared(ctx, env, rp); err != nil {
 			return err
@@ -74,9 +72,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 		return err
 	}
 	s.runDir = rp.RunDir
-	if s.scratch == "" {
-		s.scratch = filepath.Join(s.runDir, scratchDir)
-	}
+	s.scratch = filepath.Join(s.runDir, scratchDir)
 	s.step, s.resumed = rp.Step, true
 	if rp.Checkpoint != "" {
 		s.latest = CheckpointFromDirectory(rp.Checkpoint)

@@ -147,3 +147,99 @@ func usedCache(t *testing.T) (string, *NodeCache) {
 	must.NoError(t, c.Close())
 	return base, c
 }
+
+// copyIn makes a checkpoint copy in a node cache: whole (with its
+// manifest) or partial.
+func copyIn(t *testing.T, cache, name, content string, whole bool) {
+	t.Helper()
+	dir := filepath.Join(cache, name)
+	must.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "model.bin"), []byte(content), 0o644))
+	if whole {
+		must.NoError(t, os.WriteFile(filepath.Join(dir, ManifestFile), []byte("{}"), 0o644))
+	}
+}
+
+// cacheEntries lists a directory's names, but the lock files a cache keeps.
+func cacheEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	must.NoError(t, err)
+	var names []string
+	for _, e := range es {
+		if e.Name() != InUseFile && e.Name() != fetchLock {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// MoveNodeCopies keeps the newest whole copy, by index, not by name's
+// order, replaces a partial copy of it, and leaves from with no copy;
+// where to holds a newer whole copy, it keeps that one.
+func TestMoveNodeCopies(t *testing.T) {
+	from, to := t.TempDir(), t.TempDir()
+	copyIn(t, from, "checkpoint_999999", "old", true)
+	copyIn(t, from, "checkpoint_1000000", "new", true)
+	copyIn(t, from, "checkpoint_1000001", "partial", false)
+	copyIn(t, to, "checkpoint_1000000", "half", false)
+	must.NoError(t, MoveNodeCopies(from, to))
+	must.SliceEmpty(t, cacheEntries(t, from))
+	must.Eq(t, []string{"checkpoint_1000000"}, cacheEntries(t, to))
+	b, err := os.ReadFile(filepath.Join(to, "checkpoint_1000000", "sub", "model.bin"))
+	must.NoError(t, err)
+	must.EqOp(t, "new", string(b))
+	must.FileExists(t, filepath.Join(to, "checkpoint_1000000", ManifestFile))
+
+	copyIn(t, from, "checkpoint_000007", "older", true)
+	must.NoError(t, MoveNodeCopies(from, to))
+	must.SliceEmpty(t, cacheEntries(t, from))
+	must.Eq(t, []string{"checkpoint_1000000"}, cacheEntries(t, to))
+
+	// Nothing to move: no error, nothing made.
+	empty := filepath.Join(t.TempDir(), "none")
+	must.NoError(t, MoveNodeCopies(empty, to))
+	must.Eq(t, []string{"checkpoint_1000000"}, cacheEntries(t, to))
+}
+
+// The last process of a node to close a node cache kept in memory moves
+// its newest whole copy to the cache on disk and removes it; one that
+// closes while another still uses it leaves it; with no disk cache the
+// copy is dropped.
+func TestCloseMovingTo(t *testing.T) {
+	mem, disk := t.TempDir(), t.TempDir()
+	const root = "s3://bucket/runs"
+	open := func() *NodeCache {
+		c, err := OpenNodeCache(mem, root, "r")
+		must.NoError(t, err)
+		return c
+	}
+	a, b := open(), open() // two ranks of the node
+	copyIn(t, a.Dir, "checkpoint_000002", "w2", true)
+	copyIn(t, a.Dir, "checkpoint_000003", "w3", false)
+	target := NodeCacheDir(disk, root, "r")
+
+	must.NoError(t, a.CloseMovingTo(target))
+	must.Eq(t, []string{"checkpoint_000002", "checkpoint_000003"}, cacheEntries(t, b.Dir), must.Sprint("b still uses it"))
+	_, err := os.Stat(target)
+	must.ErrorIs(t, err, os.ErrNotExist)
+
+	must.NoError(t, b.CloseMovingTo(target))
+	_, err = os.Stat(b.Dir)
+	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("removed by the last to close"))
+	must.Eq(t, []string{"checkpoint_000002"}, cacheEntries(t, target))
+	must.NoError(t, b.CloseMovingTo(target), must.Sprint("closing twice does nothing"))
+
+	// The next start moves it back into memory.
+	c := open()
+	must.NoError(t, MoveNodeCopies(target, c.Dir))
+	must.SliceEmpty(t, cacheEntries(t, target))
+	b2, err := os.ReadFile(filepath.Join(c.Dir, "checkpoint_000002", "sub", "model.bin"))
+	must.NoError(t, err)
+	must.EqOp(t, "w2", string(b2))
+
+	must.NoError(t, c.CloseMovingTo(""))
+	_, err = os.Stat(c.Dir)
+	must.ErrorIs(t, err, os.ErrNotExist)
+	must.SliceEmpty(t, cacheEntries(t, target))
+}
