@@ -49,6 +49,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if err := s.openNodeCache(env); err != nil {
 		return err
 	}
+	s.scratch = s.memoryScratch(env)
 	s.beforeResume(env)
 	if s.rank == 0 {
 		rp = s.openStorage(ctx, env)
@@ -63,6 +64,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if rp.Err != "" {
 		return fmt.Errorf("open run storage: %s", rp.Err)
 	}
+	s.useMemoryScratch()
 	if rp.Probe != "" {
 		if err := s.checkShared(ctx, env, rp); err != nil {
 			return err
@@ -72,7 +74,9 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 		return err
 	}
 	s.runDir = rp.RunDir
-	s.scratch = filepath.Join(s.runDir, scratchDir)
+	if s.scratch == "" {
+		s.scratch = filepath.Join(s.runDir, scratchDir)
+	}
 	s.step, s.resumed = rp.Step, true
 	if rp.Checkpoint != "" {
 		s.latest = CheckpointFromDirectory(rp.Checkpoint)

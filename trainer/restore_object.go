@@ -2,8 +2,6 @@ package trainer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,13 +21,12 @@ import (
 // <tmp>/nomad-train-<uid>/<run>-<hash>, shared by this user's ranks on
 // the machine and marked in use until closeStorage. A checkpoint copy
 // found in it is restored without being hashed again, so the per-user
-// directory must be this user's own, private and not a link (as the
-// memory one is): another user of the machine could otherwise plant a
+// directory must be this user's own, private and not a link (as memory
+// staging's is): another user of the machine could otherwise plant a
 // checkpoint there, or a link. Where it is not, the rank keeps a private
 // cache of its own (it then downloads the checkpoint itself), removed
 // when the session ends. The node's first rank also sweeps the caches
-// that runs left there (storage.SweepNodeCaches). A run that stages its
-// checkpoints in memory keeps its cache there instead (openMemoryCache).
+// that runs left there (storage.SweepNodeCaches).
 func (s *Session) openNodeCache(env workerenv.Env) error {
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
@@ -38,23 +35,7 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 	if base == "" {
 		base = os.TempDir()
 	}
-	users := filepath.Join(base, fmt.Sprintf("nomad-train-%d", os.Getuid()))
-	dir, err := privateDir(users)
-	if mem := s.memoryCache(env); mem != "" {
-		id := storage.NodeCacheDir(users, env.StoragePath, env.RunName)
-		disk := id
-		if err != nil {
-			s.log.Warn("the node's checkpoint cache on disk is not safe to share: this run's copy in memory is dropped when its workers leave", "error", err)
-			disk = ""
-		}
-		if err := s.openMemoryCache(env, mem, id, disk); err != nil {
-			return err
-		}
-		if disk != "" && s.localRank == 0 {
-			s.sweepNodeCaches(dir)
-		}
-		return nil
-	}
+	dir, err := privateDir(filepath.Join(base, fmt.Sprintf("nomad-train-%d", os.Getuid())))
 	if err == nil {
 		c, err := storage.OpenNodeCache(dir, env.StoragePath, env.RunName)
 		if err != nil {
@@ -72,37 +53,6 @@ func (s *Session) openNodeCache(env workerenv.Env) error {
 	}
 	s.log.Warn("the node's checkpoint cache is not safe to share: this rank keeps its own", "error", err, "dir", own)
 	s.cache, s.releaseNode = own, append(s.releaseNode, func() error { return os.RemoveAll(own) })
-	return nil
-}
-
-// openMemoryCache opens the node's cache of a run that stages its
-// checkpoints in memory in mem, the per-user RAM-backed directory, so
-// that a committed checkpoint becomes the node's copy (GetCheckpoint's
-// path) by a rename, and nothing is written to disk while the run
-// trains. The node then holds up to three checkpoints in memory: the
-// latest committed, one uploading, one being built. The cache is named
-// after id, the path of the cache the node keeps on disk (which names
-// the run's location), so that it is one per node and per run. When the
-// node's last worker leaves, the newest copy moves to disk
-// (storage.NodeCache.CloseMovingTo; dropped where disk is ""), and the
-// next start on the node moves it back. What a killed worker left in
-// memory is found by the next start too, or swept a day later.
-func (s *Session) openMemoryCache(env workerenv.Env, mem, id, disk string) error {
-	if s.localRank == 0 {
-		s.sweepNodeCaches(mem)
-	}
-	sum := sha256.Sum256([]byte(id))
-	c, err := storage.UseNodeDir(filepath.Join(mem, env.RunName+"-"+hex.EncodeToString(sum[:6])))
-	if err != nil {
-		return err
-	}
-	s.cache = c.Dir
-	s.releaseNode = append(s.releaseNode, func() error { return c.CloseMovingTo(disk) })
-	if disk != "" {
-		if err := storage.MoveNodeCopies(disk, c.Dir); err != nil {
-			s.log.Warn("could not move the node's checkpoint copy from disk into memory", "error", err)
-		}
-	}
 	return nil
 }
 

@@ -27,9 +27,9 @@ type Session struct {
 	recordAttempt        int    // rank 0: the Attempt of the records it writes (storage.NextAttempt)
 	config               json.RawMessage
 	runDir               string
-	scratch              string         // where NewCheckpointDir makes directories: runDir's .scratch
+	scratch              string         // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)
 	cache                string         // the node's cache of an object store's checkpoints (restore_object.go)
-	releaseNode          []func() error // release the node cache (closeStorage)
+	releaseNode          []func() error // release cache and a memory scratch (closeStorage)
 	group                *collective.Group
 	store                storage.RunStore   // rank 0 only
 	sharded              storage.Sharded    // rank 0 on an object store: store, whose ranks upload their own files
@@ -126,7 +126,7 @@ func (s *Session) GetCheckpoint() *Checkpoint { return s.latest }
 // NewCheckpointDir returns a fresh empty directory to build a checkpoint
 // in: on the run's storage directory, from which Report moves its files
 // into the committed checkpoint (a rename rather than a copy), or, on an
-// object store, in the node's local cache directory (in memory with
+// object store, in the node's local cache directory (or in memory:
 // CheckpointConfig.Staging), from which this rank uploads them. It is the
 // only kind of directory Report accepts: a rank's checkpoint must be
 // built in a directory this rank's NewCheckpointDir made.

@@ -1,6 +1,8 @@
 package trainer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,14 +11,31 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
-// memoryCache returns the per-user RAM-backed directory a node keeps a
-// run's checkpoint cache in when the policy stages checkpoints in memory
-// on an object store (CheckpointConfig.Staging): <shm>/nomad-train-<uid>.
-// It returns "" for the default (the cache on disk), and, with a warning,
-// where no RAM-backed directory of this user's own can be had. The
-// directory must be this user's own, private, and not a link: another
-// user of the machine could otherwise read or swap the checkpoints.
-func (s *Session) memoryCache(env workerenv.Env) string {
+// useMemoryScratch marks the memory scratch in use for the session, so
+// that no sweep removes it (the node's first rank sweeps the ones runs
+// left, as it does node caches). It is called once the gang has shared
+// the resume point: every rank that clears the scratch has by then.
+func (s *Session) useMemoryScratch() {
+	if s.scratch == "" {
+		return
+	}
+	mark, err := storage.UseNodeDir(s.scratch)
+	if err != nil {
+		s.log.Warn("could not mark the memory staging directory in use", "error", err)
+		return
+	}
+	s.releaseNode = append(s.releaseNode, mark.Close)
+}
+
+// memoryScratch returns the RAM-backed directory this node's ranks build
+// checkpoints in when the policy stages them in memory on an object store
+// (CheckpointConfig.Staging), or "" for the default, the run directory's
+// scratch. It is <shm>/nomad-train-<uid>/<run>, the same for every rank
+// of the node and every attempt, so that the next start clears what a
+// killed worker left in memory. The per-user directory must be this
+// user's own, private, and not a link: another user of the machine could
+// otherwise read or swap the checkpoints.
+func (s *Session) memoryScratch(env workerenv.Env) string {
 	if env.Checkpoint.Staging != workerenv.StagingMemory || !storage.IsObjectPath(env.StoragePath) {
 		return ""
 	}
@@ -24,7 +43,11 @@ func (s *Session) memoryCache(env workerenv.Env) string {
 	if err == nil {
 		var dir string
 		if dir, err = privateDir(filepath.Join(shm, fmt.Sprintf("nomad-train-%d", os.Getuid()))); err == nil {
-			return dir
+			if s.localRank == 0 {
+				s.sweepNodeCaches(dir)
+			}
+			sum := sha256.Sum256([]byte(s.cache))
+			return filepath.Join(dir, env.RunName+"-"+hex.EncodeToString(sum[:6]))
 		}
 	}
 	s.log.Warn("checkpoints are staged on disk, not in memory", "error", err)
@@ -32,10 +55,14 @@ func (s *Session) memoryCache(env workerenv.Env) string {
 }
 
 // clearScratch removes the checkpoints an earlier attempt half-built under
-// local, and returns local's scratch directory.
+// local, and those staged in memory, and returns local's scratch
+// directory.
 func (s *Session) clearScratch(local string) string {
 	scratch := filepath.Join(local, scratchDir)
 	os.RemoveAll(scratch)
+	if s.scratch != "" {
+		os.RemoveAll(s.scratch)
+	}
 	return scratch
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -70,46 +69,4 @@ func TestNodeCacheIsPrivate(t *testing.T) {
 	dir := &Session{log: hclog.NewNullLogger()}
 	must.NoError(t, dir.openNodeCache(workerenv.Env{StoragePath: base, RunName: "r"}))
 	must.EqOp(t, "", dir.cache, must.Sprint("a directory storage path has no node cache"))
-}
-
-// A run that stages in memory keeps its node cache in the per-user memory
-// directory, one per run and storage location, shared by the node's
-// ranks: two runs of one name on different stores never share one (a
-// copy found there is restored unhashed), also where the cache on disk
-// cannot be used and the copy is dropped at the end.
-func TestMemoryCacheIsPerRunAndLocation(t *testing.T) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != tmpfsMagic {
-		t.Skip("no tmpfs at /dev/shm")
-	}
-	shm, err := os.MkdirTemp("/dev/shm", "nomad-train-test-")
-	must.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(shm) })
-	oldShm, oldBase := shmDir, nodeCacheBase
-	base := t.TempDir()
-	shmDir, nodeCacheBase = shm, func(int) string { return base }
-	t.Cleanup(func() { shmDir, nodeCacheBase = oldShm, oldBase })
-
-	open := func(path string) *Session {
-		s := &Session{log: hclog.NewNullLogger(), localRank: 1}
-		env := workerenv.Env{StoragePath: path, RunName: "r",
-			Checkpoint: workerenv.CheckpointPolicy{Staging: workerenv.StagingMemory}}
-		must.NoError(t, s.openNodeCache(env))
-		t.Cleanup(func() {
-			for _, release := range s.releaseNode {
-				release()
-			}
-		})
-		return s
-	}
-	mem := filepath.Join(shm, fmt.Sprintf("nomad-train-%d", os.Getuid()))
-	a, b := open("s3://bucket/a"), open("s3://bucket/b")
-	must.EqOp(t, mem, filepath.Dir(a.cache))
-	must.EqOp(t, mem, filepath.Dir(b.cache))
-	must.NotEqOp(t, a.cache, b.cache)
-	must.EqOp(t, a.cache, open("s3://bucket/a").cache, must.Sprint("the ranks of a node share it"))
-
-	must.NoError(t, os.Chmod(filepath.Join(base, fmt.Sprintf("nomad-train-%d", os.Getuid())), 0o777))
-	must.EqOp(t, a.cache, open("s3://bucket/a").cache, must.Sprint("the disk cache is not safe"))
-	must.NotEqOp(t, a.cache, open("s3://bucket/b").cache)
 }

@@ -72,13 +72,9 @@ type CheckpointConfig struct {
 	// object store: "disk" (the default: the node's cache directory) or
 	// "memory" (a RAM-backed directory, /dev/shm), so that a training
 	// step that writes a checkpoint pays a memory copy rather than a disk
-	// write, as PyTorch's async_save stages to host memory. The node's
-	// cache is then kept in memory too, so that a committed checkpoint
-	// becomes the node's copy (GetCheckpoint's path) by a rename and
-	// nothing is written to disk while the run trains; when the node's
-	// last worker leaves, the latest copy moves to the cache on disk, and
-	// back at the next start there. It needs free memory for three
-	// checkpoints per node (the latest committed, one uploading, one being
+	// write, as PyTorch's async_save stages to host memory. The files
+	// move to the node's cache directory as their upload ends. It needs
+	// free memory for two checkpoints per node (one uploading, one
 	// built); without a RAM-backed /dev/shm it is "disk", with a warning.
 	// A directory StoragePath ignores it.
 	Staging string

@@ -17,8 +17,8 @@ import (
 // (every trial of an experiment is a run), so the caches of one user on
 // a machine are swept: a cache that no process uses and that none has used
 // for NodeCacheIdle is removed by the next rank that opens a cache there.
-// A run that stages its checkpoints in memory keeps its node cache there
-// (CloseMovingTo), and those are swept the same way.
+// The directories a node stages checkpoints in memory in are swept the
+// same way.
 //
 // A process marks the cache it uses with a shared flock(2) on the cache's
 // in-use file, held until NodeCache.Close or its exit, and sets the file's
@@ -187,109 +187,4 @@ func sameFile(f *os.File, path string) bool {
 func touch(path string) {
 	now := time.Now()
 	_ = os.Chtimes(path, now, now)
-}
-
-// CloseMovingTo is Close for a node cache kept in memory (a run that
-// stages its checkpoints there keeps its node's copies beside them, so
-// that placing a committed checkpoint is a rename): the last process of
-// the node to release it moves its newest whole checkpoint copy into the
-// node cache at dir, on disk, where the run's next start on the node
-// finds it (MoveNodeCopies), and removes it, so that no checkpoint stays
-// in memory once the run's workers on the node are gone. With dir ""
-// the copy is dropped. A process that still uses the cache, or one that
-// opens it meanwhile, keeps it in place.
-func (c *NodeCache) CloseMovingTo(dir string) error {
-	if c == nil || c.lock == nil {
-		return nil
-	}
-	marker := c.lock.Name()
-	if err := c.Close(); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(marker, os.O_RDWR, 0)
-	if err != nil {
-		return nil // removed by another process of the node as it closed
-	}
-	defer f.Close()
-	if !tryLockExclusive(f) || !sameFile(f, marker) {
-		return nil // in use, or removed and made anew
-	}
-	var moved error
-	if dir != "" {
-		disk, err := UseNodeDir(dir)
-		if err == nil {
-			moved = MoveNodeCopies(c.Dir, disk.Dir)
-			disk.Close()
-		} else {
-			moved = err
-		}
-	}
-	if err := os.RemoveAll(c.Dir); err != nil {
-		return errors.Join(moved, fmt.Errorf("removing node cache %s: %w", c.Dir, err))
-	}
-	return moved
-}
-
-// MoveNodeCopies moves the newest whole checkpoint copy in the node cache
-// from (one whose manifest is in place) into the node cache to, unless to
-// holds that one or a newer whole copy already, and removes every
-// checkpoint copy from from. The copy appears in to whole or not at all.
-// It holds to's fetch lock throughout, as a download into to does.
-func MoveNodeCopies(from, to string) error {
-	unlock, err := lockWait(filepath.Join(to, fetchLock))
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	copies := func(dir string) (names []string, newest string, err error) {
-		entries, err := os.ReadDir(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, "", err
-		}
-		for _, e := range entries {
-			if _, ok := checkpointIndex(e.Name()); !ok || !e.IsDir() {
-				continue
-			}
-			names = append(names, e.Name())
-			if _, err := os.Lstat(filepath.Join(dir, e.Name(), ManifestFile)); err == nil && !laterOrSame(newest, e.Name()) {
-				newest = e.Name()
-			}
-		}
-		return names, newest, nil
-	}
-	names, newest, err := copies(from)
-	if err != nil {
-		return fmt.Errorf("reading node cache: %w", err)
-	}
-	defer func() {
-		for _, n := range names {
-			os.RemoveAll(filepath.Join(from, n))
-		}
-	}()
-	_, have, err := copies(to)
-	if err != nil {
-		return fmt.Errorf("reading node cache: %w", err)
-	}
-	if newest == "" || laterOrSame(have, newest) {
-		return nil
-	}
-	tmp := filepath.Join(to, scratchName(tempPrefix, newest))
-	if err := moveEntry(filepath.Join(from, newest), tmp); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("moving checkpoint copy %s: %w", newest, err)
-	}
-	dst := filepath.Join(to, newest)
-	os.RemoveAll(dst) // a partial copy
-	if err := os.Rename(tmp, dst); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("moving checkpoint copy %s: %w", newest, err)
-	}
-	return nil
-}
-
-// laterOrSame reports whether checkpoint name a is b or a later one.
-func laterOrSame(a, b string) bool {
-	i, ok := checkpointIndex(a)
-	j, _ := checkpointIndex(b)
-	return ok && i >= j
 }
