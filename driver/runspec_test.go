@@ -20,8 +20,9 @@ import (
 // worker the driver starts on Nomad and a worker the local launcher starts
 // on this machine get the same run settings. Only what belongs to the
 // place differs (member, node, address, rendezvous endpoint, secret,
-// events file, rank hint, and the stop grace each place's kill timeout
-// allows); everything else must be equal field for field.
+// events file, rank hint, the ports Nomad assigns, and the stop grace each
+// place's kill timeout allows); everything else must be equal field for
+// field.
 func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 	paths, err := filepath.Glob(filepath.Join("..", "examples", "*", "train.hcl"))
 	must.NoError(t, err)
@@ -53,6 +54,7 @@ func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 			// The client interpolates the job's env before the driver
 			// sees it: the ports Nomad assigned.
 			tcfg.Env["NOMAD_ADDR_metrics"] = "10.0.0.5:31001"
+			tcfg.Env["NOMAD_PORT_torch"] = "31002"
 			for k, v := range task.Env {
 				tcfg.Env[k] = os.Expand(v, func(name string) string { return tcfg.Env[strings.Trim(name, "{}")] })
 			}
@@ -60,6 +62,9 @@ func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 			_, err := inMemoryClient(t, d).StartTask(context.Background(), &drivers.StartTaskRequest{Task: tcfg})
 			must.NoError(t, err)
 			onNomad := loadEnv(t, r.started[0].Env)
+			if spec.Entrypoint.Command != "" {
+				must.EqOp(t, 31002, onNomad.TorchPort, must.Sprint("a command's MASTER_PORT is its Nomad port"))
+			}
 
 			// As Launch does: the run's Env on this machine, and what the
 			// way of starting the worker adds (the builtin's name).
@@ -69,7 +74,7 @@ func TestDriverAndLocalWorkersGetTheSameRun(t *testing.T) {
 			local := loadEnv(t, append(launch.Options{Run: rs}.LocalEnv().Environ(), proc.Env...))
 			place := func(e workerenv.Env) workerenv.Env {
 				e.MemberID, e.Node, e.Addr, e.Rendezvous, e.SecretFile, e.Events, e.MetricsAddr = "", "", "", "", "", "", ""
-				e.RankHint, e.StopGrace = -1, 0
+				e.RankHint, e.StopGrace, e.TorchPort = -1, 0, 0
 				return e
 			}
 			must.Eq(t, place(local), place(onNomad))

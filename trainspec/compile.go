@@ -22,6 +22,9 @@ const (
 	// metrics on (workerenv.MetricsPath), registered as the service
 	// "<run>-metrics" with MetricsTags.
 	MetricsPortLabel = "metrics"
+	// TorchPortLabel is the dynamic port rank 0's torch store listens on
+	// (MASTER_PORT) when the workers run a command (workerenv.TorchPort).
+	TorchPortLabel = "torch"
 	// WorkerGroup and WorkerTask name the workers' group and task.
 	WorkerGroup = "worker"
 	WorkerTask  = "worker"
@@ -211,6 +214,10 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		if len(ep.Args) > 0 {
 			task.Config["args"] = ep.Args
 		}
+		// The command gets torchrun's environment: its MASTER_PORT is a
+		// port Nomad reserves (only rank 0's is used), in the range a
+		// cluster's firewall opens between clients for dynamic ports.
+		workers.Networks[0].DynamicPorts = append(workers.Networks[0].DynamicPorts, api.Port{Label: TorchPortLabel})
 	}
 	// Nomad stops and drains with SIGTERM, then SIGKILL after the kill
 	// timeout (5 s by default). Workers take SIGTERM as "checkpoint now"
@@ -220,6 +227,9 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	// How much of KillTimeout the worker may spend checkpointing.
 	task.Env = map[string]string{workerenv.StopGrace: FormatDuration(KillTimeout - 8*time.Second),
 		workerenv.MetricsAddr: "${NOMAD_ADDR_" + MetricsPortLabel + "}"}
+	if ep.Builtin == "" {
+		task.Env[workerenv.TorchPort] = "${NOMAD_PORT_" + TorchPortLabel + "}"
+	}
 	for k, v := range s.Env {
 		task.Env[k] = v
 	}

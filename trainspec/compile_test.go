@@ -66,7 +66,10 @@ func TestTaskConfigContract(t *testing.T) {
 		"checkpoint":   []map[string]any{{"num_to_keep": 4, "score_attribute": "loss", "score_order": "min", "async_upload": false}},
 		"failure":      []map[string]any{{"max_failures": 2}},
 	}, task.Config)
-	must.Eq(t, []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "train"}, {Label: "metrics"}}}}, g.Networks)
+	// A command gets torchrun's environment: its MASTER_PORT is the
+	// task's port "torch" (a builtin's group has none: the goldens).
+	must.Eq(t, []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "train"}, {Label: "metrics"}, {Label: "torch"}}}}, g.Networks)
+	must.Eq(t, "${NOMAD_PORT_torch}", task.Env["NOMAD_TRAIN_TORCH_PORT"])
 	must.Len(t, 2, g.Services)
 	must.Eq(t, "contract-metrics", g.Services[1].Name)
 	must.Eq(t, "metrics", g.Services[1].PortLabel)

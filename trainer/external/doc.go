@@ -3,10 +3,12 @@
 // rendezvous, then starts the command with torchrun's environment (workerenv.TorchEnv:
 // MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // GROUP_RANK, TORCHELASTIC_RESTART_COUNT, ...), so
-// torch.distributed.init_process_group works unchanged. MASTER_PORT is a
-// port free on rank 0's machine in 15000-19999, below the ranges the kernel
-// and Nomad hand out on their own, so that no outgoing connection takes
-// it while the command starts.
+// torch.distributed.init_process_group works unchanged. MASTER_PORT is, on
+// Nomad, rank 0's port labelled "torch" (workerenv.TorchPort: reserved for
+// the task, in the range a cluster opens for Nomad's dynamic ports);
+// elsewhere a port free on rank 0's machine in 15000-19999, below the
+// ranges the kernel and Nomad hand out on their own, so that no outgoing
+// connection takes it while the command starts.
 //
 // The command talks back over two pipes with a line protocol of JSON
 // objects (Request, Reply): "checkpoint_dir" hands out a directory on the

@@ -122,8 +122,8 @@ type hostInfo struct {
 	Node int    `json:"node"`
 }
 
-// topology agrees on the master address (rank 0's host, a free port there)
-// and counts the nodes.
+// topology agrees on the master address (rank 0's host, and the port Nomad
+// gave its task, or one free there) and counts the nodes.
 func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (workerenv.Topology, error) {
 	mine := hostInfo{Node: s.NodeRank()}
 	if s.WorldRank() == 0 {
@@ -131,9 +131,12 @@ func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (worke
 		if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
 			host = "127.0.0.1"
 		}
-		port, err := freePort()
-		if err != nil {
-			return workerenv.Topology{}, err
+		port := env.TorchPort // the port Nomad gave the task
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return workerenv.Topology{}, err
+			}
 		}
 		mine.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +156,47 @@ func TestExceptionInTorchGangReportedOnce(t *testing.T) {
 	must.StrNotContains(t, err.Error(), "failure budget exhausted")
 	must.SliceEmpty(t, res.Recovered)
 	must.Eq(t, 1, res.Errors[0].Rank, must.Sprint("the rank that raised is named first"))
+}
+
+// MASTER_PORT is the port Nomad gave rank 0's task (workerenv.TorchPort,
+// "${NOMAD_PORT_torch}" in the compiled job) for every rank, and without
+// one a port rank 0 found free in the torch store's range.
+func TestMasterPort(t *testing.T) {
+	out := os.Getenv("PORTS_FILE")
+	if out == "" {
+		out = filepath.Join(t.TempDir(), "ports")
+		t.Setenv("PORTS_FILE", out)
+	}
+	cmd := []string{"/bin/sh", "-c", `echo "$RANK $MASTER_PORT" >> "$PORTS_FILE"`}
+	ports := func() map[string]string {
+		b, err := os.ReadFile(out)
+		must.NoError(t, err)
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			rank, port, _ := strings.Cut(line, " ")
+			m[rank] = port
+		}
+		must.NoError(t, os.Remove(out))
+		return m
+	}
+
+	// Workers run this function too, with the environment of the run.
+	setPort := func(v string) {
+		if !workerenv.IsWorker() {
+			t.Setenv(workerenv.TorchPort, v)
+		}
+	}
+	setPort("23456")
+	_, log, err := fitScript(t, cmd, 2, trainer.Run{Name: "port", StoragePath: t.TempDir()})
+	must.NoError(t, err, must.Sprint(log))
+	must.Eq(t, map[string]string{"0": "23456", "1": "23456"}, ports())
+
+	setPort("")
+	_, log, err = fitScript(t, cmd, 2, trainer.Run{Name: "port", StoragePath: t.TempDir()})
+	must.NoError(t, err, must.Sprint(log))
+	got := ports()
+	must.EqOp(t, got["0"], got["1"])
+	port, err := strconv.Atoi(got["0"])
+	must.NoError(t, err)
+	must.Between(t, 15000, port, 19999)
 }

@@ -58,6 +58,9 @@ func (e Env) Environ() []string {
 	str(Events, e.Events)
 	str(SecretFile, e.SecretFile)
 	str(MetricsAddr, e.MetricsAddr)
+	if e.TorchPort > 0 {
+		add(TorchPort, strconv.Itoa(e.TorchPort))
+	}
 	str(Mounts, EncodeMounts(e.Mounts))
 	dur(CollectiveTimeout, e.CollectiveTimeout)
 	if e.CollectiveTCPOnly {

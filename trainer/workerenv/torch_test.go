@@ -31,7 +31,7 @@ func TestReserved(t *testing.T) {
 	for _, k := range []string{RunName, Builtin, ExternalCommand, SecretFile, "NOMAD_TRAIN_ANYTHING", "RANK", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"} {
 		must.True(t, Reserved(k), must.Sprint(k))
 	}
-	for _, k := range []string{StopGrace, CollectiveTransport, Fsync, MetricsAddr, "NOMAD_TRAIN_BLAS", "PATH", "LD_PRELOAD", "RANKING"} {
+	for _, k := range []string{StopGrace, CollectiveTransport, Fsync, MetricsAddr, TorchPort, "NOMAD_TRAIN_BLAS", "PATH", "LD_PRELOAD", "RANKING"} {
 		must.False(t, Reserved(k), must.Sprint(k))
 	}
 }

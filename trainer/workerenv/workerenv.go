@@ -116,6 +116,12 @@ const (
 	// ("${NOMAD_ADDR_metrics}"), a free loopback port per rank locally.
 	// Empty or "off" serves none.
 	MetricsAddr = "NOMAD_TRAIN_METRICS_ADDR"
+	// TorchPort is the port rank 0's torch store listens on for a
+	// command entrypoint (MASTER_PORT): a Nomad-assigned port on a
+	// cluster ("${NOMAD_PORT_torch}"), so that the port is reserved for
+	// the task and inside the range a cluster's firewall opens for
+	// Nomad's dynamic ports. Unset, rank 0 picks one free on its machine.
+	TorchPort = "NOMAD_TRAIN_TORCH_PORT"
 	// LocalDevice is the index, among the GPUs the worker sees, of its
 	// first GPU. The Nomad task driver sets "0": it narrows
 	// CUDA_VISIBLE_DEVICES to the allocation's own GPUs, so LOCAL_RANK
@@ -139,6 +145,7 @@ var taskSettable = map[string]bool{
 	CollectiveTimeout: true, CollectiveTransport: true, Fsync: true, StopGrace: true,
 	LeaseTTL: true, StallFloor: true, StallFactor: true,
 	MetricsAddr:             true, // where to serve /metrics: the job's own port
+	TorchPort:               true, // where rank 0's torch store listens: the job's own port
 	"NOMAD_TRAIN_BLAS":      true, // the matmul backend (trainer/nn.BackendEnv)
 	"NOMAD_TRAIN_LOG_LEVEL": true, // the worker runtime's log level
 }
@@ -214,6 +221,8 @@ type Env struct {
 	StallFactor          float64
 	// MetricsAddr is where to serve /metrics; "" serves none.
 	MetricsAddr string
+	// TorchPort is the port of rank 0's torch store; 0 picks a free one.
+	TorchPort int
 	// Mounts are the task's volumes and where the worker finds them
 	// (Mounts; the Nomad task driver's, none locally).
 	Mounts []Mount
@@ -320,6 +329,11 @@ func Load(getenv func(string) string) (Env, error) {
 	}
 	if e.MetricsAddr, err = metricsAddr(getenv); err != nil {
 		return e, err
+	}
+	if v := strings.TrimSpace(getenv(TorchPort)); v != "" {
+		if e.TorchPort, err = strconv.Atoi(v); err != nil || e.TorchPort < 1 || e.TorchPort > 65535 {
+			return e, fmt.Errorf("%s=%q is not a port number from 1 to 65535", TorchPort, v)
+		}
 	}
 	if v := getenv(Config); v != "" {
 		if !json.Valid([]byte(v)) {

@@ -41,6 +41,32 @@ func TestLoadFsync(t *testing.T) {
 	must.ErrorContains(t, err, Fsync)
 }
 
+func TestLoadTorchPort(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int
+		err   bool
+	}{
+		{"", 0, false},
+		{"23456", 23456, false},
+		{" 1 ", 1, false},
+		{"0", 0, true},
+		{"65536", 0, true},
+		{"${NOMAD_PORT_torch}", 0, true}, // not interpolated: not a Nomad task
+		{"-5", 0, true},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			e, err := Load(env(map[string]string{RunName: "r", StoragePath: "s", TorchPort: tc.value}))
+			if tc.err {
+				must.ErrorContains(t, err, TorchPort)
+				return
+			}
+			must.NoError(t, err)
+			must.EqOp(t, tc.want, e.TorchPort)
+		})
+	}
+}
+
 func TestLoadMetricsAddr(t *testing.T) {
 	for _, tc := range []struct {
 		value, want, err string

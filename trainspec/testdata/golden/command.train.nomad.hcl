@@ -23,6 +23,8 @@ job "my-model" {
       }
       port "metrics" {
       }
+      port "torch" {
+      }
     }
 
     service {
@@ -98,6 +100,7 @@ job "my-model" {
       env {
         NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
         NOMAD_TRAIN_STOP_GRACE   = "22s"
+        NOMAD_TRAIN_TORCH_PORT   = "$${NOMAD_PORT_torch}"
       }
 
       artifact {

@@ -21,6 +21,8 @@ job "ddp-gpu" {
       }
       port "metrics" {
       }
+      port "torch" {
+      }
     }
 
     service {
@@ -103,6 +105,7 @@ job "ddp-gpu" {
         NCCL_DEBUG               = "WARN"
         NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
         NOMAD_TRAIN_STOP_GRACE   = "22s"
+        NOMAD_TRAIN_TORCH_PORT   = "$${NOMAD_PORT_torch}"
       }
 
       template {

@@ -17,6 +17,8 @@ job "torch-ddp" {
       }
       port "metrics" {
       }
+      port "torch" {
+      }
     }
 
     service {
@@ -92,6 +94,7 @@ job "torch-ddp" {
       env {
         NOMAD_TRAIN_METRICS_ADDR = "$${NOMAD_ADDR_metrics}"
         NOMAD_TRAIN_STOP_GRACE   = "22s"
+        NOMAD_TRAIN_TORCH_PORT   = "$${NOMAD_PORT_torch}"
       }
 
       template {
