@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,8 +43,35 @@ type config struct {
 // and checkpoint. Rank 1 kills itself (SIGKILL) in epoch 2 of the first
 // attempt; the gang restarts in generation 2 from the epoch-1 checkpoint
 // and finishes, and the run's history reads as if it had never failed.
+// On Nomad rank 0's torch store listens on the task's own port each
+// generation (workerenv.TorchPort), which the restarted command binds
+// again; locally on a port found free each time.
 func TestTorchDDPTrainsReportsAndResumesAfterKill(t *testing.T) {
 	needTorch(t)
+	t.Run("free port", func(t *testing.T) { torchResumesAfterKill(t) })
+	t.Run("nomad port", func(t *testing.T) {
+		if !workerenv.IsWorker() {
+			t.Setenv(workerenv.TorchPort, strconv.Itoa(unusedPort(t)))
+		}
+		torchResumesAfterKill(t)
+	})
+}
+
+// unusedPort returns a port below the ephemeral range that nothing
+// listens on now, as Nomad would assign one.
+func unusedPort(t *testing.T) int {
+	for range 64 {
+		port := 15000 + rand.IntN(5000)
+		if ln, err := net.Listen("tcp", ":"+strconv.Itoa(port)); err == nil {
+			ln.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port in 15000-19999")
+	return 0
+}
+
+func torchResumesAfterKill(t *testing.T) {
 	script, err := filepath.Abs("train.py")
 	must.NoError(t, err)
 	argv, _ := json.Marshal([]string{python, script})
