@@ -229,6 +229,10 @@ func TestStopAndListOnNomad(t *testing.T) {
 
 	code, out, _ := f.cli(t, "list")
 	must.Eq(t, 0, code)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^fakerun\s+fakerun\s+pending\s+`), out, must.Sprint("registered, not placed"))
+	f.srv.Seek("fakerun", 2) // its workers run
+	code, out, _ = f.cli(t, "list")
+	must.Eq(t, 0, code)
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^fakerun\s+fakerun\s+running\s+`), out)
 	must.StrNotContains(t, out, "web")
 

@@ -172,7 +172,8 @@ func TestClearRendezvous(t *testing.T) {
 	_, err := Submit(ctx, c, testJob("qs", 2), SubmitOptions{})
 	must.NoError(t, err)
 	kv.deleted = nil
-	must.ErrorContains(t, ClearRendezvous(ctx, c, kv, "ml", "qs"), "the job is running")
+	// Registered, nothing placed yet: "pending", as a real agent says.
+	must.ErrorContains(t, ClearRendezvous(ctx, c, kv, "ml", "qs"), "the job is pending")
 	must.SliceEmpty(t, kv.deleted)
 
 	must.NoError(t, Stop(ctx, c, "qs", "ml", false))

@@ -189,9 +189,10 @@ func TestStopPurgesSecret(t *testing.T) {
 func TestListRuns(t *testing.T) {
 	srv, c := newTestClient(t)
 	srv.AddJob(testJob("mnist", 2))
+	srv.Script("mnist", []nomadtest.Step{nomadtest.Allocations("mnist", 2, 1, api.AllocClientStatusRunning, api.AllocDesiredStatusRun)})
 	other := api.NewServiceJob("web", "web", "", 50)
 	srv.AddJob(other)
-	for _, id := range []string{"done", "broken", "mixed", "halted"} {
+	for _, id := range []string{"queued", "done", "broken", "mixed", "halted"} {
 		srv.AddJob(testJob(id, 2))
 	}
 	srv.Finish("done", map[string]api.TaskGroupSummary{"worker": {Complete: 2}})
@@ -206,7 +207,7 @@ func TestListRuns(t *testing.T) {
 		status[r.JobID] = r.Status
 	}
 	must.Eq(t, map[string]string{
-		"mnist": "running", "done": "complete", "broken": "failed",
+		"mnist": "running", "queued": "pending", "done": "complete", "broken": "failed",
 		"mixed": "dead (2 allocations complete, 1 failed)", "halted": "stopped",
 	}, status)
 }

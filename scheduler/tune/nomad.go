@@ -100,8 +100,9 @@ func (b *NomadJobs) wait(ctx context.Context, t TrialSpec, why string) {
 }
 
 // Run submits the trial's job (or, after the tuner restarted, adopts the
-// one still running with the same spec), follows it until it ends, and
-// stops and purges it when ctx is cancelled.
+// one with the same spec that still runs, finished, or waits to be
+// placed: previous), follows it until it ends, and stops and purges it
+// when ctx is cancelled.
 func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 	log := b.Logger
 	if log == nil {
@@ -125,7 +126,15 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 	}
 	var since uint64 // an adopted job's allocations are all the trial's
 	release := func() {}
-	if !adopt {
+	if adopt == adoptedUnplaced {
+		// Registered, not placed yet: it keeps its place in Nomad's
+		// queue, and is admitted as a job just registered would be.
+		if release, err = b.admission(ctx, t); err != nil {
+			return b.ended(ctx, t.ID, jobID, ns, err)
+		}
+		defer release()
+	}
+	if adopt == notAdopted {
 		if release, err = b.admission(ctx, t); err != nil {
 			return b.ended(ctx, t.ID, jobID, ns, err)
 		}
@@ -194,33 +203,54 @@ func (b *NomadJobs) ended(ctx context.Context, trial, jobID, ns string, err erro
 	return fmt.Errorf("%w: %w", errStopped, ctx.Err())
 }
 
+// adoption is what previous found of a trial's earlier job.
+type adoption int
+
+const (
+	notAdopted      adoption = iota // none, or one purged: register the job
+	adoptedPlaced                   // live or complete: follow it
+	adoptedUnplaced                 // registered, no allocation yet: follow it once admitted
+)
+
 // previous looks for a job of the trial left by an earlier attempt or an
-// earlier tuner: one with the same spec that is still live, or that
-// completed (every allocation complete, none failed: it finished while the
-// tuner was down), is adopted (a tuner restarted after a crash goes on
-// following it, and does not run a finished trial again); any other is
-// stopped and purged first, since Nomad would not run a finished batch job
-// again.
-func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger) (adopt bool, err error) {
+// earlier tuner. One with the same spec is adopted when it is still live,
+// when it completed (every allocation complete, none failed: it finished
+// while the tuner was down), or when it is registered and waits to be
+// placed (Nomad's job status "pending", no allocation yet: the tuner was
+// stopped between the registration and the placement), so that a tuner
+// restarted after a crash goes on following it, does not run a finished
+// trial again, and does not lose a waiting job's place in Nomad's queue.
+// Any other is stopped and purged first, since Nomad would not run a
+// finished batch job again.
+func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger) (adoption, error) {
 	old, err := b.API.JobInfo(ctx, *job.ID)
 	if errors.Is(err, nomad.ErrNoSuchRun) {
-		return false, nil
+		return notAdopted, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("look up job %q: %w", *job.ID, err)
+		return notAdopted, fmt.Errorf("look up job %q: %w", *job.ID, err)
 	}
 	allocs, _, err := b.API.Allocations(ctx, *job.ID, 0)
 	if err != nil {
-		return false, fmt.Errorf("list allocations of job %q: %w", *job.ID, err)
+		return notAdopted, fmt.Errorf("list allocations of job %q: %w", *job.ID, err)
 	}
 	live, complete := false, len(allocs) > 0
 	for _, a := range allocs {
 		live = live || a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning
 		complete = complete && a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun
 	}
-	if (live || complete) && (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
-		log.Info("adopting the trial's running job")
-		return true, nil
+	// A dead job whose allocations were garbage-collected has none
+	// either: only "pending" says it waits.
+	waiting := len(allocs) == 0 && old.Status != nil && *old.Status == "pending"
+	if (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
+		switch {
+		case live || complete:
+			log.Info("adopting the trial's running job")
+			return adoptedPlaced, nil
+		case waiting:
+			log.Info("adopting the trial's job, registered and waiting to be placed")
+			return adoptedUnplaced, nil
+		}
 	}
 	ns := ""
 	if job.Namespace != nil {
@@ -228,7 +258,7 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	}
 	log.Info("purging the trial's earlier job before submitting it again", "stopped", old.Stop != nil && *old.Stop,
 		"same_spec", old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256], "allocations", allocStates(allocs))
-	return false, b.stop(*job.ID, ns)
+	return notAdopted, b.stop(*job.ID, ns)
 }
 
 // allocStates lists allocations as "client/desired" states, for a log.

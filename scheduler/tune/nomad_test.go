@@ -265,6 +265,44 @@ func TestNomadJobsAdoptsCompletedJob(t *testing.T) {
 	must.EqOp(t, 0, fc.count("DELETE /v1/job/"+id))
 }
 
+// A restarted tuner whose trial's job was registered but not yet placed
+// (the tuner stopped between the two, or the gang waits for capacity)
+// adopts the waiting job, which keeps its place in Nomad's queue, rather
+// than purging and registering it again. A job with no allocation that
+// is dead (they were garbage-collected) is not waiting: it is purged and
+// registered anew.
+func TestNomadJobsAdoptsWaitingJob(t *testing.T) {
+	fc, c, spec, _ := onFakeNomad(t, failTrain)
+	expDir := spec.Run.StoragePath + "/nt"
+	config := []byte(`{"epochs":3,"lr":0.1}`)
+	job, diags := trainspec.CompileTrial(spec, "trial_0000", expDir, config)
+	must.False(t, diags.HasErrors())
+	id := *job.ID
+	fc.srv.AddJob(job)
+	blocked := nomadtest.Step{Evaluations: []*api.Evaluation{{ID: "e1", JobID: id, Status: "blocked"}}}
+	fc.srv.Script(id, []nomadtest.Step{blocked,
+		nomadtest.Allocations(id, 1, 2, api.AllocClientStatusRunning, api.AllocDesiredStatusRun),
+		nomadtest.Allocations(id, 1, 2, api.AllocClientStatusComplete, api.AllocDesiredStatusRun)})
+	var logs bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := (&NomadJobs{API: c, Spec: spec, Logger: hclog.New(&hclog.LoggerOptions{Output: &logs})}).Run(ctx,
+		TrialSpec{ID: "trial_0000", StoragePath: expDir, Config: config})
+	must.NoError(t, err, must.Sprint(logs.String()))
+	must.EqOp(t, 0, fc.count("PUT /v1/jobs"), must.Sprint(logs.String()))
+	must.EqOp(t, 0, fc.count("DELETE /v1/job/"+id))
+	must.StrContains(t, logs.String(), "adopting the trial's job, registered and waiting to be placed")
+
+	// Dead, its allocations collected: purged and registered again.
+	fc.srv.Script(id, nil)
+	fc.srv.Finish(id, map[string]api.TaskGroupSummary{})
+	err = (&NomadJobs{API: c, Spec: spec, StopTimeout: 5 * time.Second}).Run(ctx, TrialSpec{ID: "trial_0000",
+		StoragePath: expDir, Config: config})
+	must.Error(t, err) // the worker fails
+	must.EqOp(t, 2, fc.count("DELETE /v1/job/"+id), must.Sprint("stopped, then purged"))
+	must.EqOp(t, 1, fc.count("PUT /v1/jobs"))
+}
+
 // A tuner whose experiment another tuner has taken over (its lease on S3
 // expired: a partition, a stalled host; here a later start in the same
 // allocation takes it) leaves the trials' jobs running when it ends, even

@@ -250,12 +250,12 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(id, prefix) {
 			continue
 		}
-		stub := &api.JobListStub{ID: id, Name: id, Type: "batch", Status: "running",
+		stub := &api.JobListStub{ID: id, Name: id, Type: "batch", Status: s.jobStatusLocked(id),
 			JobSummary: &api.JobSummary{JobID: id, Summary: map[string]api.TaskGroupSummary{}}}
 		if _, ok := s.stopped[id]; ok {
-			stub.Status, stub.Stop = "dead", true
+			stub.Stop = true
 		} else if sum, ok := s.finished[id]; ok {
-			stub.Status, stub.JobSummary.Summary = "dead", sum
+			stub.JobSummary.Summary = sum
 		}
 		if withMeta {
 			stub.Meta = j.Meta
@@ -278,6 +278,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	s.jobs[*req.Job.ID] = req.Job
 	s.registered = append(s.registered, *req.Job.ID)
 	delete(s.stopped, *req.Job.ID)
+	delete(s.finished, *req.Job.ID) // registered anew: no longer dead
 	hook := s.onRegister
 	s.mu.Unlock()
 	if hook != nil {
@@ -298,18 +299,49 @@ func (s *Server) jobInfo(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	s.mu.Lock()
 	j := s.jobs[id]
-	_, stopped := s.stopped[id]
+	status := s.jobStatusLocked(id)
 	s.mu.Unlock()
 	if j == nil {
 		http.Error(w, "job not found", http.StatusNotFound)
 		return
 	}
 	c := *j // a real agent reports the job's status
-	c.Status = new("running")
-	if stopped {
-		c.Status = new("dead")
-	}
+	c.Status = &status
 	reply(w, 10, &c)
+}
+
+// jobStatusLocked is the status a real agent reports for job id, from its
+// allocations and evaluations as of the script's current step: "dead"
+// once stopped or finished; "running" while an allocation is not
+// terminal; else "pending" while an evaluation is not (a blocked gang),
+// or when the job has neither yet (registered, not evaluated), and
+// "dead" otherwise. s.mu is held.
+func (s *Server) jobStatusLocked(id string) string {
+	if _, ok := s.stopped[id]; ok {
+		return "dead"
+	}
+	if _, ok := s.finished[id]; ok {
+		return "dead"
+	}
+	sc := s.scripts[id]
+	if sc == nil || len(sc.steps) == 0 {
+		return "pending"
+	}
+	step := sc.steps[sc.cur]
+	for _, a := range step.Allocations {
+		if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning {
+			return "running"
+		}
+	}
+	for _, e := range step.Evaluations {
+		if e.Status == "pending" || e.Status == "blocked" {
+			return "pending"
+		}
+	}
+	if len(step.Allocations) == 0 && len(step.Evaluations) == 0 {
+		return "pending"
+	}
+	return "dead"
 }
 
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
