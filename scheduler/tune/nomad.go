@@ -126,19 +126,15 @@ func (b *NomadJobs) Run(ctx context.Context, t TrialSpec) error {
 	}
 	var since uint64 // an adopted job's allocations are all the trial's
 	release := func() {}
-	if adopt == adoptedUnplaced {
-		// Registered, not placed yet: it keeps its place in Nomad's
-		// queue, and is admitted as a job just registered would be.
+	if adopt != adoptedPlaced {
+		// A job to register, or one registered and not placed yet
+		// (which keeps its place in Nomad's queue): admitted alike.
 		if release, err = b.admission(ctx, t); err != nil {
 			return b.ended(ctx, t.ID, jobID, ns, err)
 		}
 		defer release()
 	}
 	if adopt == notAdopted {
-		if release, err = b.admission(ctx, t); err != nil {
-			return b.ended(ctx, t.ID, jobID, ns, err)
-		}
-		defer release()
 		// A restart is a deliberate new attempt: a trial marked failed for
 		// good may try again, with its whole failure budget.
 		ao := nomad.AttemptOptions{StoragePath: t.StoragePath, Run: t.ID,
