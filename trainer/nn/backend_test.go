@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -97,12 +98,32 @@ func TestParallelLargeStepDoesNotAllocate(t *testing.T) {
 	assertNoAllocs(t, stepper(m, opt, x, mseTo(NewMatrix(200, 10))))
 }
 
+// Close stops the workers. A worker that has told Close it is done may
+// still be on its way out for a moment, as may an earlier test's, so the
+// count is read once it has settled.
 func TestParallelCloseStopsWorkers(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before := settledGoroutines(t)
 	p := NewParallel(5)
 	must.Eq(t, 5, p.Workers())
 	must.Eq(t, before+4, runtime.NumGoroutine())
 	p.Close()
 	p.Close() // idempotent
-	must.Eq(t, before, runtime.NumGoroutine())
+	must.Eq(t, before, settledGoroutines(t))
+}
+
+// settledGoroutines returns the number of goroutines once it has not
+// changed for 20 ms.
+func settledGoroutines(t *testing.T) int {
+	t.Helper()
+	n, since, deadline := runtime.NumGoroutine(), time.Now(), time.Now().Add(10*time.Second)
+	for time.Since(since) < 20*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("the number of goroutines never settled (now %d)", n)
+		}
+		time.Sleep(time.Millisecond)
+		if m := runtime.NumGoroutine(); m != n {
+			n, since = m, time.Now()
+		}
+	}
+	return n
 }
