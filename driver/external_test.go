@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
+	"github.com/nomad-train/nomad-train/internal/testport"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -151,7 +153,11 @@ rendezvous {
 checkpoint {
   num_to_keep = 2
 }
-`, python, script, results, emb.URI), nil)
+`, python, script, results, emb.URI), func(f *taskFixture) {
+		// The compiled job's env, as the client interpolates it: each
+		// task's own port "torch"; rank 0's is MASTER_PORT.
+		f.cfg.Env[workerenv.TorchPort] = strconv.Itoa(testport.Unused(t))
+	})
 	for i, f := range fixtures {
 		res := waitTask(t, n, f, 2*time.Minute)
 		must.Eq(t, int32(0), res.GetResult().GetExitCode(), must.Sprintf("worker %d", i))

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/testport"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -51,24 +50,10 @@ func TestTorchDDPTrainsReportsAndResumesAfterKill(t *testing.T) {
 	t.Run("free port", func(t *testing.T) { torchResumesAfterKill(t) })
 	t.Run("nomad port", func(t *testing.T) {
 		if !workerenv.IsWorker() {
-			t.Setenv(workerenv.TorchPort, strconv.Itoa(unusedPort(t)))
+			t.Setenv(workerenv.TorchPort, strconv.Itoa(testport.Unused(t)))
 		}
 		torchResumesAfterKill(t)
 	})
-}
-
-// unusedPort returns a port below the ephemeral range that nothing
-// listens on now, as Nomad would assign one.
-func unusedPort(t *testing.T) int {
-	for range 64 {
-		port := 15000 + rand.IntN(5000)
-		if ln, err := net.Listen("tcp", ":"+strconv.Itoa(port)); err == nil {
-			ln.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port in 15000-19999")
-	return 0
 }
 
 func torchResumesAfterKill(t *testing.T) {
