@@ -18,7 +18,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/driver/proto/structs"
-	"github.com/nomad-train/nomad-train/internal/testport"
+	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -156,7 +156,9 @@ checkpoint {
 `, python, script, results, emb.URI), func(f *taskFixture) {
 		// The compiled job's env, as the client interpolates it: each
 		// task's own port "torch"; rank 0's is MASTER_PORT.
-		f.cfg.Env[workerenv.TorchPort] = strconv.Itoa(testport.Unused(t))
+		port, err := external.FreePort()
+		must.NoError(t, err)
+		f.cfg.Env[workerenv.TorchPort] = strconv.Itoa(port)
 	})
 	for i, f := range fixtures {
 		res := waitTask(t, n, f, 2*time.Minute)

@@ -214,10 +214,6 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		if len(ep.Args) > 0 {
 			task.Config["args"] = ep.Args
 		}
-		// The command gets torchrun's environment: its MASTER_PORT is a
-		// port Nomad reserves (only rank 0's is used), in the range a
-		// cluster's firewall opens between clients for dynamic ports.
-		workers.Networks[0].DynamicPorts = append(workers.Networks[0].DynamicPorts, api.Port{Label: TorchPortLabel})
 	}
 	// Nomad stops and drains with SIGTERM, then SIGKILL after the kill
 	// timeout (5 s by default). Workers take SIGTERM as "checkpoint now"
@@ -228,6 +224,10 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 	task.Env = map[string]string{workerenv.StopGrace: FormatDuration(KillTimeout - 8*time.Second),
 		workerenv.MetricsAddr: "${NOMAD_ADDR_" + MetricsPortLabel + "}"}
 	if ep.Builtin == "" {
+		// The command gets torchrun's environment: its MASTER_PORT is a
+		// port Nomad reserves (only rank 0's is used), in the range a
+		// cluster's firewall opens between clients for dynamic ports.
+		workers.Networks[0].DynamicPorts = append(workers.Networks[0].DynamicPorts, api.Port{Label: TorchPortLabel})
 		task.Env[workerenv.TorchPort] = "${NOMAD_PORT_" + TorchPortLabel + "}"
 	}
 	for k, v := range s.Env {

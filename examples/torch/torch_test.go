@@ -13,7 +13,6 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-train/nomad-train/internal/testport"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -50,7 +49,9 @@ func TestTorchDDPTrainsReportsAndResumesAfterKill(t *testing.T) {
 	t.Run("free port", func(t *testing.T) { torchResumesAfterKill(t) })
 	t.Run("nomad port", func(t *testing.T) {
 		if !workerenv.IsWorker() {
-			t.Setenv(workerenv.TorchPort, strconv.Itoa(testport.Unused(t)))
+			port, err := external.FreePort()
+			must.NoError(t, err)
+			t.Setenv(workerenv.TorchPort, strconv.Itoa(port))
 		}
 		torchResumesAfterKill(t)
 	})

@@ -238,7 +238,9 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	// A dead job whose allocations were garbage-collected has none
 	// either: only "pending" says it waits.
 	waiting := len(allocs) == 0 && old.Status != nil && *old.Status == "pending"
-	if (old.Stop == nil || !*old.Stop) && old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256] {
+	stopped := old.Stop != nil && *old.Stop
+	sameSpec := old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256]
+	if !stopped && sameSpec {
 		switch {
 		case live || complete:
 			log.Info("adopting the trial's running job")
@@ -252,8 +254,8 @@ func (b *NomadJobs) previous(ctx context.Context, job *api.Job, log hclog.Logger
 	if job.Namespace != nil {
 		ns = *job.Namespace
 	}
-	log.Info("purging the trial's earlier job before submitting it again", "stopped", old.Stop != nil && *old.Stop,
-		"same_spec", old.Meta[trainspec.MetaSpecSHA256] == job.Meta[trainspec.MetaSpecSHA256], "allocations", allocStates(allocs))
+	log.Info("purging the trial's earlier job before submitting it again", "stopped", stopped,
+		"same_spec", sameSpec, "allocations", allocStates(allocs))
 	return notAdopted, b.stop(*job.ID, ns)
 }
 

@@ -134,7 +134,7 @@ func topology(ctx context.Context, s *trainer.Session, env workerenv.Env) (worke
 		port := env.TorchPort // the port Nomad gave the task
 		if port == 0 {
 			var err error
-			if port, err = freePort(); err != nil {
+			if port, err = FreePort(); err != nil {
 				return workerenv.Topology{}, err
 			}
 		}
@@ -184,9 +184,11 @@ const (
 	torchPortHigh = 20000
 )
 
-// freePort finds a port in the torch store's range that is free now on
-// every address of this machine (the store listens on all of them).
-func freePort() (int, error) {
+// FreePort finds a port in the torch store's range that is free now on
+// every address of this machine (the store listens on all of them): what
+// rank 0 uses when Nomad gave its task no port (workerenv.TorchPort), and
+// what a test gives a task in place of the port a client would.
+func FreePort() (int, error) {
 	return pickPort(func() int { return torchPortLow + rand.IntN(torchPortHigh-torchPortLow) })
 }
 

@@ -12,7 +12,7 @@ import (
 // that outgoing connections draw from, and is free on every address.
 func TestFreePortInRange(t *testing.T) {
 	for range 10 {
-		port, err := freePort()
+		port, err := FreePort()
 		must.NoError(t, err)
 		must.Between(t, torchPortLow, port, torchPortHigh-1)
 		ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
