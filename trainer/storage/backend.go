@@ -127,3 +127,13 @@ func RunLocation(root, run string) string {
 	}
 	return filepath.Join(root, run)
 }
+
+// CheckpointLocation is where checkpoint name of the run named run under
+// root is kept, as a Result names it: a directory, or an s3:// location
+// (DownloadCheckpoint copies either out).
+func CheckpointLocation(root, run, name string) string {
+	if IsObjectPath(root) {
+		return RunLocation(root, run) + "/" + objCheckpointDir + name
+	}
+	return filepath.Join(root, run, name)
+}

@@ -31,6 +31,10 @@ type backend struct {
 	corrupt func(t *testing.T, name, file string, data []byte)
 	// points maps the suite's crash points to the backend's.
 	uploaded, manifested string
+	// location is where a Result names a checkpoint of run "r"; opts
+	// open it from there (DownloadCheckpoint).
+	location func(name string) string
+	opts     []Option
 }
 
 func fsBackend(t *testing.T) backend {
@@ -54,6 +58,7 @@ func fsBackend(t *testing.T) backend {
 			must.NoError(t, os.WriteFile(filepath.Join(root, "r", name, file), data, 0o644))
 		},
 		uploaded: pointSynced, manifested: pointRenamed,
+		location: func(name string) string { return filepath.Join(root, "r", name) },
 	}
 }
 
@@ -85,6 +90,11 @@ func s3Backend(t *testing.T) backend {
 			}
 		},
 		uploaded: pointUploaded, manifested: pointManifested,
+		location: func(name string) string { return "s3://" + srv.Bucket + "/runs/r/checkpoints/" + name },
+		opts: []Option{
+			WithObjectConfig(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true}),
+			WithTaskEnviron([]string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}),
+		},
 	}
 }
 

@@ -101,7 +101,9 @@
 // manifest, as on a directory. Retention deletes a checkpoint's manifest
 // first, then its files (in the background after a commit: Close waits
 // for them). Checkpoint names are never reused. BenchmarkCommitVsPlainPut
-// measures B6s.
+// measures B6s. Since a small checkpoint's files live inside its manifest
+// object, DownloadCheckpoint is how a person copies one out (of either
+// backend), checked against its manifest.
 //
 // Progress segments are named by step, then by a sequence number, so the
 // store's key order is the history's order; a reader keeps the last key it

@@ -27,6 +27,9 @@ var (
 	// ErrExists is returned by Staged.AddDir when a file it would move is
 	// already in the staging directory.
 	ErrExists = errors.New("file already staged")
+	// ErrNoCheckpoint is returned by DownloadCheckpoint when its location
+	// holds no committed checkpoint.
+	ErrNoCheckpoint = errors.New("no checkpoint")
 )
 
 // CorruptError reports a line of progress.jsonl that is not a valid record

@@ -119,23 +119,49 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
 		return dir, false, nil
 	}
+	tmp, err := os.MkdirTemp(local, tempPrefix+name+"-")
+	if err != nil {
+		return "", false, fmt.Errorf("creating restore directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := o.download(name, tmp, check); err != nil {
+		return "", false, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
+	}
+	return dir, true, nil
+}
+
+// download writes committed checkpoint name into the empty directory
+// into: its files, each checked against the manifest, then the manifest
+// (a checkpoint directory's plain MANIFEST.json), last. check, when not
+// nil, vets the manifest before anything is downloaded. A checkpoint
+// without a manifest object is ErrNoCheckpoint.
+func (o objFiles) download(name, into string, check func(Manifest) []string) error {
 	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
 	obj, err := o.getUpTo(o.prefix(name)+ManifestFile, maxManifestObject)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return fmt.Errorf("%w: %s has no manifest (never committed, or removed): %w", ErrNoCheckpoint, name, err)
+	}
 	if err != nil {
-		return "", false, err
+		return err
 	}
 	m, doc, carried, err := parseManifestObject(obj)
 	if err != nil {
-		return "", false, bad(fmt.Sprintf("unreadable manifest: %v", err))
+		return bad(fmt.Sprintf("unreadable manifest: %v", err))
 	}
 	if check != nil {
 		if problems := check(m); len(problems) > 0 {
-			return "", false, bad(problems...)
+			return bad(problems...)
 		}
 	}
 	listed, err := o.st.List(o.ctx, objstore.ListOptions{Prefix: o.prefix(name)})
 	if err != nil {
-		return "", false, fmt.Errorf("listing checkpoint %s: %w", name, err)
+		return fmt.Errorf("listing checkpoint %s: %w", name, err)
 	}
 	var found []FileSum
 	for _, f := range m.Files {
@@ -149,41 +175,36 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		}
 	}
 	if problems := m.Check(found); len(problems) > 0 {
-		return "", false, bad(problems...)
+		return bad(problems...)
 	}
-	tmp, err := os.MkdirTemp(local, tempPrefix+name+"-")
+	sums, err := copyInline(m, carried, into)
 	if err != nil {
-		return "", false, fmt.Errorf("creating restore directory: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	sums, err := copyInline(m, carried, tmp)
-	if err != nil {
-		return "", false, err
+		return err
 	}
 	for _, f := range m.Files {
 		if f.Inline {
 			continue
 		}
-		sum, err := o.fetchFile(name, tmp, f.Path)
+		sum, err := o.fetchFile(name, into, f.Path)
 		if err != nil {
-			return "", false, err
+			return err
 		}
 		sums = append(sums, sum)
 	}
+	return finishCopy(name, into, m, doc, sums)
+}
+
+// finishCopy checks what was written of checkpoint name into into (sums)
+// against its manifest m, then writes the manifest's bytes, doc, last: it
+// marks the copy whole.
+func finishCopy(name, into string, m Manifest, doc []byte, sums []FileSum) error {
 	if problems := m.Check(sums); len(problems) > 0 {
-		return "", false, bad(problems...)
+		return &CheckpointError{Name: name, Problems: problems}
 	}
-	// The manifest goes in last: it marks the copy whole.
-	if err := os.WriteFile(filepath.Join(tmp, ManifestFile), doc, 0o644); err != nil {
-		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
+	if err := os.WriteFile(filepath.Join(into, ManifestFile), doc, 0o644); err != nil {
+		return fmt.Errorf("writing the copy's manifest: %w", err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
-	}
-	return dir, true, nil
+	return nil
 }
 
 // fetchLock is the file the processes sharing a local directory lock

@@ -81,6 +81,13 @@ func checkpointName(index int64) string {
 	return fmt.Sprintf("%s%06d", checkpointPrefix, index)
 }
 
+// IsCheckpointName reports whether s is a checkpoint's name
+// (checkpoint_NNNNNN), as storage gives them.
+func IsCheckpointName(s string) bool {
+	_, ok := checkpointIndex(s)
+	return ok
+}
+
 // checkpointIndex parses a directory name made by checkpointName.
 func checkpointIndex(name string) (int64, bool) {
 	digits, ok := strings.CutPrefix(name, checkpointPrefix)

@@ -162,21 +162,27 @@ func syncAll(paths []string) error {
 // readManifest reads the manifest of the checkpoint in dir; ok is false
 // when it has none (a checkpoint written before manifests existed).
 func readManifest(dir string) (m Manifest, ok bool, err error) {
+	m, _, ok, err = readManifestDoc(dir)
+	return m, ok, err
+}
+
+// readManifestDoc is readManifest that also returns the manifest's bytes.
+func readManifestDoc(dir string) (m Manifest, doc []byte, ok bool, err error) {
 	p := filepath.Join(dir, ManifestFile)
 	f, err := openRegular(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Manifest{}, false, nil
+		return Manifest{}, nil, false, nil
 	}
 	if err != nil {
-		return Manifest{}, true, err
+		return Manifest{}, nil, true, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxManifestSize+1))
+	doc, err = io.ReadAll(io.LimitReader(f, maxManifestSize+1))
 	if err != nil {
-		return Manifest{}, true, fmt.Errorf("reading %s: %w", ManifestFile, err)
+		return Manifest{}, nil, true, fmt.Errorf("reading %s: %w", ManifestFile, err)
 	}
-	m, err = DecodeManifest(b)
-	return m, true, err
+	m, err = DecodeManifest(doc)
+	return m, doc, true, err
 }
 
 // verifyCheckpoint checks the checkpoint name under runDir against its

@@ -1,0 +1,140 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// downloadFiles is a checkpoint of more than 4 MiB, so that on S3 its big
+// file is an object of its own and its small files ride in the manifest.
+func downloadFiles() map[string]string {
+	big := make([]byte, 5<<20)
+	_, _ = rand.NewChaCha8([32]byte{5}).Read(big)
+	return map[string]string{"model.bin": string(big), "meta.json": `{"epoch":3}`, "sub/opt.json": `{"lr":0.1}`}
+}
+
+// The checkpoint a Result names is copied out of either backend whole:
+// every file, byte for byte, and its manifest, which a copy is checked
+// against again as a run's checkpoint is.
+func TestConformanceDownloadCheckpoint(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		w := b.open(t, Policy{})
+		defer w.Close()
+		files := downloadFiles()
+		first := commitRS(t, w, files, Record{Step: 1})
+		commitRS(t, w, map[string]string{"model.bin": "later"}, Record{Step: 2})
+		b.settle(t, w)
+
+		out := filepath.Join(t.TempDir(), "model")
+		must.NoError(t, DownloadCheckpoint(ctx, b.location(first), out, b.opts...))
+		must.Eq(t, files, readTree(t, out))
+		m, ok, err := readManifest(out)
+		must.NoError(t, err)
+		must.True(t, ok)
+		must.EqOp(t, int64(1), m.Record.Step)
+		must.NoError(t, DownloadCheckpoint(ctx, out, filepath.Join(t.TempDir(), "again")),
+			must.Sprint("the copy is a checkpoint directory that matches its manifest"))
+
+		empty := t.TempDir()
+		must.NoError(t, DownloadCheckpoint(ctx, b.location(first), empty, b.opts...))
+		must.Eq(t, files, readTree(t, empty))
+
+		taken := t.TempDir()
+		writeTree(t, taken, map[string]string{"mine.txt": "keep"})
+		err = DownloadCheckpoint(ctx, b.location(first), taken, b.opts...)
+		must.ErrorContains(t, err, "is not empty")
+		must.Eq(t, map[string]string{"mine.txt": "keep"}, readTree(t, taken))
+
+		parent := t.TempDir()
+		err = DownloadCheckpoint(ctx, b.location("checkpoint_000009"), filepath.Join(parent, "x"), b.opts...)
+		must.True(t, errors.Is(err, ErrNoCheckpoint), must.Sprint(err))
+		assertEmptyDir(t, parent)
+
+		// A byte changed in storage: its size still matches, so it is the
+		// hash of what was copied that refuses it, and nothing is left.
+		flipped := []byte(files["model.bin"])
+		flipped[len(flipped)/2] ^= 1
+		b.corrupt(t, first, "model.bin", flipped)
+		err = DownloadCheckpoint(ctx, b.location(first), filepath.Join(parent, "x"), b.opts...)
+		var ce *CheckpointError
+		must.True(t, errors.As(err, &ce), must.Sprint(err))
+		must.StrContains(t, err.Error(), "model.bin has sha256")
+		assertEmptyDir(t, parent)
+	})
+}
+
+// assertEmptyDir fails unless dir holds nothing: no destination, no scratch.
+func assertEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+}
+
+// A checkpoint directory that does not match its manifest is refused
+// before anything is copied: a file added, one missing, a symbolic link.
+func TestDownloadCheckpointDirRefusesMismatch(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, want string
+		spoil      func(t *testing.T, dir string)
+	}{
+		{"added", "extra.bin is not in the manifest", func(t *testing.T, dir string) {
+			writeTree(t, dir, map[string]string{"extra.bin": "x"})
+		}},
+		{"missing", "meta.json", func(t *testing.T, dir string) {
+			must.NoError(t, os.Remove(filepath.Join(dir, "meta.json")))
+		}},
+		{"symlink", "not a regular file", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "meta.json")
+			must.NoError(t, os.Remove(p))
+			must.NoError(t, os.Symlink("/etc/hostname", p))
+		}},
+		{"no manifest", "no " + ManifestFile, func(t *testing.T, dir string) {
+			must.NoError(t, os.Remove(filepath.Join(dir, ManifestFile)))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			r, err := Open(root, "r", Policy{})
+			must.NoError(t, err)
+			name := commitRS(t, r, map[string]string{"model.bin": "weights", "meta.json": "{}"}, Record{Step: 1})
+			must.NoError(t, r.Close())
+			tc.spoil(t, filepath.Join(root, "r", name))
+			parent := t.TempDir()
+			err = DownloadCheckpoint(ctx, filepath.Join(root, "r", name), filepath.Join(parent, "out"))
+			must.ErrorContains(t, err, tc.want)
+			assertEmptyDir(t, parent)
+		})
+	}
+}
+
+func TestSplitCheckpointLocation(t *testing.T) {
+	root, run, name, err := SplitCheckpointLocation("s3://bkt/a/b/qs/checkpoints/checkpoint_000019")
+	must.NoError(t, err)
+	must.Eq(t, []string{"s3://bkt/a/b", "qs", "checkpoint_000019"}, []string{root, run, name})
+	root, run, name, err = SplitCheckpointLocation("s3://bkt/qs/checkpoints/checkpoint_000000/")
+	must.NoError(t, err)
+	must.Eq(t, []string{"s3://bkt", "qs", "checkpoint_000000"}, []string{root, run, name})
+	root, run, name, err = SplitCheckpointLocation(CheckpointLocation("s3://bkt/p/", "qs", "checkpoint_000003"))
+	must.NoError(t, err)
+	must.Eq(t, []string{"s3://bkt/p", "qs", "checkpoint_000003"}, []string{root, run, name}, must.Sprint("the inverse of CheckpointLocation"))
+	for _, bad := range []string{
+		"s3://bkt/qs",                                    // a run, not a checkpoint
+		"s3://bkt/checkpoints/checkpoint_000001",         // no run
+		"s3://bkt/qs/progress/checkpoint_000001",         // not under checkpoints/
+		"s3://bkt/qs/checkpoints/model.bin",              // not a checkpoint's name
+		"s3://bkt/.hidden/checkpoints/checkpoint_000001", // not a run's name
+		"s3://key:secret@bkt/qs/checkpoints/checkpoint_000001",
+	} {
+		_, _, _, err := SplitCheckpointLocation(bad)
+		must.Error(t, err, must.Sprint(bad))
+	}
+}
