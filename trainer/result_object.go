@@ -19,8 +19,7 @@ func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy
 		return nil, fmt.Errorf("open run storage: %w", err)
 	}
 	defer st.Close()
-	base := storagePath + "/" + run
-	res := &Result{Path: base}
+	res := &Result{Path: storage.RunLocation(storagePath, run)}
 	recs, err := st.Records()
 	if err != nil {
 		return nil, fmt.Errorf("read metrics history: %w", err)
@@ -36,13 +35,13 @@ func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy
 	for _, r := range best {
 		live[r.Checkpoint] = true
 		res.BestCheckpoints = append(res.BestCheckpoints, ScoredCheckpoint{
-			Checkpoint: CheckpointFromDirectory(base + "/checkpoints/" + r.Checkpoint),
+			Checkpoint: &Checkpoint{dir: storage.CheckpointLocation(storagePath, run, r.Checkpoint), opts: opts},
 			Metrics:    Metrics(r.Metrics),
 		})
 	}
 	for i := len(recs) - 1; i >= 0; i-- {
 		if live[recs[i].Checkpoint] {
-			res.Checkpoint = CheckpointFromDirectory(base + "/checkpoints/" + recs[i].Checkpoint)
+			res.Checkpoint = &Checkpoint{dir: storage.CheckpointLocation(storagePath, run, recs[i].Checkpoint), opts: opts}
 			break
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -51,4 +52,15 @@ func TestFitOnS3WithStorageOptions(t *testing.T) {
 	must.NotNil(t, res.Checkpoint, must.Sprint(out))
 	must.StrHasPrefix(t, run.StoragePath+"/s3opts/checkpoints/checkpoint_", res.Checkpoint.Path())
 	must.EqOp(t, 0.5, res.Metrics["loss"])
+
+	// The Result's checkpoint keeps the run's options, so it is copied out
+	// of a server the environment does not name; the same location taken
+	// by hand, without them, finds no region to sign for.
+	dst := filepath.Join(t.TempDir(), "model")
+	must.NoError(t, res.Checkpoint.ToDirectory(context.Background(), dst))
+	got, err := os.ReadFile(filepath.Join(dst, "w.bin"))
+	must.NoError(t, err)
+	must.EqOp(t, "weights", string(got))
+	err = trainer.CheckpointFromDirectory(res.Checkpoint.Path()).ToDirectory(context.Background(), filepath.Join(t.TempDir(), "m"))
+	must.ErrorIs(t, err, objstore.ErrNoRegion)
 }
