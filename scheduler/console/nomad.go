@@ -122,7 +122,8 @@ func nomadSummary(spec *trainspec.Spec, res nomad.RunResult, before storage.Reco
 	if !filepath.IsAbs(spec.Run.StoragePath) && !storage.IsObjectPath(spec.Run.StoragePath) {
 		return s // a relative path is the workers', not this machine's
 	}
-	if r, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil); err == nil {
+	if r, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil,
+		storage.WithStorageOptions(spec.Run.Storage.Options())); err == nil {
 		s.Best, s.Score = best(r, spec.Run.Checkpoint.ScoreAttribute)
 	}
 	return s
