@@ -2,15 +2,18 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // The quickstart keeps its run on S3 (storage_path = "s3://..."), with
@@ -60,4 +63,53 @@ train "qs" {
 	must.EqOp(t, loss(straight), loss(out))
 	_, err := os.Stat(filepath.Join(dir, "runs"))
 	must.True(t, os.IsNotExist(err), must.Sprint("nothing of the S3 run is kept in a local directory"))
+
+	// The latest checkpoint comes out of S3 as the files the training
+	// function wrote (small ones ride inside the manifest object there),
+	// the same bytes as the local run's, whose directory copies out too.
+	download := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"download"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), aws...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err = download("-spec", "s3-3.hcl", "latest", "from-s3")
+	must.NoError(t, err, must.Sprint(out))
+	must.RegexMatch(t, regexp.MustCompile(`^`+regexp.QuoteMeta(url)+`/qs/checkpoints/checkpoint_000002 -> from-s3 `), out)
+	out, err = download("-spec", "fs-3.hcl", "latest", "from-fs")
+	must.NoError(t, err, must.Sprint(out))
+	fromS3, fromFS := checkpointFiles(t, filepath.Join(dir, "from-s3")), checkpointFiles(t, filepath.Join(dir, "from-fs"))
+	must.MapNotEmpty(t, fromS3)
+	must.Eq(t, fromFS, fromS3)
+
+	// By the location the run printed, with the AWS environment alone;
+	// into a directory that is not empty, nothing is written.
+	out, err = download(url+"/qs/checkpoints/checkpoint_000001", "by-location")
+	must.NoError(t, err, must.Sprint(out))
+	out, err = download(url+"/qs/checkpoints/checkpoint_000001", "from-s3")
+	must.Error(t, err)
+	must.StrContains(t, out, "from-s3 is not empty")
+	must.Eq(t, fromS3, checkpointFiles(t, filepath.Join(dir, "from-s3")))
+	out, err = download("latest", "x")
+	must.Error(t, err)
+	must.StrContains(t, out, "add -spec")
+}
+
+// checkpointFiles reads the files of a checkpoint directory, its manifest
+// (which records when it was written) left out.
+func checkpointFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	must.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == storage.ManifestFile {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		files[strings.TrimPrefix(p, dir+"/")] = string(b)
+		return err
+	}))
+	_, err := os.Stat(filepath.Join(dir, storage.ManifestFile))
+	must.NoError(t, err)
+	return files
 }
