@@ -55,8 +55,12 @@ train "qs" {
 	}
 	out := run(2)
 	must.RegexMatch(t, regexp.MustCompile(`checkpoint\s+`+regexp.QuoteMeta(url)+`/qs/checkpoints/checkpoint_`), out)
+	// The summary counts the steps from the reports on S3, read through
+	// the block's options too.
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    steps +2 \(`), out)
 	out = run(3)
 	must.StrContains(t, out, "[rank 0] resuming after epoch 1")
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    steps +1 \(`), out)
 	// The notes of the last launch are on S3 too: the changed config was
 	// noticed above, and the same spec again has nothing to train.
 	must.StrContains(t, out, "the config changed since the last run (epochs 2 → 3)")

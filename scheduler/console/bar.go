@@ -16,8 +16,8 @@ import (
 // directory or an object store, following it between reads.
 type reports struct{ store *nomad.StoreProgress }
 
-func newReports(storagePath, run string) *reports {
-	return &reports{store: &nomad.StoreProgress{StoragePath: storagePath, Run: run}}
+func newReports(storagePath, run string, opts ...storage.Option) *reports {
+	return &reports{store: &nomad.StoreProgress{StoragePath: storagePath, Run: run, Options: opts}}
 }
 
 // Latest is the newest report; ok is false when there is none (yet).

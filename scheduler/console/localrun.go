@@ -58,7 +58,7 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 			fmt.Fprintf(stdout, "    %s\n", n)
 		}
 	}
-	reports := newReports(spec.Run.StoragePath, spec.Name)
+	reports := newReports(spec.Run.StoragePath, spec.Name, sopt)
 	defer reports.Close()
 	before, _ := reports.Latest(ctx)
 	start := time.Now()
