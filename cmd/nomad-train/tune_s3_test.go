@@ -100,6 +100,23 @@ train "qs-s3" {
 	must.StrContains(t, again, "== qs-s3: 2 trials (2 TERMINATED)")
 	must.StrContains(t, again, "==> best trial "+best[1]+": loss "+best[2]+",")
 	must.Eq(t, written, keys())
+
+	// The best trial's checkpoint copies out by the location tune printed,
+	// the server named by the spec's storage block alone; a name in the
+	// spec's run means nothing for an experiment.
+	download := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"download", "-spec", spec}, args...)...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	got, err := download(best[3], "model")
+	must.NoError(t, err, must.Sprint(got))
+	must.MapNotEmpty(t, checkpointFiles(t, filepath.Join(dir, "model")))
+	got, err = download("best", "model2")
+	must.Error(t, err)
+	must.StrContains(t, got, "is an experiment")
+	must.Eq(t, written, keys())
 }
 
 // checkDashboardOnS3: the dashboard of the bucket's storage path lists
