@@ -14,16 +14,16 @@ import (
 // status, logs, list and stop: on Nomad, or (not stop) on local runs. A
 // local run keeps its launcher's state (launch.StateFile), its workers'
 // output (launch.LogPath) and its reports in its run directory,
-// <storage>/<run>, where these commands read them. A run is addressed by
-// its directory (nomad-train status ./results/quickstart) or by -storage
-// and name (nomad-train status -storage ./results quickstart); list takes
-// the storage path.
+// <storage>/<run>, where these commands read them (on S3, its reports and
+// checkpoints). A run is addressed by its directory or s3:// location, or
+// by -storage and name (nomad-train status -storage ./results quickstart);
+// list takes the storage path.
 
 func init() {
-	register("status", "Show a run (on Nomad, or local by storage path): workers, restarts, last metrics", statusCmd)
+	register("status", "Show a run (on Nomad, or local by storage path, s3:// too): workers, restarts, last metrics", statusCmd)
 	register("logs", "Print a worker's logs (from Nomad, or a local run's saved logs)", logsCmd)
 	register("stop", "Stop a run on Nomad", stopCmd)
-	register("list", "List the runs on Nomad, or under a local storage path", listCmd)
+	register("list", "List the runs on Nomad, or under a storage path (a directory or s3://)", listCmd)
 }
 
 // defaultStorage is where `nomad-train run` keeps runs when the spec does
@@ -52,7 +52,7 @@ func parseRuns(name, usage string, nomadOnly bool, args []string, stderr io.Writ
 	c.name = name
 	c.flags.Register(fs)
 	if !nomadOnly {
-		fs.StringVar(&c.storage, "storage", "", "read local runs under this storage path (default "+defaultStorage+" when no Nomad address is set)")
+		fs.StringVar(&c.storage, "storage", "", "read local runs under this storage path, a directory or s3:// (default "+defaultStorage+" when no Nomad address is set)")
 	}
 	if extra != nil {
 		extra(fs)
@@ -60,7 +60,7 @@ func parseRuns(name, usage string, nomadOnly bool, args []string, stderr io.Writ
 	if c.pos, code = parseFlags(fs, args); code >= 0 {
 		return c, code
 	}
-	isDir := len(c.pos) == 1 && console.IsDir(c.pos[0])
+	isDir := len(c.pos) == 1 && console.IsRunLocation(c.pos[0])
 	c.local = !nomadOnly && (c.storage != "" || isDir || c.flags.Address == "")
 	return c, -1
 }
@@ -104,7 +104,7 @@ func (c runsCmd) one(stderr io.Writer) (string, bool) {
 const localHint = "; for runs on Nomad set NOMAD_ADDR or -address"
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, code := parseRuns("status", "status [flags] [run directory | run name]", false, args, stderr, nil)
+	c, code := parseRuns("status", "status [flags] [run directory or s3:// location | run name]", false, args, stderr, nil)
 	if code >= 0 {
 		return code
 	}
@@ -116,7 +116,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	if c.local {
-		if err := console.PrintLocalStatus(stdout, run); err != nil {
+		if err := console.PrintLocalStatus(ctx, stdout, run); err != nil {
 			return fail(stderr, "status", fmt.Errorf("%w%s", err, localHint))
 		}
 		return 0
@@ -213,7 +213,7 @@ func listCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // listRuns lists the runs under the command's storage path, or on Nomad.
 func listRuns(ctx context.Context, c runsCmd, stdout, stderr io.Writer) int {
 	if c.local {
-		if err := console.PrintLocalRuns(stdout, c.storage); err != nil {
+		if err := console.PrintLocalRuns(ctx, stdout, c.storage); err != nil {
 			return fail(stderr, c.name, fmt.Errorf("%w%s", err, localHint))
 		}
 		return 0

@@ -94,6 +94,29 @@ train "qs" {
 	out, err = download("latest", "x")
 	must.Error(t, err)
 	must.StrContains(t, out, "add -spec")
+
+	// list and status read a run on S3 from the bucket, by its location or
+	// by -storage and name; its logs stayed with the launcher.
+	cli := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), aws...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err = cli("list", url)
+	must.NoError(t, err, must.Sprint(out))
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^qs +- +3 +- +\d{4}-`), out)
+	for _, args := range [][]string{{"status", url + "/qs"}, {"status", "-storage", url, "qs"}} {
+		out, err = cli(args...)
+		must.NoError(t, err, must.Sprint(out))
+		must.StrContains(t, out, "run qs: kept at "+url+"/qs ")
+		must.RegexMatch(t, regexp.MustCompile(`(?m)^last report: step 3 `), out)
+		must.StrContains(t, out, "the latest, of step 3: "+url+"/qs/checkpoints/checkpoint_000002\n")
+	}
+	out, err = cli("logs", url+"/qs")
+	must.Error(t, err)
+	must.StrContains(t, out, "keeps no worker logs")
 }
 
 // checkpointFiles reads the files of a checkpoint directory, its manifest

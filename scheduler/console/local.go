@@ -24,8 +24,12 @@ import (
 var ErrNoLocalRun = errors.New("no local run")
 
 // PrintLocalStatus prints the local run in dir: its launcher's state, its
-// workers, and its last report.
-func PrintLocalStatus(w io.Writer, dir string) error {
+// workers, and its last report. dir may be a run's s3:// location
+// (LocalRunDir), whose records and checkpoints it prints.
+func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
+	if storage.IsObjectPath(dir) {
+		return printObjectStatus(ctx, w, dir)
+	}
 	st, stErr := launch.ReadState(dir)
 	last, hasLast := LastRecord(dir)
 	if stErr != nil && !hasLast {
@@ -92,9 +96,12 @@ func LastRecord(dir string) (storage.Record, bool) {
 // PrintLocalRuns lists the runs under the local storage path root
 // (DefaultStorage when ""): the directories that hold a launcher state or
 // reports.
-func PrintLocalRuns(w io.Writer, root string) error {
+func PrintLocalRuns(ctx context.Context, w io.Writer, root string) error {
 	if root == "" {
 		root = DefaultStorage
+	}
+	if storage.IsObjectPath(root) {
+		return printObjectRuns(ctx, w, root)
 	}
 	dir, err := storage.LocalDir(root)
 	if err != nil {
@@ -137,6 +144,9 @@ func PrintLocalRuns(w io.Writer, root string) error {
 // (stdout and stderr together, the older rotated file first); with follow
 // it goes on, looking every pollEvery, until the run ends or ctx is done.
 func CopyLogs(ctx context.Context, w io.Writer, dir string, rank int, follow bool, pollEvery time.Duration) error {
+	if storage.IsObjectPath(dir) {
+		return fmt.Errorf("%s keeps no worker logs: a local run prints them as it goes, and on Nomad logs reads them from Nomad", dir)
+	}
 	path := launch.LogPath(dir, rank)
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("no log of rank %d in %s: %w", rank, dir, err)
@@ -179,14 +189,18 @@ func PrintMetricsURLs(w io.Writer, urls []string) {
 }
 
 // LocalRunDir is the directory of the local run that arg names: a run
-// directory, when it is one and no storage path is given, else the run
-// of that name under storagePath.
+// directory (or a run's s3:// location), when it is one and no storage
+// path is given, else the run of that name under storagePath (its s3://
+// location under an s3:// storage path).
 func LocalRunDir(storagePath, arg string) (string, error) {
 	if storagePath == "" {
-		if IsDir(arg) {
+		if IsRunLocation(arg) {
 			return arg, nil
 		}
 		storagePath = DefaultStorage
+	}
+	if storage.IsObjectPath(storagePath) {
+		return storage.RunLocation(storagePath, arg), nil
 	}
 	dir := launch.RunDir(storagePath, arg)
 	if dir == "" {
@@ -198,6 +212,10 @@ func LocalRunDir(storagePath, arg string) (string, error) {
 // DefaultStorage is where `nomad-train run` keeps runs when the spec does
 // not say (train.hcl's default storage_path).
 const DefaultStorage = "./results"
+
+// IsRunLocation reports whether p names a run or its storage path by
+// itself: a directory, or an s3:// location.
+func IsRunLocation(p string) bool { return IsDir(p) || storage.IsObjectPath(p) }
 
 // IsDir reports whether p is a directory.
 func IsDir(p string) bool {

@@ -1,0 +1,115 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
+)
+
+// status and list of runs kept on an object store (a local run whose
+// storage_path is s3://...). Their records and checkpoints are in the
+// bucket, read through storage with the AWS environment, as the
+// dashboard reads them; the launcher's state and the workers' logs stay
+// with the launcher, in no run directory.
+
+// splitRunLocation splits s3://bucket/prefix/<run> into the storage path
+// and the run's name.
+func splitRunLocation(loc string) (root, run string, err error) {
+	l, err := objstore.ParseURL(loc)
+	if err != nil {
+		return "", "", err
+	}
+	i := strings.LastIndexByte(l.Prefix, '/')
+	run, l.Prefix = l.Prefix[i+1:], l.Prefix[:max(i, 0)]
+	if run == "" {
+		return "", "", fmt.Errorf("%s names no run: want s3://bucket[/prefix]/<run>", loc)
+	}
+	return l.String(), run, nil
+}
+
+// objectRun is what status and list show of a run on an object store.
+type objectRun struct {
+	last      storage.Record
+	reported  bool
+	kept      int
+	latest    storage.Record // the newest kept checkpoint's record
+	hasLatest bool
+}
+
+func readObjectRun(ctx context.Context, root, run string) (objectRun, error) {
+	st, err := storage.OpenStoreReadOnly(ctx, root, run, storage.Policy{})
+	if err != nil {
+		return objectRun{}, err
+	}
+	defer st.Close()
+	recs, err := st.Records()
+	if err != nil {
+		return objectRun{}, err
+	}
+	live, err := st.Best(0)
+	if err != nil {
+		return objectRun{}, err
+	}
+	var o objectRun
+	if n := len(recs); n > 0 {
+		o.last, o.reported = recs[n-1], true
+	}
+	for _, r := range live {
+		o.kept++
+		if !o.hasLatest || r.Step > o.latest.Step {
+			o.latest, o.hasLatest = r, true
+		}
+	}
+	return o, nil
+}
+
+// printObjectStatus prints the run at loc (s3://bucket/prefix/<run>): its
+// last report and its kept checkpoints, the newest by its location.
+func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
+	root, run, err := splitRunLocation(loc)
+	if err != nil {
+		return err
+	}
+	o, err := readObjectRun(ctx, root, run)
+	if err != nil {
+		return err
+	}
+	if !o.reported {
+		return fmt.Errorf("%w at %s (no progress records)", ErrNoLocalRun, loc)
+	}
+	fmt.Fprintf(w, "run %s: kept at %s (the launcher's state and the workers' logs stay with the launcher)\n", run, storage.RunLocation(root, run))
+	fmt.Fprintf(w, "last report: %s\n", FormatRecord(o.last))
+	if o.hasLatest {
+		fmt.Fprintf(w, "checkpoints: %d kept; the latest, of step %d: %s\n", o.kept, o.latest.Step,
+			storage.CheckpointLocation(root, run, o.latest.Checkpoint))
+	}
+	return nil
+}
+
+// printObjectRuns lists the runs under the s3:// storage path root.
+func printObjectRuns(ctx context.Context, w io.Writer, root string) error {
+	runs, err := storage.ListRuns(ctx, root)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tRESTARTS\tUPDATED")
+	for _, run := range runs {
+		o, err := readObjectRun(ctx, root, run)
+		if err != nil {
+			return fmt.Errorf("reading run %s: %w", run, err)
+		}
+		step, updated := "-", "-"
+		if o.reported {
+			step, updated = fmt.Sprint(o.last.Step), o.last.Time.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t-\t%s\t-\t%s\n", run, step, updated)
+	}
+	return tw.Flush()
+}
