@@ -24,9 +24,9 @@ const downloadPrefix = ".nomad-train-download-"
 // run directory does. location is where a Result names the checkpoint:
 // s3://bucket/prefix/<run>/checkpoints/checkpoint_NNNNNN on an object store
 // (whose small files live inside the manifest object, where other S3 tools
-// cannot read them), or a checkpoint directory. On an object store
-// WithObjectConfig (or WithStorageOptions) gives the non-secret options;
-// credentials come from the AWS chain.
+// cannot read them), or a checkpoint directory (a path or a file:// URI).
+// On an object store WithObjectConfig (or WithStorageOptions) gives the
+// non-secret options; credentials come from the AWS chain.
 //
 // dir must not exist, or be an empty directory. The copy is made in a
 // scratch directory beside dir and renamed into place once every file
@@ -46,8 +46,10 @@ func DownloadCheckpoint(ctx context.Context, location, dir string, opts ...Optio
 	var err error
 	if IsObjectPath(location) {
 		err = downloadObject(ctx, location, scratch, opts)
+	} else if src, lerr := LocalDir(location); lerr != nil {
+		err = lerr
 	} else {
-		err = copyCheckpointDir(ctx, location, scratch)
+		err = copyCheckpointDir(ctx, src, scratch)
 	}
 	if err != nil {
 		return err
@@ -137,11 +139,13 @@ func SplitCheckpointLocation(location string) (root, run, name string, err error
 func copyCheckpointDir(ctx context.Context, src, into string) error {
 	name := filepath.Base(filepath.Clean(src))
 	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
-	if fi, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+	fi, err := os.Stat(src)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w: %w", ErrNoCheckpoint, err)
-	} else if err != nil {
+	case err != nil:
 		return err
-	} else if !fi.IsDir() {
+	case !fi.IsDir():
 		return fmt.Errorf("%s is not a checkpoint directory", src)
 	}
 	m, doc, ok, err := readManifestDoc(src)

@@ -39,8 +39,10 @@ func TestConformanceDownloadCheckpoint(t *testing.T) {
 		must.NoError(t, err)
 		must.True(t, ok)
 		must.EqOp(t, int64(1), m.Record.Step)
-		must.NoError(t, DownloadCheckpoint(ctx, out, filepath.Join(t.TempDir(), "again")),
+		must.NoError(t, DownloadCheckpoint(ctx, "file://"+out, filepath.Join(t.TempDir(), "again")),
 			must.Sprint("the copy is a checkpoint directory that matches its manifest"))
+		err = DownloadCheckpoint(ctx, "gs://bkt/r/checkpoint_000000", filepath.Join(t.TempDir(), "x"))
+		must.ErrorIs(t, err, ErrUnsupportedScheme)
 
 		empty := t.TempDir()
 		must.NoError(t, DownloadCheckpoint(ctx, b.location(first), empty, b.opts...))
