@@ -15,7 +15,10 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -313,4 +316,43 @@ func TestConnectionFlagsReachNomad(t *testing.T) {
 	must.Eq(t, 0, code, must.Sprint(errs))
 	must.True(t, f.srv.SawToken("tok-123"))
 	must.True(t, f.srv.SawNamespace("ml"))
+}
+
+// status of a run on Nomad whose storage is on S3 reads its reports and
+// its kept checkpoints from the bucket, with the options the job's
+// storage block gives (the environment holds the keys alone), and says
+// where the latest checkpoint is, for download.
+func TestStatusOnNomadOfARunOnS3(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetKeys(t)
+	for _, k := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	f := newClusterFixture(t, "worker-rescheduled")
+	f.storage = "s3://" + srv.Bucket + "/runs"
+	opts := workerenv.StorageOptions{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true}
+	w, err := storage.OpenStore(context.Background(), f.storage, "fakerun", storage.Policy{},
+		storage.WithStorageOptions(opts), storage.WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	for step := range int64(2) {
+		s, err := w.Stage()
+		must.NoError(t, err)
+		must.NoError(t, os.WriteFile(filepath.Join(s.Dir(), "model.bin"), []byte{byte(step)}, 0o644))
+		_, err = w.Commit(s, storage.Record{Step: step + 1, Metrics: map[string]any{"loss": 0.5}})
+		must.NoError(t, err)
+	}
+	must.NoError(t, w.Close())
+	job := api.NewBatchJob("fakerun", "fakerun", "", 50)
+	job.Meta = map[string]string{trainspec.MetaRun: "fakerun", trainspec.MetaStoragePath: f.storage}
+	task := api.NewTask("worker", trainspec.Driver)
+	task.Config = map[string]any{"storage": map[string]any{"endpoint": opts.Endpoint, "region": opts.Region, "path_style": true}}
+	job.TaskGroups = []*api.TaskGroup{api.NewTaskGroup(trainspec.WorkerGroup, 2).AddTask(task)}
+	f.srv.AddJob(job)
+	f.srv.Seek("fakerun", 4)
+
+	code, out, errs := f.cli(t, "status", "fakerun")
+	must.Eq(t, 0, code, must.Sprint(out, errs))
+	must.StrContains(t, out, "last report: step 2 loss=0.5")
+	must.StrContains(t, out, "checkpoints: 2 kept; the latest, of step 2: "+f.storage+"/fakerun/checkpoints/checkpoint_000001\n")
 }

@@ -52,6 +52,7 @@ func TestRunOnCluster(t *testing.T) {
 		must.StrContains(t, out, clientName(i), must.Sprint("SPREAD: a worker on each client"))
 	}
 	must.StrContains(t, out, "last report:")
+	must.StrContains(t, out, "; the latest, of step 5: "+url+"/onc/checkpoints/checkpoint_", must.Sprint("where download finds it"))
 
 	out, err = b.cli(env, "list", "-address", address)
 	must.NoError(t, err, must.Sprint(out))

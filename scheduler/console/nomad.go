@@ -254,10 +254,16 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string
 	if r.Job.Namespace != nil {
 		ns = *r.Job.Namespace
 	}
-	if src := nomad.EnvProgressFor(ns, *r.Job.ID, r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath],
-		storage.WithStorageOptions(trainspec.StorageOptionsOf(r.Job))); src != nil {
+	run, root := r.Job.Meta[trainspec.MetaRun], r.Job.Meta[trainspec.MetaStoragePath]
+	sopt := storage.WithStorageOptions(trainspec.StorageOptionsOf(r.Job))
+	if src := nomad.EnvProgressFor(ns, *r.Job.ID, run, root, sopt); src != nil {
 		if rec, err := src.Latest(ctx); err == nil {
 			fmt.Fprintf(w, "last report: %s\n", FormatRecord(rec))
+		}
+	}
+	if storage.IsObjectPath(root) { // any machine reaches it: say where to download from
+		if o, err := readObjectRun(ctx, root, run, sopt); err == nil {
+			o.printCheckpoints(w, root, run)
 		}
 	}
 	return nil

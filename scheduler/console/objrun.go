@@ -42,8 +42,8 @@ type objectRun struct {
 	hasLatest bool
 }
 
-func readObjectRun(ctx context.Context, root, run string) (objectRun, error) {
-	st, err := storage.OpenStoreReadOnly(ctx, root, run, storage.Policy{})
+func readObjectRun(ctx context.Context, root, run string, opts ...storage.Option) (objectRun, error) {
+	st, err := storage.OpenStoreReadOnly(ctx, root, run, storage.Policy{}, opts...)
 	if err != nil {
 		return objectRun{}, err
 	}
@@ -85,11 +85,17 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 	}
 	fmt.Fprintf(w, "run %s: kept at %s (the launcher's state and the workers' logs stay with the launcher)\n", run, storage.RunLocation(root, run))
 	fmt.Fprintf(w, "last report: %s\n", FormatRecord(o.last))
+	o.printCheckpoints(w, root, run)
+	return nil
+}
+
+// printCheckpoints says how many checkpoints the run keeps, and where the
+// latest is (the location download takes).
+func (o objectRun) printCheckpoints(w io.Writer, root, run string) {
 	if o.hasLatest {
 		fmt.Fprintf(w, "checkpoints: %d kept; the latest, of step %d: %s\n", o.kept, o.latest.Step,
 			storage.CheckpointLocation(root, run, o.latest.Checkpoint))
 	}
-	return nil
 }
 
 // printObjectRuns lists the runs under the s3:// storage path root.
