@@ -283,14 +283,7 @@ func (s *Session) flush(ctx context.Context, msgs []reportMsg, results map[int]u
 	ack := reportAck{Committed: committed}
 	switch {
 	case lerr != nil:
-		for _, d := range dropped {
-			if d.own != "" {
-				os.RemoveAll(d.own) // rank 0's files, never uploaded
-			}
-			if err := s.sharded.Abandon(d.name); err != nil {
-				s.log.Warn("could not delete the files of a failed checkpoint", "checkpoint", d.name, "error", err)
-			}
-		}
+		s.abandon(dropped)
 		ack.Err = lerr.Error()
 	case qerr != nil:
 		ack.Err = qerr.Error()
@@ -298,6 +291,18 @@ func (s *Session) flush(ctx context.Context, msgs []reportMsg, results map[int]u
 		ack.Err = err.Error()
 	}
 	return ack
+}
+
+// abandon deletes what was uploaded of checkpoints the ledger dropped.
+func (s *Session) abandon(dropped []dropped) {
+	for _, d := range dropped {
+		if d.own != "" {
+			os.RemoveAll(d.own) // rank 0's files, never uploaded
+		}
+		if err := s.sharded.Abandon(d.name); err != nil {
+			s.log.Warn("could not delete the files of a failed checkpoint", "checkpoint", d.name, "error", err)
+		}
+	}
 }
 
 // submit queues the writes of one ready report.
@@ -426,6 +431,7 @@ func gatherAs[T any](ctx context.Context, s *Session, v T) ([]T, error) {
 // run's storage and its node directories.
 func (s *Session) closeStorage() {
 	if s.writes != nil {
+		s.flushOwnUpload()
 		s.writes.close()
 	}
 	if s.store != nil {
@@ -435,6 +441,28 @@ func (s *Session) closeStorage() {
 		release()
 	}
 	s.releaseNode = nil
+}
+
+// flushOwnUpload hears rank 0's last upload, which no report told of (the
+// session ends without settle: the gang broke), and queues what then is
+// ready: a checkpoint of rank 0's files alone, as a DDP model is saved, is
+// committed before the next generation looks for the one to resume from.
+// The upload's end is bounded by the storage's context (runGeneration).
+func (s *Session) flushOwnUpload() {
+	u := s.up
+	if s.rank != 0 || u == nil || u.sent {
+		return
+	}
+	<-u.done
+	u.sent = true
+	s.ledger.heard(0, u.res)
+	ready, dropped, err := s.ledger.ready()
+	for _, e := range ready {
+		s.submit(e)
+	}
+	if err != nil {
+		s.abandon(dropped)
+	}
 }
 
 // ownCheckpointDir confines the checkpoint directory rank reported to the

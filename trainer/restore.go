@@ -52,7 +52,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	s.scratch = s.memoryScratch(env)
 	s.beforeResume(env)
 	if s.rank == 0 {
-		rp = s.openStorage(ctx, env)
+		rp = s.openStorage(s.storageContext(ctx), env)
 	}
 	all, err := s.gatherJSON(ctx, rp)
 	if err != nil {

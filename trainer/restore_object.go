@@ -102,7 +102,7 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
 	}
-	rs, err := storage.OpenRank(ctx, env.StoragePath, env.RunName, s.cache, storage.WithLogger(s.log),
+	rs, err := storage.OpenRank(s.storageContext(ctx), env.StoragePath, env.RunName, s.cache, storage.WithLogger(s.log),
 		storage.WithStorageOptions(env.Storage()))
 	if err != nil {
 		return fmt.Errorf("open run storage: %w", err)
@@ -121,6 +121,20 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	}
 	rp.Checkpoint = dir
 	return nil
+}
+
+// brokenGenerationWrites bounds how long the storage writes a broken
+// generation had under way may go on before its next generation starts.
+const brokenGenerationWrites = time.Minute
+
+// storageContext is the context the run's storage is opened with: the
+// session's, which outlives a broken generation for a while
+// (runGeneration), or ctx.
+func (s *Session) storageContext(ctx context.Context) context.Context {
+	if s.storageCtx != nil {
+		return s.storageCtx
+	}
+	return ctx
 }
 
 // asyncUploads says whether checkpoint uploads go on after Report

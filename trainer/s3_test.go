@@ -180,12 +180,22 @@ func asyncRun(t *testing.T, name string, maxFailures int) (trainer.Run, string) 
 		Failure:    trainer.FailureConfig{MaxFailures: maxFailures}}, url
 }
 
-// TestAsyncUploadFailureFailsNextReport: rank 1's upload of the second
+// TestAsyncUploadFailureFailsNextReport: one rank's upload of the second
 // checkpoint fails (a file name a checkpoint may not hold); that Report
-// has returned, and the next one fails on every rank, naming rank 1. The
-// first checkpoint stays the latest; nothing of the second is recorded.
+// has returned, and the next one fails on every rank, naming that rank.
+// The first checkpoint stays the latest; nothing of the second is
+// recorded. Rank 0's own upload is taken by its write, not told by a
+// later report (TestAsyncPeerLostKeepsReportedCheckpoint), and fails the
+// next report all the same.
 func TestAsyncUploadFailureFailsNextReport(t *testing.T) {
-	run, url := asyncRun(t, "upfail", 0)
+	for _, bad := range []int{1, 0} {
+		t.Run(fmt.Sprintf("rank %d", bad), func(t *testing.T) { asyncUploadFailure(t, bad) })
+	}
+}
+
+func asyncUploadFailure(t *testing.T, bad int) {
+	name := fmt.Sprintf("upfail%d", bad)
+	run, url := asyncRun(t, name, 0)
 	fn := func(ctx context.Context, s *trainer.Session) error {
 		if err := reportRankFiles(ctx, s, 1); err != nil {
 			return err
@@ -194,7 +204,7 @@ func TestAsyncUploadFailureFailsNextReport(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if s.WorldRank() == 1 {
+		if s.WorldRank() == bad {
 			if err := os.WriteFile(filepath.Join(dir, storage.ManifestFile+".corrupt"), nil, 0o644); err != nil {
 				return err
 			}
@@ -203,17 +213,17 @@ func TestAsyncUploadFailureFailsNextReport(t *testing.T) {
 			return fmt.Errorf("the report of a checkpoint still uploading failed: %w", err)
 		}
 		err = reportRankFiles(ctx, s, 3) // waits for the upload before
-		if !errors.Is(err, trainer.ErrReport) || !strings.Contains(err.Error(), "rank 1: ") || !strings.Contains(err.Error(), "reserved name") {
-			return fmt.Errorf("the report after a failed upload: got %v, want it to fail naming rank 1", err)
+		if !errors.Is(err, trainer.ErrReport) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d: ", bad)) || !strings.Contains(err.Error(), "reserved name") {
+			return fmt.Errorf("the report after a failed upload: got %v, want it to fail naming rank %d", err, bad)
 		}
 		return nil
 	}
 	_, out, err := fit(t, fn, 2, run, nil)
 	must.NoError(t, err, must.Sprint(out))
-	res := latestOnS3(t, url, "upfail")
+	res := latestOnS3(t, url, name)
 	must.EqOp(t, 1, res.Record.Step)
 	must.NoError(t, checkRankFiles(res.Path, 2, 1))
-	st, err := storage.OpenStoreReadOnly(context.Background(), url, "upfail", storage.Policy{})
+	st, err := storage.OpenStoreReadOnly(context.Background(), url, name, storage.Policy{})
 	must.NoError(t, err)
 	defer st.Close()
 	recs, err := st.Records()
@@ -277,16 +287,64 @@ func TestAsyncCrashKeepsPreviousCheckpoint(t *testing.T) {
 		if err := reportRankFiles(ctx, s, 2); err != nil {
 			return err
 		}
-		if s.WorldRank() == 0 {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		}
-		return s.Barrier(ctx) // the gang breaks here
+		return breakGang(ctx, s, 0)
 	}
 	res, out, err := fit(t, fn, 2, run, nil)
 	must.NoError(t, err, must.Sprint(out))
 	must.SliceLen(t, 1, res.Recovered, must.Sprint(out))
 	latest := latestOnS3(t, url, "crash")
 	must.NoError(t, checkRankFiles(latest.Path, 2, 1))
+}
+
+// breakGang SIGKILLs rank's process; the gang breaks at the barrier.
+func breakGang(ctx context.Context, s *trainer.Session, rank int) error {
+	if s.WorldRank() == rank {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	return s.Barrier(ctx)
+}
+
+// TestAsyncPeerLostKeepsReportedCheckpoint: rank 0 alone writes the
+// checkpoints (as a DDP model is saved), and rank 1 is SIGKILLed as soon
+// as the second Report returns, before a later report could tell how the
+// uploads went. Rank 0's process lives on into the next generation: its
+// upload and commit of that checkpoint finish first, and the gang resumes
+// from it, not from the one before it.
+func TestAsyncPeerLostKeepsReportedCheckpoint(t *testing.T) {
+	run, url := asyncRun(t, "peerlost", 1)
+	fn := func(ctx context.Context, s *trainer.Session) error {
+		if s.Generation() > 1 {
+			ck := s.GetCheckpoint()
+			if ck == nil {
+				return errors.New("the next generation resumed from no checkpoint")
+			}
+			if b, err := os.ReadFile(filepath.Join(ck.Path(), "model.bin")); err != nil || string(b) != "step 2" {
+				return fmt.Errorf("resumed from %q (%v), want step 2's checkpoint", b, err)
+			}
+			return nil
+		}
+		for step := int64(1); step <= 2; step++ {
+			var ck *trainer.Checkpoint
+			if s.WorldRank() == 0 {
+				dir, err := s.NewCheckpointDir()
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, "model.bin"), fmt.Appendf(nil, "step %d", step), 0o644); err != nil {
+					return err
+				}
+				ck = trainer.CheckpointFromDirectory(dir)
+			}
+			if err := s.Report(ctx, trainer.Metrics{"at": step}, ck); err != nil {
+				return err
+			}
+		}
+		return breakGang(ctx, s, 1)
+	}
+	res, out, err := fit(t, fn, 2, run, nil)
+	must.NoError(t, err, must.Sprint(out))
+	must.SliceLen(t, 1, res.Recovered, must.Sprint(out))
+	must.EqOp(t, int64(2), latestOnS3(t, url, "peerlost").Record.Step)
 }
 
 // TestAsyncStopFinishesPendingUpload: every worker is asked to stop (the

@@ -34,6 +34,7 @@ type Session struct {
 	store                storage.RunStore   // rank 0 only
 	sharded              storage.Sharded    // rank 0 on an object store: store, whose ranks upload their own files
 	objects              *storage.RankStore // every rank on an object store
+	storageCtx           context.Context    // what the storage is opened with (runGeneration); nil: the restore's
 	writes               *writeQueue        // rank 0: storage writes, in order
 	async                bool               // checkpoint uploads go on after Report returns
 	events               *eventLog

@@ -331,10 +331,19 @@ func (w *worker) generation(ctx context.Context) error {
 	}
 	defer group.Close()
 
+	// The storage outlives a broken generation for a while: what this rank
+	// had under way (its upload of a checkpoint, rank 0's commit of it)
+	// finishes in closeStorage, so that the next generation resumes from
+	// that checkpoint rather than from the one before. A stop or a kill of
+	// this process (ctx) still ends it at once.
+	sctx, cancelStorage := context.WithCancel(ctx)
+	defer cancelStorage()
+	defer context.AfterFunc(gctx, func() { time.AfterFunc(brokenGenerationWrites, cancelStorage) })()
+
 	s := &Session{
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
 		nodeRank: a.NodeRank, generation: a.Generation, attempt: w.attempt, config: env.Config,
-		group:  group,
+		group: group, storageCtx: sctx,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 		metrics: w.metrics, grow: grow,
 	}
