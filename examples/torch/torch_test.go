@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/external"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -44,28 +45,41 @@ type config struct {
 // On Nomad rank 0's torch store listens on the task's own port each
 // generation (workerenv.TorchPort), which the restarted command binds
 // again; locally on a port found free each time.
+//
+// On S3 the ranks upload their own checkpoint files and the restarted gang
+// downloads the epoch-1 checkpoint; the Result's checkpoint copies out.
 func TestTorchDDPTrainsReportsAndResumesAfterKill(t *testing.T) {
 	needTorch(t)
-	t.Run("free port", func(t *testing.T) { torchResumesAfterKill(t) })
+	t.Run("free port", func(t *testing.T) { torchResumesAfterKill(t, t.TempDir()) })
 	t.Run("nomad port", func(t *testing.T) {
 		if !workerenv.IsWorker() {
 			port, err := external.FreePort()
 			must.NoError(t, err)
 			t.Setenv(workerenv.TorchPort, strconv.Itoa(port))
 		}
-		torchResumesAfterKill(t)
+		torchResumesAfterKill(t, t.TempDir())
+	})
+	t.Run("s3", func(t *testing.T) {
+		root := "" // the workers take the run from their environment
+		if !workerenv.IsWorker() {
+			srv := s3test.Start(t)
+			srv.SetKeys(t)
+			t.Setenv("AWS_REGION", srv.Region)
+			t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+			root = "s3://" + srv.Bucket + "/runs"
+		}
+		torchResumesAfterKill(t, root)
 	})
 }
 
-func torchResumesAfterKill(t *testing.T) {
+func torchResumesAfterKill(t *testing.T, root string) {
 	script, err := filepath.Abs("train.py")
 	must.NoError(t, err)
 	argv, _ := json.Marshal([]string{python, script})
 	t.Setenv(workerenv.ExternalCommand, string(argv))
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	dir := t.TempDir()
 	tr := trainer.New(external.Train, trainer.Scaling{NumWorkers: 2},
-		trainer.Run{Name: "torch", StoragePath: dir,
+		trainer.Run{Name: "torch", StoragePath: root,
 			Checkpoint: trainer.CheckpointConfig{NumToKeep: 2},
 			Failure:    trainer.FailureConfig{MaxFailures: 2}},
 		config{Epochs: 5, LR: 0.05, DieAtEpoch: 2, DieRank: 1})
@@ -85,9 +99,11 @@ func torchResumesAfterKill(t *testing.T) {
 	must.Eq(t, 1.0, res.Metrics["restart_count"].(float64))
 	must.Less(t, 0.01, res.Metrics["loss"].(float64))
 	must.NotNil(t, res.Checkpoint)
-	must.FileExists(t, filepath.Join(res.Checkpoint.Path(), "model.pt"))
+	local := filepath.Join(t.TempDir(), "model")
+	must.NoError(t, res.Checkpoint.ToDirectory(ctx, local))
+	must.FileExists(t, filepath.Join(local, "model.pt"))
 
-	st, err := storage.Open(dir, "torch", storage.Policy{})
+	st, err := storage.OpenStoreReadOnly(ctx, root, "torch", storage.Policy{})
 	must.NoError(t, err)
 	recs, err := st.Records()
 	st.Close()
