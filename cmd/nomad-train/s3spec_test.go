@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/scheduler/dashboard"
 )
 
 // The storage block names the S3 server, its region and path-style
@@ -58,6 +61,18 @@ train "qs" {
 	// The summary counts the steps from the reports on S3, read through
 	// the block's options too.
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^    steps +2 \(`), out)
+	// The summary's dashboard command passes the block's options on: as
+	// printed, with the keys alone in the environment, it lists the run.
+	curves := regexp.MustCompile(`(?m)^    curves +nomad-train dashboard (.+), then http`).FindStringSubmatch(out)
+	must.SliceLen(t, 2, curves, must.Sprint(out))
+	base := startDashboardIn(t, bin, dir, env, strings.Fields(curves[1])...)
+	resp, err := http.Get(base + "api/runs")
+	must.NoError(t, err)
+	var runs []dashboard.RunSummary
+	must.NoError(t, json.NewDecoder(resp.Body).Decode(&runs))
+	resp.Body.Close()
+	must.SliceLen(t, 1, runs, must.Sprint(curves[1]))
+	must.EqOp(t, "qs", runs[0].Key)
 	out = run(3)
 	must.StrContains(t, out, "[rank 0] resuming after epoch 1")
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^    steps +1 \(`), out)

@@ -113,7 +113,7 @@ func storageLocation(spec *trainspec.Spec) string {
 // this launch.
 func localSummary(spec *trainspec.Spec, out *launch.Outcome, res *trainer.Result, steps int64, wall time.Duration) Summary {
 	s := Summary{Kind: "run", Name: spec.Name, Wall: wall, Steps: steps,
-		MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath}
+		MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath, StorageOptions: spec.Run.Storage.Options()}
 	if out != nil {
 		s.Restarts = len(out.Restarts) + len(out.Stopped)
 		s.Failures = len(out.Restarts)

@@ -115,7 +115,8 @@ func FollowNomad(ctx context.Context, c nomad.API, spec *trainspec.Spec, job *ap
 // this machine reaches the run's storage.
 func nomadSummary(spec *trainspec.Spec, res nomad.RunResult, before storage.Record, wall time.Duration) Summary {
 	s := Summary{Kind: "run", Name: spec.Name, Wall: wall, Restarts: res.Status.Restarts(),
-		Failures: len(res.Status.Failures), MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath}
+		Failures: len(res.Status.Failures), MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath,
+		StorageOptions: spec.Run.Storage.Options()}
 	if res.Reported {
 		s.Steps = max(res.Last.Step-before.Step, 0)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 // Summary is what `run` and `tune` print when they end: how long, how
@@ -28,8 +30,10 @@ type Summary struct {
 	// ("loss=0.0135"); "" when there is none.
 	Best, Score string
 	// Storage is the storage path the dashboard reads; "" leaves the
-	// curves line out.
-	Storage string
+	// curves line out. StorageOptions are an s3:// path's non-secret
+	// options (the spec's storage block), which the command passes on.
+	Storage        string
+	StorageOptions workerenv.StorageOptions
 }
 
 // Render writes the summary as an indented block under a heading.
@@ -76,8 +80,18 @@ func (s Summary) dashboard() string {
 	if s.Kind == "experiment" {
 		page = "exp"
 	}
-	return fmt.Sprintf("nomad-train dashboard %s, then http://127.0.0.1:8265/#/%s?key=%s",
-		shellQuote(s.Storage), page, url.QueryEscape(s.Name))
+	var flags strings.Builder
+	if o := s.StorageOptions; o.Endpoint != "" {
+		fmt.Fprintf(&flags, "-s3-endpoint %s ", shellQuote(o.Endpoint))
+	}
+	if o := s.StorageOptions; o.Region != "" {
+		fmt.Fprintf(&flags, "-s3-region %s ", shellQuote(o.Region))
+	}
+	if s.StorageOptions.PathStyle {
+		flags.WriteString("-s3-path-style ")
+	}
+	return fmt.Sprintf("nomad-train dashboard %s%s, then http://127.0.0.1:8265/#/%s?key=%s",
+		flags.String(), shellQuote(s.Storage), page, url.QueryEscape(s.Name))
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
 func TestSummaryRender(t *testing.T) {
@@ -37,6 +39,14 @@ func TestSummaryRender(t *testing.T) {
     trials           6 (1 failed)
     best checkpoint  results/sweep/trial_0003/checkpoint_000004 (loss=0.02, trial trial_0003)
     curves           nomad-train dashboard s3://bucket/exp, then http://127.0.0.1:8265/#/exp?key=sweep
+`},
+		{"storage block options", Summary{Kind: "run", Name: "qs", Wall: time.Second, Steps: 2, MaxFailures: 0,
+			Storage: "s3://bkt/runs", StorageOptions: workerenv.StorageOptions{Endpoint: "http://127.0.0.1:7070", Region: "us-east-1", PathStyle: true}},
+			`==> summary of run "qs"
+    wall time  1s
+    steps      2 (2.00/s)
+    restarts   0 (failures used: 0 of 0)
+    curves     nomad-train dashboard -s3-endpoint http://127.0.0.1:7070 -s3-region us-east-1 -s3-path-style s3://bkt/runs, then http://127.0.0.1:8265/#/run?key=qs
 `},
 	}
 	for _, c := range cases {

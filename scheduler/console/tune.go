@@ -81,7 +81,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
 			return 1
 		}
-		failed = printExperiment(stdout, stderr, grid, cfg, time.Since(start))
+		failed = printExperiment(stdout, stderr, grid, cfg, x.Spec.Run.Storage.Options(), time.Since(start))
 	}
 	switch {
 	case ctx.Err() != nil || errors.Is(err, context.Canceled):
@@ -106,7 +106,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 // printExperiment prints an experiment's end: its failed trials, where
 // its results are, its best trial and the summary. It returns the number
 // of failed trials.
-func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.Config, wall time.Duration) int {
+func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.Config, so workerenv.StorageOptions, wall time.Duration) int {
 	for _, tr := range grid.Trials {
 		if tr.Status == tune.StatusError {
 			fmt.Fprintf(stderr, "nomad-train tune: %s failed: %s\n", tr.ID, tr.Reason)
@@ -115,7 +115,7 @@ func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.C
 	fmt.Fprintf(stdout, "==> results %s, %s\n", storage.RunLocation(grid.Path, tune.ResultFiles[0]), storage.RunLocation(grid.Path, tune.ResultFiles[1]))
 	s := Summary{Kind: "experiment", Name: cfg.Name, Wall: wall, Unit: "trial reports",
 		Steps: int64(grid.TotalIterations()), Trials: len(grid.Trials), FailedTrials: grid.NumErrors(),
-		Storage: cfg.StoragePath}
+		Storage: cfg.StoragePath, StorageOptions: so}
 	if best, berr := grid.Best("", ""); berr == nil {
 		fmt.Fprintf(stdout, "==> best trial %s: %s %v, config %s\n", best.ID, cfg.Metric, best.Metrics[cfg.Metric], tune.FormatConfig(best.Config))
 		if best.BestCheckpoint != "" {
