@@ -124,8 +124,10 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 }
 
 // brokenGenerationWrites bounds how long the storage writes a broken
-// generation had under way may go on before its next generation starts.
-const brokenGenerationWrites = time.Minute
+// generation had under way may go on before its next generation starts:
+// half the default rejoin_timeout, after which a local launcher presumes
+// a worker that has not rejoined hung, and replaces it.
+const brokenGenerationWrites = workerenv.DefaultRejoinTimeout / 2
 
 // storageContext is the context the run's storage is opened with: the
 // session's, which outlives a broken generation for a while
