@@ -334,8 +334,8 @@ func (w *worker) generation(ctx context.Context) error {
 	// The storage outlives a broken generation for a while: what this rank
 	// had under way (its upload of a checkpoint, rank 0's commit of it)
 	// finishes in closeStorage, so that the next generation resumes from
-	// that checkpoint rather than from the one before. A stop or a kill of
-	// this process (ctx) still ends it at once.
+	// that checkpoint rather than from the one before. It ends with this
+	// process's own context, at once.
 	sctx, cancelStorage := context.WithCancel(ctx)
 	defer cancelStorage()
 	defer context.AfterFunc(gctx, func() { time.AfterFunc(brokenGenerationWrites, cancelStorage) })()
