@@ -46,8 +46,8 @@ func parseProcStat(s string) (procStat, error) {
 	if len(f) < 22 {
 		return p, fmt.Errorf("%w: stat has %d fields after the name", errProcFormat, len(f))
 	}
-	if len(f[0]) != 1 {
-		return p, fmt.Errorf("%w: state %q", errProcFormat, f[0])
+	if c := f[0][0]; len(f[0]) != 1 || !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+		return p, fmt.Errorf("%w: state %q", errProcFormat, f[0]) // the kernel's states are letters
 	}
 	p.State = f[0][0]
 	ints := []struct {
