@@ -324,11 +324,7 @@ func TestConnectionFlagsReachNomad(t *testing.T) {
 // where the latest checkpoint is, for download.
 func TestStatusOnNomadOfARunOnS3(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.SetKeys(t)
-	for _, k := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	srv.SetKeysOnly(t)
 	f := newClusterFixture(t, "worker-rescheduled")
 	f.storage = "s3://" + srv.Bucket + "/runs"
 	opts := workerenv.StorageOptions{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true}

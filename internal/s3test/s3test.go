@@ -269,6 +269,20 @@ func (s *Server) SetKeys(t interface {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
 }
 
+// SetKeysOnly is SetKeys with nothing else of the AWS chain: no endpoint,
+// region or profile from the environment, and no instance metadata, so
+// that what reaches the server must come from a storage block's options.
+func (s *Server) SetKeysOnly(t interface {
+	Setenv(key, value string)
+	TempDir() string
+}) {
+	s.SetKeys(t)
+	for _, k := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
 // NewBucket makes another empty bucket on the server and returns its name.
 func (s *Server) NewBucket(t testing.TB) string {
 	t.Helper()

@@ -20,11 +20,7 @@ import (
 // alone, and the best checkpoint is still found.
 func TestNomadSummaryReadsS3WithSpecOptions(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.SetKeys(t)
-	for _, k := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	srv.SetKeysOnly(t)
 	root := "s3://" + srv.Bucket + "/runs"
 	spec, diags := trainspec.Parse([]byte(fmt.Sprintf(`
 train "qs" {
