@@ -283,7 +283,14 @@ func (s *Session) flush(ctx context.Context, msgs []reportMsg, results map[int]u
 	ack := reportAck{Committed: committed}
 	switch {
 	case lerr != nil:
-		s.abandon(dropped)
+		for _, d := range dropped {
+			if d.own != "" {
+				os.RemoveAll(d.own) // rank 0's files, never uploaded
+			}
+			if err := s.sharded.Abandon(d.name); err != nil {
+				s.log.Warn("could not delete the files of a failed checkpoint", "checkpoint", d.name, "error", err)
+			}
+		}
 		ack.Err = lerr.Error()
 	case qerr != nil:
 		ack.Err = qerr.Error()
@@ -291,18 +298,6 @@ func (s *Session) flush(ctx context.Context, msgs []reportMsg, results map[int]u
 		ack.Err = err.Error()
 	}
 	return ack
-}
-
-// abandon deletes what was uploaded of checkpoints the ledger dropped.
-func (s *Session) abandon(dropped []dropped) {
-	for _, d := range dropped {
-		if d.own != "" {
-			os.RemoveAll(d.own) // rank 0's files, never uploaded
-		}
-		if err := s.sharded.Abandon(d.name); err != nil {
-			s.log.Warn("could not delete the files of a failed checkpoint", "checkpoint", d.name, "error", err)
-		}
-	}
 }
 
 // submit queues the writes of one ready report.
@@ -455,14 +450,7 @@ func (s *Session) flushOwnUpload() {
 	}
 	<-u.done
 	u.sent = true
-	s.ledger.heard(0, u.res)
-	ready, dropped, err := s.ledger.ready()
-	for _, e := range ready {
-		s.submit(e)
-	}
-	if err != nil {
-		s.abandon(dropped)
-	}
+	s.flush(context.Background(), nil, map[int]uploadResult{0: u.res}, false) // no one to answer
 }
 
 // ownCheckpointDir confines the checkpoint directory rank reported to the

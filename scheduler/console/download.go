@@ -15,7 +15,8 @@ import (
 // latest, best (by the spec's checkpoint policy) or a checkpoint's name in
 // the spec's run; the spec's storage block then gives the S3 options.
 func Download(ctx context.Context, spec *trainspec.Spec, what, dir string) (string, error) {
-	named := what == "latest" || what == "best" || storage.IsCheckpointName(what)
+	byResult := what == "latest" || what == "best"
+	named := byResult || storage.IsCheckpointName(what)
 	var opts []storage.Option
 	switch {
 	case spec == nil && named:
@@ -28,7 +29,7 @@ func Download(ctx context.Context, spec *trainspec.Spec, what, dir string) (stri
 	}
 	location := what
 	switch {
-	case what == "latest" || what == "best":
+	case byResult:
 		res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil, opts...)
 		if err != nil {
 			return "", err

@@ -138,7 +138,6 @@ func SplitCheckpointLocation(location string) (root, run, name string, err error
 // SHA-256 after it, is a *CheckpointError.
 func copyCheckpointDir(ctx context.Context, src, into string) error {
 	name := filepath.Base(filepath.Clean(src))
-	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
 	fi, err := os.Stat(src)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -148,23 +147,15 @@ func copyCheckpointDir(ctx context.Context, src, into string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("%s is not a checkpoint directory", src)
 	}
-	m, doc, ok, err := readManifestDoc(src)
+	m, doc, ok, err := checkpointManifest(src, name)
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: %s has no %s (not a checkpoint, or one written before manifests, which cannot be checked)", ErrNoCheckpoint, src, ManifestFile)
-	case errors.Is(err, errNotRegular):
-		return bad(err.Error())
-	case err != nil && errors.Is(err, fs.ErrPermission):
-		return err
 	case err != nil:
-		return bad(fmt.Sprintf("unreadable manifest: %v", err))
-	}
-	found, problems, err := listTree(src)
-	if err != nil {
 		return err
 	}
-	if problems = append(problems, m.Check(found)...); len(problems) > 0 {
-		return bad(problems...)
+	if _, err := checkListing(src, name, m); err != nil {
+		return err
 	}
 	sums := make([]FileSum, 0, len(m.Files))
 	for _, f := range m.Files {

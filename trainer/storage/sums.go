@@ -185,6 +185,37 @@ func readManifestDoc(dir string) (m Manifest, doc []byte, ok bool, err error) {
 	return m, doc, true, err
 }
 
+// checkpointManifest reads the manifest of checkpoint name in dir, and
+// its bytes; ok is false when there is none. One that is not a regular
+// file or does not decode is a *CheckpointError; one this process may not
+// read is returned as it is.
+func checkpointManifest(dir, name string) (m Manifest, doc []byte, ok bool, err error) {
+	m, doc, ok, err = readManifestDoc(dir)
+	switch {
+	case !ok || err == nil:
+		return m, doc, ok, err
+	case errors.Is(err, errNotRegular):
+		err = &CheckpointError{Name: name, Problems: []string{err.Error()}}
+	case !errors.Is(err, fs.ErrPermission):
+		err = &CheckpointError{Name: name, Problems: []string{fmt.Sprintf("unreadable manifest: %v", err)}}
+	}
+	return m, doc, true, err
+}
+
+// checkListing lists the files of checkpoint name in dir and compares
+// their names and sizes with its manifest m (a *CheckpointError when they
+// differ, or when something there is not a regular file).
+func checkListing(dir, name string, m Manifest) ([]FileSum, error) {
+	files, problems, err := listTree(dir)
+	if err != nil {
+		return nil, err
+	}
+	if problems = append(problems, m.Check(files)...); len(problems) > 0 {
+		return nil, &CheckpointError{Name: name, Problems: problems}
+	}
+	return files, nil
+}
+
 // verifyCheckpoint checks the checkpoint name under runDir against its
 // manifest and against rec, the record that commits it: sizes first, then
 // SHA-256. A mismatch is a *CheckpointError; an error reading the files is
@@ -193,25 +224,18 @@ func readManifestDoc(dir string) (m Manifest, doc []byte, ok bool, err error) {
 func verifyCheckpoint(runDir, name string, rec Record) (legacy bool, err error) {
 	dir := filepath.Join(runDir, name)
 	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
-	m, ok, err := readManifest(dir)
+	m, _, ok, err := checkpointManifest(dir, name)
 	switch {
 	case !ok:
 		return true, nil
-	case errors.Is(err, errNotRegular):
-		return false, bad(err.Error())
-	case err != nil && errors.Is(err, fs.ErrPermission):
-		return false, err
 	case err != nil:
-		return false, bad(fmt.Sprintf("unreadable manifest: %v", err))
+		return false, err
 	case m.Record.Step != rec.Step:
 		return false, bad(fmt.Sprintf("manifest step %d, record step %d", m.Record.Step, rec.Step))
 	}
-	files, problems, err := listTree(dir)
+	files, err := checkListing(dir, name, m)
 	if err != nil {
 		return false, err
-	}
-	if problems = append(problems, m.Check(files)...); len(problems) > 0 {
-		return false, bad(problems...)
 	}
 	sums, err := sumFiles(dir, files)
 	if err != nil {
