@@ -113,19 +113,19 @@ func downloadObject(ctx context.Context, location, into string, opts []Option) e
 func SplitCheckpointLocation(location string) (root, run, name string, err error) {
 	loc, err := objstore.ParseURL(location)
 	if err != nil {
-		return "", "", "", err
+		return "", "", "", fmt.Errorf("%w: %w", ErrNotCheckpointLocation, err)
 	}
 	parts := strings.Split(loc.Prefix, "/")
 	n := len(parts)
 	if n < 3 || parts[n-2]+"/" != objCheckpointDir {
-		return "", "", "", fmt.Errorf("%s is not a checkpoint's location: want s3://bucket[/prefix]/<run>/%s%s<N>", location, objCheckpointDir, checkpointPrefix)
+		return "", "", "", fmt.Errorf("%s is %w: want s3://bucket[/prefix]/<run>/%s%s<N>", location, ErrNotCheckpointLocation, objCheckpointDir, checkpointPrefix)
 	}
 	run, name = parts[n-3], parts[n-1]
 	if _, ok := checkpointIndex(name); !ok {
-		return "", "", "", fmt.Errorf("%s is not a checkpoint's location: %q is not a checkpoint's name", location, name)
+		return "", "", "", fmt.Errorf("%s is %w: %q is not a checkpoint's name", location, ErrNotCheckpointLocation, name)
 	}
 	if err := checkRunName(run); err != nil {
-		return "", "", "", fmt.Errorf("%s is not a checkpoint's location: %w", location, err)
+		return "", "", "", fmt.Errorf("%s is %w: %w", location, ErrNotCheckpointLocation, err)
 	}
 	loc.Prefix = strings.Join(parts[:n-3], "/")
 	return loc.String(), run, name, nil
@@ -182,4 +182,36 @@ func copyCheckedFile(src, into, rel string) (FileSum, error) {
 	}
 	defer f.Close()
 	return writeFileFrom(into, rel, f)
+}
+
+// startPrefix names the copy FetchStartCheckpoint makes of a checkpoint
+// that a run starts from. It is no checkpoint's name, so a run's own
+// checkpoints and their listings never include it.
+const startPrefix = "start-"
+
+// FetchStartCheckpoint makes a checked copy of the committed checkpoint at
+// location (as DownloadCheckpoint takes it) in the directory local, once
+// for every process that shares local: the first to ask downloads it while
+// the others wait, under the lock a node's ranks take to fetch a run's own
+// checkpoints. It returns the copy's directory and whether this call made
+// it. It is how a run starts from a checkpoint it did not write (Ray's
+// resume_from_checkpoint); local is a scratch directory of the run's, so
+// the copy goes when the run next clears it.
+func FetchStartCheckpoint(ctx context.Context, location, local string, opts ...Option) (string, bool, error) {
+	unlock, err := lockFetch(local)
+	if err != nil {
+		return "", false, err
+	}
+	defer unlock()
+	dir := filepath.Join(local, fmt.Sprintf("%s%x", startPrefix, sumOf(location)))
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
+		return dir, false, nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return "", false, err
+	}
+	if err := DownloadCheckpoint(ctx, location, dir, opts...); err != nil {
+		return "", false, err
+	}
+	return dir, true, nil
 }

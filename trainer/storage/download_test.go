@@ -137,6 +137,66 @@ func TestSplitCheckpointLocation(t *testing.T) {
 		"s3://key:secret@bkt/qs/checkpoints/checkpoint_000001",
 	} {
 		_, _, _, err := SplitCheckpointLocation(bad)
-		must.Error(t, err, must.Sprint(bad))
+		must.ErrorIs(t, err, ErrNotCheckpointLocation, must.Sprint(bad))
 	}
+}
+
+// A run starting from another run's checkpoint fetches it once for the
+// processes that share its local directory, however many ask at once; a
+// copy without its manifest (a crash mid-copy cannot leave one, but a
+// person might) is fetched again, and a missing checkpoint leaves nothing.
+func TestConformanceFetchStartCheckpoint(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		w := b.open(t, Policy{})
+		defer w.Close()
+		files := downloadFiles()
+		name := commitRS(t, w, files, Record{Step: 1})
+		b.settle(t, w)
+
+		local := t.TempDir()
+		type got struct {
+			dir     string
+			fetched bool
+			err     error
+		}
+		results := make(chan got, 4)
+		for range 4 {
+			go func() {
+				dir, fetched, err := FetchStartCheckpoint(ctx, b.location(name), local, b.opts...)
+				results <- got{dir, fetched, err}
+			}()
+		}
+		var dirs []string
+		fetches := 0
+		for range 4 {
+			g := <-results
+			must.NoError(t, g.err)
+			dirs = append(dirs, g.dir)
+			if g.fetched {
+				fetches++
+			}
+		}
+		must.EqOp(t, 1, fetches, must.Sprint("one process of the four downloads it"))
+		for _, d := range dirs {
+			must.EqOp(t, dirs[0], d)
+		}
+		must.Eq(t, files, readTree(t, dirs[0]))
+		must.False(t, IsCheckpointName(filepath.Base(dirs[0])), must.Sprint("the copy is not one of the run's checkpoints"))
+
+		must.NoError(t, os.Remove(filepath.Join(dirs[0], ManifestFile)))
+		dir, fetched, err := FetchStartCheckpoint(ctx, b.location(name), local, b.opts...)
+		must.NoError(t, err)
+		must.True(t, fetched, must.Sprint("a copy without its manifest is not whole"))
+		must.Eq(t, files, readTree(t, dir))
+
+		empty := t.TempDir()
+		_, _, err = FetchStartCheckpoint(ctx, b.location("checkpoint_000009"), empty, b.opts...)
+		must.ErrorIs(t, err, ErrNoCheckpoint)
+		entries, err := os.ReadDir(empty)
+		must.NoError(t, err)
+		for _, e := range entries {
+			must.EqOp(t, fetchLock, e.Name(), must.Sprint("only the lock is left"))
+		}
+	})
 }

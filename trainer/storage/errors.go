@@ -30,6 +30,9 @@ var (
 	// ErrNoCheckpoint is returned by DownloadCheckpoint when its location
 	// holds no committed checkpoint.
 	ErrNoCheckpoint = errors.New("no checkpoint")
+	// ErrNotCheckpointLocation is returned for an s3:// location that does
+	// not name a checkpoint (SplitCheckpointLocation).
+	ErrNotCheckpointLocation = errors.New("not a checkpoint's location")
 )
 
 // CorruptError reports a line of progress.jsonl that is not a valid record

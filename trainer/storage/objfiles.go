@@ -107,10 +107,7 @@ func (o objFiles) uploadFile(dir, name, rel string) (FileSum, error) {
 // node's own files of a checkpoint it uploaded) is replaced. check, when
 // not nil, vets the manifest before anything is downloaded.
 func (o objFiles) fetch(local, name string, check func(Manifest) []string) (string, bool, error) {
-	if err := os.MkdirAll(local, 0o755); err != nil {
-		return "", false, fmt.Errorf("creating local directory: %w", err)
-	}
-	unlock, err := lockWait(filepath.Join(local, fetchLock))
+	unlock, err := lockFetch(local)
 	if err != nil {
 		return "", false, err
 	}
@@ -210,6 +207,14 @@ func finishCopy(name, into string, m Manifest, doc []byte, sums []FileSum) error
 // fetchLock is the file the processes sharing a local directory lock
 // while one of them downloads a checkpoint into it.
 const fetchLock = ".fetch.lock"
+
+// lockFetch makes the directory local and takes its fetchLock.
+func lockFetch(local string) (unlock func(), err error) {
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		return nil, fmt.Errorf("creating local directory: %w", err)
+	}
+	return lockWait(filepath.Join(local, fetchLock))
+}
 
 // fetchFile downloads one file of a checkpoint under dir, hashing it.
 func (o objFiles) fetchFile(name, dir, rel string) (FileSum, error) {
