@@ -136,7 +136,7 @@ func (c TaskConfig) RunSpec() workerenv.Run {
 		Config:      json.RawMessage(c.TrainConfig),
 		Checkpoint: workerenv.CheckpointPolicy{NumToKeep: c.Checkpoint.NumToKeep,
 			ScoreAttribute: c.Checkpoint.ScoreAttribute, ScoreOrder: c.Checkpoint.ScoreOrder,
-			AsyncUpload: c.Checkpoint.AsyncUpload, Staging: c.Checkpoint.Staging},
+			AsyncUpload: c.Checkpoint.AsyncUpload, Staging: c.Checkpoint.Staging, ResumeFrom: c.Checkpoint.ResumeFrom},
 		MaxFailures:       c.Failure.MaxFailures,
 		RendezvousTimeout: c.Rendezvous.Timeout,
 		ConsulOutageGrace: c.Rendezvous.ConsulOutageGrace,
@@ -163,6 +163,7 @@ type CheckpointConfig struct {
 	ScoreOrder     string // "max", "min" or empty
 	AsyncUpload    *bool  // nil: the runtime's default
 	Staging        string // "disk", "memory" or empty
+	ResumeFrom     string // a checkpoint to start from, or empty
 }
 
 // FailureConfig is the task's failure {} block.
@@ -215,6 +216,7 @@ func taskConfigSpec() *hclspec.Spec {
 			"score_order":     specAttr("score_order", "string", false),
 			"async_upload":    specAttr("async_upload", "bool", false),
 			"staging":         specAttr("staging", "string", false),
+			"resume_from":     specAttr("resume_from", "string", false),
 		})),
 		"failure": specBlock("failure", specObject(map[string]*hclspec.Spec{
 			"max_failures": specAttr("max_failures", "number", false),
@@ -392,5 +394,6 @@ func decodeCheckpoint(c cty.Value, out *CheckpointConfig) error {
 			return err
 		}
 	}
+	out.ResumeFrom = getString(c, "resume_from")
 	return nil
 }

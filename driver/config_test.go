@@ -77,15 +77,17 @@ func TestDecodeTaskConfig(t *testing.T) {
 		tc, err = DecodeTaskConfig(mustEncodeTaskConfig(t, full(map[string]any{
 			"command": nil, "builtin": "quickstart", "world_size": "4", "train_config": `{"lr":0.001}`, "port": "coll",
 			"rendezvous": map[string]any{"backend": "embedded", "address": "127.0.0.1:7000", "timeout": "30s"},
-			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min", "async_upload": false, "staging": "memory"},
-			"failure":    map[string]any{"max_failures": -1},
+			"checkpoint": map[string]any{"num_to_keep": 2, "score_attribute": "loss", "score_order": "min", "async_upload": false, "staging": "memory",
+				"resume_from": "s3://b/p/qs/checkpoints/checkpoint_000019"},
+			"failure": map[string]any{"max_failures": -1},
 		})))
 		must.NoError(t, err)
 		must.Eq(t, TaskConfig{
 			Builtin: "quickstart", Launcher: LauncherAuto, RunName: "r", WorldSize: 4, StoragePath: "/data", TrainConfig: `{"lr":0.001}`, Port: "coll",
 			Rendezvous: RendezvousConfig{Backend: "embedded", Address: "embedded://127.0.0.1:7000", Timeout: 30 * time.Second},
-			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min", AsyncUpload: new(false), Staging: "memory"},
-			Failure:    FailureConfig{MaxFailures: -1},
+			Checkpoint: CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min", AsyncUpload: new(false), Staging: "memory",
+				ResumeFrom: "s3://b/p/qs/checkpoints/checkpoint_000019"},
+			Failure: FailureConfig{MaxFailures: -1},
 		}, tc)
 	})
 	bad := []struct {

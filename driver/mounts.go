@@ -58,31 +58,51 @@ func taskMounts(tc *drivers.TaskConfig, taskDir string) ([]workerenv.Mount, erro
 }
 
 // mountStorage rebases cfg's storage path onto the host path of the mount
-// that holds it, if one does. A storage path on object storage is left as
-// it is. Storage on a read-only mount is refused: checkpoints are written
-// there.
+// that holds it, if one does, and likewise the checkpoint the run starts
+// from (checkpoint.resume_from). A path on object storage is left as it
+// is. Storage on a read-only mount is refused: checkpoints are written
+// there. The checkpoint to start from is only read.
 func mountStorage(cfg TaskConfig, mounts []workerenv.Mount, taskDir string) (TaskConfig, error) {
 	if len(mounts) == 0 {
 		return cfg, nil
 	}
-	dir, err := storage.LocalDir(cfg.StoragePath)
+	host, m, ok, err := onMount(cfg.StoragePath, "storage_path", mounts, taskDir)
+	switch {
+	case err != nil:
+		return cfg, err
+	case ok && m.ReadOnly:
+		return cfg, fmt.Errorf("%w: storage_path %q is on the read-only volume mounted at %s; checkpoints and progress are written there, so mount it read-write or move storage_path", ErrMountRefused, cfg.StoragePath, m.Destination)
+	case ok:
+		cfg.StoragePath = host
+	}
+	if from := cfg.Checkpoint.ResumeFrom; from != "" {
+		if host, _, ok, err = onMount(from, "checkpoint.resume_from", mounts, taskDir); err != nil {
+			return cfg, err
+		} else if ok {
+			cfg.Checkpoint.ResumeFrom = host
+		}
+	}
+	return cfg, nil
+}
+
+// onMount finds the mount that holds the directory p (a path or a file://
+// URI; field names it in errors) and returns p on the mount's host path.
+// ok is false for a path outside every mount or on object storage.
+func onMount(p, field string, mounts []workerenv.Mount, taskDir string) (host string, m workerenv.Mount, ok bool, err error) {
+	dir, err := storage.LocalDir(p)
 	switch {
 	case errors.Is(err, storage.ErrUnsupportedScheme):
-		return cfg, nil
+		return "", m, false, nil
 	case err != nil:
-		return cfg, fieldErr("storage_path", "%v", err)
-	case hasDotDot(cfg.StoragePath):
-		return cfg, fmt.Errorf("%w: storage_path %q holds a \"..\" element; with volume mounts the driver rebases storage onto a volume's host path, so name the directory inside the volume directly", ErrMountRefused, cfg.StoragePath)
+		return "", m, false, fieldErr(field, "%v", err)
+	case hasDotDot(p):
+		return "", m, false, fmt.Errorf("%w: %s %q holds a \"..\" element; with volume mounts the driver rebases it onto a volume's host path, so name the directory inside the volume directly", ErrMountRefused, field, p)
 	}
 	m, rel, ok := workerenv.MountOf(mounts, storage.Rebase(dir, taskDir))
 	if !ok {
-		return cfg, nil
+		return "", m, false, nil
 	}
-	if m.ReadOnly {
-		return cfg, fmt.Errorf("%w: storage_path %q is on the read-only volume mounted at %s; checkpoints and progress are written there, so mount it read-write or move storage_path", ErrMountRefused, cfg.StoragePath, m.Destination)
-	}
-	cfg.StoragePath = filepath.Join(m.HostPath, rel)
-	return cfg, nil
+	return filepath.Join(m.HostPath, rel), m, true, nil
 }
 
 // hasDotDot reports whether p (a path or a file:// URI, also once

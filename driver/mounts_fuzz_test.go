@@ -7,9 +7,10 @@ import (
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 )
 
-// FuzzMountStorage: whatever destination and storage_path a job gives,
-// a storage path the driver rebases lies inside the mount's host path,
-// and one it does not rebase is the job's own, unchanged.
+// FuzzMountStorage: whatever destination and storage_path (or
+// resume_from) a job gives, a path the driver rebases lies inside the
+// mount's host path, and one it does not rebase is the job's own,
+// unchanged.
 func FuzzMountStorage(f *testing.F) {
 	for _, seed := range [][2]string{
 		{"/mnt/shared", "/mnt/shared/results"},
@@ -30,6 +31,12 @@ func FuzzMountStorage(f *testing.F) {
 		mounts, err := taskMounts(tc, taskDir)
 		if err != nil {
 			return
+		}
+		from, err := mountStorage(TaskConfig{StoragePath: "s3://b/p", Checkpoint: CheckpointConfig{ResumeFrom: storagePath}}, mounts, taskDir)
+		if got := from.Checkpoint.ResumeFrom; err == nil && got != storagePath {
+			if rel, err := filepath.Rel(host, got); err != nil || !filepath.IsLocal(rel) {
+				t.Fatalf("resume_from %q under destination %q was rebased to %q, outside the host path %s", storagePath, dest, got, host)
+			}
 		}
 		cfg, err := mountStorage(TaskConfig{StoragePath: storagePath}, mounts, taskDir)
 		if err != nil || cfg.StoragePath == storagePath {

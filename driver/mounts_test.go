@@ -68,6 +68,36 @@ func TestMountStorage(t *testing.T) {
 	}
 }
 
+// The checkpoint a run starts from is rebased onto the mount that holds it
+// as storage is, also from a read-only mount (the workers only read it),
+// and refused where it climbs out with "..".
+func TestMountResumeFrom(t *testing.T) {
+	const taskDir = "/alloc/w"
+	mounts, err := taskMounts(&drivers.TaskConfig{Mounts: []*drivers.Mount{
+		{TaskPath: "/mnt/shared", HostPath: "/srv/nfs"},
+		{TaskPath: "/models", HostPath: "/srv/models", Readonly: true},
+	}}, taskDir)
+	must.NoError(t, err)
+	for _, tc := range []struct{ from, want, err string }{
+		{from: "/mnt/shared/results/qs/checkpoint_000019", want: "/srv/nfs/results/qs/checkpoint_000019"},
+		{from: "/models/qs/checkpoint_000019", want: "/srv/models/qs/checkpoint_000019"},
+		{from: "file:///models/qs/checkpoint_000001", want: "/srv/models/qs/checkpoint_000001"},
+		{from: "/data/qs/checkpoint_000019", want: "/data/qs/checkpoint_000019"},
+		{from: "s3://b/p/qs/checkpoints/checkpoint_000019", want: "s3://b/p/qs/checkpoints/checkpoint_000019"},
+		{from: "/models/../etc/checkpoint_000001", err: `checkpoint.resume_from "/models/../etc/checkpoint_000001" holds a ".." element`},
+	} {
+		cfg, err := mountStorage(TaskConfig{StoragePath: "s3://b/p", Checkpoint: CheckpointConfig{ResumeFrom: tc.from}}, mounts, taskDir)
+		if tc.err != "" {
+			must.ErrorIs(t, err, ErrMountRefused)
+			must.ErrorContains(t, err, tc.err)
+			continue
+		}
+		must.NoError(t, err)
+		must.EqOp(t, tc.want, cfg.Checkpoint.ResumeFrom)
+		must.EqOp(t, "s3://b/p", cfg.StoragePath)
+	}
+}
+
 // mountTask is a task config whose script runs with storage_path.
 func mountTask(storagePath, script string) string {
 	return fmt.Sprintf(`

@@ -197,6 +197,9 @@ func (s *Session) answer(ctx context.Context, ack reportAck) error {
 			s.log.Warn("could not prune the local checkpoint cache", "error", err)
 		}
 	}
+	if len(ack.Committed) > 0 && s.start != "" {
+		s.dropStart()
+	}
 	if ack.Grow && s.grow != nil {
 		return s.grow.end()
 	}

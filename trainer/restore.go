@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -20,6 +21,9 @@ type resumePoint struct {
 	Step       int64  `json:"step"`
 	Checkpoint string `json:"checkpoint,omitempty"`
 	Name       string `json:"name,omitempty"` // the checkpoint's
+	// From is set when Checkpoint is not the run's own but the one it
+	// starts from (CheckpointConfig.ResumeFrom), for each node to fetch.
+	From string `json:"from,omitempty"`
 	// RunDir is the run directory as an absolute path; every rank builds
 	// its checkpoints under it, so it must be the same directory for all.
 	RunDir string `json:"run_dir,omitempty"`
@@ -27,6 +31,9 @@ type resumePoint struct {
 	// for the others to read back (empty in a gang of one).
 	Probe string `json:"probe,omitempty"`
 	Err   string `json:"err,omitempty"`
+	// StartErr is why rank 0 could not fetch the checkpoint to start
+	// from, a fault no restart mends (ErrStartCheckpoint).
+	StartErr string `json:"start_err,omitempty"`
 }
 
 // probeFile is written by rank 0 in the run's scratch directory at start-up;
@@ -41,6 +48,12 @@ var readProbe = func(rank int, path string) ([]byte, error) { return os.ReadFile
 // rank 0 opened: storage_path is not one directory shared by every worker,
 // so checkpoints could be neither assembled nor restored.
 var ErrUnsharedStorage = errors.New("storage_path is not shared between workers")
+
+// ErrStartCheckpoint is returned when the checkpoint a run is to start
+// from (CheckpointConfig.ResumeFrom) is not there, is not a checkpoint's
+// location, or does not match its manifest: no restart can change that,
+// so the run fails at once.
+var ErrStartCheckpoint = errors.New("cannot start from the checkpoint resume_from names")
 
 // restore opens storage on rank 0, finds where the run left off, and tells
 // every rank; each other rank checks it sees the same run directory.
@@ -60,6 +73,9 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	}
 	if err := json.Unmarshal(all[0], &rp); err != nil {
 		return fmt.Errorf("decode resume point: %w", err)
+	}
+	if rp.StartErr != "" {
+		return fmt.Errorf("%w: %s", ErrStartCheckpoint, rp.StartErr)
 	}
 	if rp.Err != "" {
 		return fmt.Errorf("open run storage: %s", rp.Err)
@@ -164,6 +180,14 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 				rp.Step = r.Step
 			}
 		}
+	} else if from := env.Checkpoint.ResumeFrom; from != "" {
+		if rp.Checkpoint, err = s.fetchStart(ctx, env, filepath.Join(runDir, scratchDir)); err != nil {
+			if errors.Is(err, ErrStartCheckpoint) { // every rank fails with it
+				return resumePoint{StartErr: strings.TrimPrefix(err.Error(), ErrStartCheckpoint.Error()+": ")}
+			}
+			return resumePoint{Err: err.Error()}
+		}
+		rp.From = from
 	}
 	if err := st.TruncateAfter(rp.Step); err != nil {
 		return resumePoint{Err: err.Error()}
@@ -185,4 +209,44 @@ func writeProbe(dir string) (string, error) {
 		return "", fmt.Errorf("write storage probe: %w", err)
 	}
 	return token, nil
+}
+
+// fetchStart makes the node's copy, in local (a scratch directory of the
+// run's), of the checkpoint the run starts from while it has none of its
+// own (CheckpointConfig.ResumeFrom), once for the node's ranks, and
+// returns its directory. Rank 0 tells the run's events.
+func (s *Session) fetchStart(ctx context.Context, env workerenv.Env, local string) (string, error) {
+	from := env.Checkpoint.ResumeFrom
+	began := time.Now()
+	dir, fetched, err := storage.FetchStartCheckpoint(ctx, from, local, storage.WithStorageOptions(env.Storage()))
+	var bad *storage.CheckpointError
+	switch {
+	case errors.Is(err, storage.ErrNoCheckpoint), errors.Is(err, storage.ErrUnsupportedScheme),
+		errors.Is(err, storage.ErrNotCheckpointLocation), errors.As(err, &bad):
+		return "", fmt.Errorf("%w: %s: %w", ErrStartCheckpoint, from, err)
+	case err != nil:
+		return "", fmt.Errorf("fetching the checkpoint to start from (resume_from %s): %w", from, err)
+	}
+	took := time.Since(began)
+	if fetched {
+		s.log.Info("fetched the checkpoint to start from for this node", "checkpoint", from, "dir", dir, "took", took)
+		s.start = dir // this rank made the copy, so it removes it (dropStart)
+	}
+	if s.rank == 0 {
+		s.events.emit("checkpoint_restored", fmt.Sprintf("starting from checkpoint %s (resume_from; the run has none of its own), copied in %v", from, took.Round(time.Millisecond)),
+			map[string]string{"checkpoint": from, "resume_from": "true", "seconds": fmt.Sprintf("%.3f", took.Seconds())})
+	}
+	return dir, nil
+}
+
+// dropStart removes the node's copy of the checkpoint the run started from
+// once the gang has committed one of its own, which a restart resumes
+// from instead: every rank had reported, so had loaded it, for the commit.
+// The rank that made the copy removes it.
+func (s *Session) dropStart() {
+	dir := s.start
+	s.start = ""
+	if err := os.RemoveAll(dir); err != nil {
+		s.log.Warn("could not remove the copy of the checkpoint the run started from", "dir", dir, "error", err)
+	}
 }

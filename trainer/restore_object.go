@@ -109,6 +109,10 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	}
 	s.objects = rs
 	rp.RunDir = rs.LocalDir()
+	if s.rank != 0 && rp.From != "" {
+		rp.Checkpoint, err = s.fetchStart(s.storageContext(ctx), env, filepath.Join(s.cache, scratchDir))
+		return err
+	}
 	if s.rank == 0 || rp.Name == "" {
 		return nil
 	}

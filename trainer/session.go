@@ -51,6 +51,7 @@ type Session struct {
 	step       int64
 	resumed    bool // step holds the resume point's (restore is done)
 	latest     *Checkpoint
+	start      string  // the copy this rank made of the checkpoint the run starts from, until one of the run's own is committed
 	stopAgreed bool    // ShouldCheckpoint said yes: the gang is stopping
 	leaving    []bool  // by rank: asked to stop, as the gang agreed (nil: none)
 	ledger     ledger  // rank 0: reports not yet handed to writes

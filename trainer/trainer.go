@@ -78,6 +78,16 @@ type CheckpointConfig struct {
 	// built); without a RAM-backed /dev/shm it is "disk", with a warning.
 	// A directory StoragePath ignores it.
 	Staging string
+	// ResumeFrom is a checkpoint to start from while the run has none of
+	// its own (Ray's resume_from_checkpoint): where a Result names one
+	// (Checkpoint.Path: an s3:// location or a checkpoint directory), such
+	// as another run's, to fine-tune it or to train it on. GetCheckpoint
+	// returns a checked copy of it until the run commits a checkpoint;
+	// from then on, a restart resumes from the run's own. The run's step
+	// count starts at 0, and the checkpoint is never changed or counted
+	// among the run's. On S3 it is read with the run's storage options
+	// and credentials.
+	ResumeFrom string
 }
 
 // Async returns a pointer to on, for CheckpointConfig.AsyncUpload.

@@ -69,7 +69,7 @@ func RunWorker(ctx context.Context, fn TrainFunc) int {
 	switch {
 	case errors.Is(err, ErrUser):
 		code = ExitUserError
-	case errors.Is(err, ErrUnsharedStorage):
+	case errors.Is(err, ErrUnsharedStorage), errors.Is(err, ErrStartCheckpoint):
 		code = ExitBadEnv
 	case errors.Is(err, ErrBudgetExhausted):
 		code = ExitBudgetExhausted
@@ -357,9 +357,10 @@ func (w *worker) generation(ctx context.Context) error {
 	}
 	if err != nil {
 		err = lostOr(err)
-		if errors.Is(err, ErrUnsharedStorage) {
-			// No restart can fix where storage_path points: every rank
-			// marks the run failed in the storage it sees.
+		if errors.Is(err, ErrUnsharedStorage) || errors.Is(err, ErrStartCheckpoint) {
+			// No restart can fix where storage_path or resume_from
+			// points: every rank marks the run failed in the storage it
+			// sees.
 			w.markFailed(err, ExitBadEnv)
 		}
 		return err

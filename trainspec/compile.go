@@ -157,6 +157,17 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		})
 	}
 
+	if from := s.Run.Checkpoint.ResumeFrom; from != "" && !filepath.IsAbs(from) && !strings.Contains(from, "://") {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagWarning,
+			Summary:  "Relative resume_from on Nomad",
+			Detail: fmt.Sprintf("On Nomad, resume_from %q resolves inside each allocation's directory, where no checkpoint is. Use an absolute path every client sees, or the checkpoint's s3:// location.",
+				from),
+			Subject: s.ranges.rangeOr(s.ranges.resumeFrom),
+			Extra:   NeedsAddress,
+		})
+	}
+
 	job := api.NewBatchJob(s.Name, s.Name, s.Region, s.Priority)
 	if s.Region == "" {
 		job.Region = nil
@@ -248,7 +259,7 @@ func Compile(s *Spec) (*api.Job, hcl.Diagnostics) {
 		task.Templates = append(task.Templates, S3CredentialsTemplate(p))
 	}
 	compileVolumes(s.Volumes, workers, task)
-	diags = append(diags, volumeWarnings(s.Volumes, s.Run.StoragePath)...)
+	diags = append(diags, volumeWarnings(s.Volumes, s.Run.StoragePath, s.Run.Checkpoint.ResumeFrom)...)
 	task.Resources = resources(s.Scaling.ResourcesPerWorker)
 	workers.Tasks = []*api.Task{task}
 	job.TaskGroups = []*api.TaskGroup{workers}
@@ -349,6 +360,9 @@ func taskConfig(s *Spec, backend string) map[string]any {
 	}
 	if st := s.Run.Checkpoint.Staging; st != "" {
 		ckpt["staging"] = st
+	}
+	if from := s.Run.Checkpoint.ResumeFrom; from != "" {
+		ckpt["resume_from"] = from
 	}
 	cfg := string(s.ConfigJSON)
 	if cfg == "" {

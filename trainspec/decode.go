@@ -213,6 +213,7 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		d.run(r, &s.Run, &s.ranges)
 	}
 	d.storageOnVolumes(s)
+	d.resumeFromOnVolumes(s)
 	if r := d.single(c, "rendezvous"); r != nil {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
 	}
@@ -322,7 +323,7 @@ var (
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "checkpoint"}, {Type: "failure"}, {Type: "storage"}},
 	}
 	checkpointSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}, {Name: "async_upload"}, {Name: "staging"}},
+		Attributes: []hcl.AttributeSchema{{Name: "num_to_keep"}, {Name: "score_attribute"}, {Name: "score_order"}, {Name: "async_upload"}, {Name: "staging"}, {Name: "resume_from"}},
 	}
 	failureSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "max_failures"}},
@@ -374,6 +375,7 @@ func (d *decoder) run(b *hcl.Block, r *Run, ranges *specRanges) {
 			d.rangeErrorf(attr.Range, "Staging in memory needs an object store",
 				`staging = "memory" builds checkpoints in RAM for their upload to an object store; storage_path %q is a directory, where a commit is a rename. Remove staging, or keep the run on s3://.`, r.StoragePath)
 		}
+		d.resumeFrom(cc.Attributes["resume_from"], r, ranges)
 	}
 	if fb := d.single(c, "failure"); fb != nil {
 		fc := d.content(fb.Body, failureSchema)
@@ -411,6 +413,69 @@ func localStoragePath(p string) (string, error) {
 		return "", fmt.Errorf("file URL %q has no directory", p)
 	}
 	return u.Path, nil
+}
+
+// resumeFrom decodes checkpoint { resume_from }: a checkpoint directory
+// (a file:// URL is turned into its path) or the s3:// location of a
+// checkpoint, s3://bucket[/prefix]/<run>/checkpoints/checkpoint_NNNNNN as
+// run, tune and status print it, which only a run on S3 may read: the
+// storage block's options and credentials are the ones its workers have.
+func (d *decoder) resumeFrom(attr *hcl.Attribute, r *Run, ranges *specRanges) {
+	var from string
+	if attr == nil || !d.nonEmpty(attr, &from) {
+		return
+	}
+	ranges.resumeFrom = attr.Range
+	if !strings.HasPrefix(strings.ToLower(from), "s3://") {
+		local, err := localStoragePath(from)
+		if err != nil {
+			d.errorf(attr, "Unsupported checkpoint location", "resume_from: %s.", strings.Replace(err.Error(), "storage scheme", "scheme", 1))
+			return
+		}
+		r.Checkpoint.ResumeFrom = local
+		return
+	}
+	if problem := checkpointLocationProblem(from); problem != "" {
+		d.errorf(attr, "Not a checkpoint's location", "resume_from %q %s: want s3://bucket[/prefix]/<run>/checkpoints/checkpoint_NNNNNN, as run, tune and status print a checkpoint.", from, problem)
+		return
+	}
+	if !r.IsS3() {
+		d.errorf(attr, "A checkpoint on S3 needs the run on S3", "resume_from is on S3 but storage_path %q is a directory, and the workers get S3 options and credentials only with a run on S3. Copy the checkpoint out first (nomad-train download %s <dir>) and resume from the directory, or keep the run on s3://.", r.StoragePath, from)
+		return
+	}
+	r.Checkpoint.ResumeFrom = from
+}
+
+// checkpointLocationProblem says what is wrong with an s3:// checkpoint
+// location, or "".
+func checkpointLocationProblem(loc string) string {
+	bucket, key, _ := strings.Cut(loc[len("s3://"):], "/")
+	parts := strings.Split(strings.TrimSuffix(key, "/"), "/")
+	n := len(parts)
+	switch {
+	case bucket == "":
+		return "names no bucket"
+	case n < 3 || parts[n-3] == "" || parts[n-2] != "checkpoints":
+		return "is not under a run's checkpoints/"
+	case !isCheckpointName(parts[n-1]):
+		return fmt.Sprintf("ends in %q, which is not a checkpoint's name", parts[n-1])
+	}
+	return ""
+}
+
+// isCheckpointName reports whether name is a checkpoint's,
+// checkpoint_ and at least six digits.
+func isCheckpointName(name string) bool {
+	digits, ok := strings.CutPrefix(name, "checkpoint_")
+	if !ok || len(digits) < 6 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 var rendezvousSchema = &hcl.BodySchema{

@@ -35,5 +35,5 @@ func (s *Spec) RunSpec() workerenv.Run {
 // Policy is the checkpoint policy as the workers' contract carries it.
 func (c Checkpoint) Policy() workerenv.CheckpointPolicy {
 	return workerenv.CheckpointPolicy{NumToKeep: c.NumToKeep, ScoreAttribute: c.ScoreAttribute,
-		ScoreOrder: c.ScoreOrder, AsyncUpload: c.AsyncUpload, Staging: c.Staging}
+		ScoreOrder: c.ScoreOrder, AsyncUpload: c.AsyncUpload, Staging: c.Staging, ResumeFrom: c.ResumeFrom}
 }

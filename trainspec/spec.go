@@ -102,6 +102,7 @@ type specRanges struct {
 	block      hcl.Range // train "name" header
 	backend    hcl.Range
 	storage    hcl.Range
+	resumeFrom hcl.Range
 	tune       hcl.Range
 	numWorkers hcl.Range // the num_workers attribute
 	// trainerResources is the trainer_resources block's header.
@@ -208,6 +209,12 @@ type Checkpoint struct {
 	// Staging is where ranks build checkpoints before their upload to an
 	// object store: workerenv.StagingDisk ("" too) or StagingMemory.
 	Staging string `json:",omitempty"`
+	// ResumeFrom is a checkpoint the run starts from while it has none
+	// of its own (Ray's resume_from_checkpoint): an s3:// checkpoint
+	// location (the run must be on S3 too, whose options and credentials
+	// read it) or a checkpoint directory (a file:// URL in the spec is
+	// turned into its path).
+	ResumeFrom string `json:",omitempty"`
 }
 
 // Failure is the gang's failure budget.

@@ -96,10 +96,10 @@ func TestVolumeWarnings(t *testing.T) {
 		want    []string
 	}{
 		{"/mnt/shared/results", []string{
-			"t.hcl:8:3-8:13: warning: Volume seen at its host path; The train driver runs workers without filesystem isolation: it moves only storage_path from under a destination onto the volume's path on the client. A worker finds volume \"c\" not at /mnt/csi but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
+			"t.hcl:8:3-8:13: warning: Volume seen at its host path; The train driver runs workers without filesystem isolation: it moves only storage_path and resume_from from under a destination onto the volume's path on the client. A worker finds volume \"c\" not at /mnt/csi but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
 		}},
 		{"/mnt/csi", []string{
-			"t.hcl:3:3-3:13: warning: Volume seen at its host path; The train driver runs workers without filesystem isolation: it moves only storage_path from under a destination onto the volume's path on the client. A worker finds volume \"h\" not at /mnt/shared but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
+			"t.hcl:3:3-3:13: warning: Volume seen at its host path; The train driver runs workers without filesystem isolation: it moves only storage_path and resume_from from under a destination onto the volume's path on the client. A worker finds volume \"h\" not at /mnt/shared but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
 		}},
 	}
 	for _, tc := range cases {

@@ -132,12 +132,13 @@ func (d *decoder) csiModes(b *hcl.Block, v *Volume, access, attach *hcl.Attribut
 }
 
 // The train driver runs workers without filesystem isolation, so it
-// honours a volume_mount in its own way: a storage_path under a volume's
-// destination is rebased onto the volume's host path on each client, and
-// every volume's host path is handed to the worker in NOMAD_TRAIN_MOUNTS.
-// It refuses storage on a read-only volume, and a storage_path with a
-// ".." element when the task has volumes. Parse checks both first, and
-// Compile warns about volumes that hold no storage.
+// honours a volume_mount in its own way: a storage_path (or the
+// checkpoint's resume_from) under a volume's destination is rebased onto
+// the volume's host path on each client, and every volume's host path is
+// handed to the worker in NOMAD_TRAIN_MOUNTS. It refuses storage on a
+// read-only volume, and either path with a ".." element when the task has
+// volumes. Parse checks these first, and Compile warns about volumes that
+// hold neither.
 
 // storageVolume is the volume whose destination holds the storage path p
 // (a local absolute path), the deepest when they nest, or nil.
@@ -177,19 +178,34 @@ func (d *decoder) storageOnVolumes(s *Spec) {
 	}
 }
 
-// volumeWarnings warns about the volumes that hold no storage: a worker
-// does not find them at destination but at the path NOMAD_TRAIN_MOUNTS
-// gives.
-func volumeWarnings(vols []Volume, storagePath string) hcl.Diagnostics {
+// resumeFromOnVolumes checks the checkpoint a run starts from against the
+// volumes as the train driver will: it may be on a read-only one, since
+// workers only read it, but a ".." is refused.
+func (d *decoder) resumeFromOnVolumes(s *Spec) {
+	p := s.Run.Checkpoint.ResumeFrom
+	if len(s.Volumes) == 0 || p == "" || strings.Contains(p, "://") {
+		return
+	}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		d.diags = append(d.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Subject: s.ranges.rangeOr(s.ranges.resumeFrom),
+			Summary: "resume_from with \"..\"",
+			Detail:  fmt.Sprintf("With volumes, the train driver moves a resume_from under a volume's destination onto the volume's path on the client, and it refuses %q rather than guess whether it leaves the volume; name the checkpoint directly.", p)})
+	}
+}
+
+// volumeWarnings warns about the volumes that hold neither storage nor the
+// checkpoint to start from: a worker does not find them at destination but
+// at the path NOMAD_TRAIN_MOUNTS gives.
+func volumeWarnings(vols []Volume, storagePath, resumeFrom string) hcl.Diagnostics {
 	var diags hcl.Diagnostics
-	holder := storageVolume(vols, storagePath)
+	holder, from := storageVolume(vols, storagePath), storageVolume(vols, resumeFrom)
 	for i, v := range vols {
-		if holder == &vols[i] {
+		if holder == &vols[i] || from == &vols[i] {
 			continue
 		}
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Subject: v.rng.Ptr(), Extra: NeedsAddress,
 			Summary: "Volume seen at its host path",
-			Detail: fmt.Sprintf("The train driver runs workers without filesystem isolation: it moves only storage_path from under a destination onto the volume's path on the client. A worker finds volume %q not at %s but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
+			Detail: fmt.Sprintf("The train driver runs workers without filesystem isolation: it moves only storage_path and resume_from from under a destination onto the volume's path on the client. A worker finds volume %q not at %s but at the host_path NOMAD_TRAIN_MOUNTS gives for that destination (JSON; workerenv.HostPathOf in Go).",
 				v.Name, v.Destination)})
 	}
 	return diags

@@ -32,7 +32,8 @@ type Options struct {
 	// Dir, when set, is the workers' working directory: a relative command
 	// or script path (python3 train.py) names a file there, as a Nomad
 	// task's do in its task directory. The run's relative local storage
-	// path still means the launcher's working directory.
+	// path, and checkpoint to start from, still mean the launcher's
+	// working directory.
 	Dir string
 	// Command and Args start a worker. When Command is empty, the run's
 	// Entrypoint decides (workerenv.StartFor, with this program as the
@@ -85,7 +86,9 @@ func Launch(ctx context.Context, o Options) (*Outcome, error) {
 		if err != nil {
 			return nil, fmt.Errorf("launch: find working directory: %w", err)
 		}
+		// Workers start in Dir; the run's paths are the caller's.
 		o.StoragePath = storage.Rebase(o.StoragePath, wd)
+		o.Checkpoint.ResumeFrom = storage.Rebase(o.Checkpoint.ResumeFrom, wd)
 	}
 	var procEnv []string // what the way of starting needs (the builtin's name, say)
 	if o.Command == "" {

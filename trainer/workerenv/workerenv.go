@@ -165,6 +165,10 @@ type CheckpointPolicy struct {
 	// Staging is where ranks build checkpoints on an object store:
 	// StagingDisk ("" too) or StagingMemory.
 	Staging string `json:"staging,omitempty"`
+	// ResumeFrom is a checkpoint the run starts from while it has none of
+	// its own (Ray's resume_from_checkpoint): an s3:// checkpoint
+	// location or a checkpoint directory.
+	ResumeFrom string `json:"resume_from,omitempty"`
 }
 
 // Where checkpoints are built before their upload (CheckpointPolicy.Staging).
