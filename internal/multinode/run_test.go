@@ -27,8 +27,9 @@ import (
 // end and exits 0; then status, list, logs (rank 0's output) and the dashboard (the run from
 // S3 and its job from Nomad) show it. The S3 keys are
 // in the run's Nomad Variable for the workers and in the environment of
-// the CLI only. Then a longer run is stopped while followed, and run
-// again: it resumes from its latest checkpoint on S3.
+// the CLI only. Then a new run starts from the run's latest checkpoint on
+// S3 (checkpoint { resume_from }). Last, a longer run is stopped while
+// followed, and run again: it resumes from its latest checkpoint on S3.
 func TestRunOnCluster(t *testing.T) {
 	const clients = 2
 	b := newTestBed(t, clients, false)
@@ -90,7 +91,50 @@ func TestRunOnCluster(t *testing.T) {
 	must.NoError(t, err)
 	must.StrContains(t, out, "epoch 4: loss", must.Sprint("rank 0's output, from Nomad"))
 
+	t.Run("start from its checkpoint", func(t *testing.T) { startFrom(t, b, env, url, "onc") })
 	t.Run("stop and run again", func(t *testing.T) { stopAndResume(t, b, env) })
+}
+
+// startFrom runs a new run on the cluster that starts from the latest
+// checkpoint of run from on S3 (checkpoint { resume_from }): through the
+// compiled job, the train driver and the workers' S3 keys, each node
+// fetches it, and the new run trains only the epochs after it.
+func startFrom(t *testing.T, b *testBed, env []string, url, from string) {
+	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
+	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
+	records := func(run string) []storage.Record {
+		st, err := storage.OpenStoreReadOnly(context.Background(), url, run, storage.Policy{}, opts...)
+		must.NoError(t, err)
+		defer st.Close()
+		recs, err := st.Records()
+		must.NoError(t, err)
+		return recs
+	}
+	src := records(from)
+	last := src[len(src)-1]
+	must.NotEq(t, "", last.Checkpoint)
+	location := storage.CheckpointLocation(url, from, last.Checkpoint)
+
+	b.putKeys(t, "ft")
+	spec := b.quickstart(t, "ft", 8, url)
+	text, err := os.ReadFile(spec)
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(spec, []byte(strings.Replace(string(text), "  run {\n",
+		fmt.Sprintf("  run {\n    checkpoint { resume_from = %q }\n", location), 1)), 0o644))
+	address := "http://" + b.c.server.http
+	out, err := b.cli(env, "run", "-address", address, spec)
+	t.Logf("run -address, starting from %s:\n%s", location, out)
+	must.NoError(t, err)
+	must.StrContains(t, out, `==> run "ft" complete (0 restarts)`)
+	recs := records("ft")
+	must.SliceLen(t, 3, recs, must.Sprint("epochs 5 to 7, after the checkpoint of epoch 4"))
+	must.EqOp(t, 4.0+3, recs[len(recs)-1].Metrics["epoch"])
+	out, err = b.cli(env, "logs", "-address", address, "-rank", "0", "ft")
+	must.NoError(t, err, must.Sprint(out))
+	must.StrContains(t, out, "resuming after epoch 4 from ")
+	t.Logf("STARTED FROM %s: %d reports, the last of epoch %v", location, len(recs), recs[len(recs)-1].Metrics["epoch"])
 }
 
 // stopAndResume stops a run on the cluster while its `run -address`
