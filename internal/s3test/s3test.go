@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,17 @@ type Server struct {
 	// CompleteMultipartUpload. versitygw (1.8) does; tests assert it, so
 	// a client that stops sending the header fails rather than skips.
 	ConditionalWrites bool
+
+	args    []string // how the process is started
+	logPath string
+	mu      sync.Mutex
+	proc    *process // the one running, or nil while Outage has it down
+}
+
+// process is one run of the server.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // Binary returns the path of the S3 server binary, or "" when there is
@@ -137,12 +149,6 @@ func start(t testing.TB, bin string) (*Server, error) {
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	logPath := filepath.Join(dir, "server.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("create server log: %w", err)
-	}
-	defer logf.Close()
 	// --keep-alive: versitygw closes each connection after one request
 	// unless told otherwise, where AWS S3 and the other servers keep it
 	// open; without it every request of a test or benchmark pays a new TCP
@@ -152,29 +158,79 @@ func start(t testing.TB, bin string) (*Server, error) {
 	if n, _ := niceness(); n != "" {
 		args = append([]string{"nice", "-n", n}, args...) // nice execs the server: the PID stays its
 	}
-	cmd := exec.Command(args[0], args[1:]...)
+	srv := &Server{
+		Endpoint:  "http://" + addr,
+		AccessKey: AccessKey, SecretKey: SecretKey, Region: Region,
+		Dir: data, ConditionalWrites: true,
+		args: args, logPath: filepath.Join(dir, "server.log"),
+	}
+	if err := srv.run(); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { srv.stop(t) })
+	return srv, nil
+}
+
+// run starts the server process and waits until it answers.
+func (s *Server) run() error {
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open server log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(s.args[0], s.args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", s.args[0], err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() { stopProcess(t, cmd, exited) }
-	srv := &Server{
-		Endpoint:  "http://" + addr,
-		AccessKey: AccessKey, SecretKey: SecretKey, Region: Region,
-		Dir: data, PID: cmd.Process.Pid, ConditionalWrites: true,
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	if err := waitReady(s.Endpoint, p.exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		log, _ := os.ReadFile(s.logPath)
+		return fmt.Errorf("server on %s: %w; its log:\n%s", s.Endpoint, err, tail(log, 2000))
 	}
-	if err := waitReady(srv.Endpoint, exited); err != nil {
-		stop()
-		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("server on %s: %w; its log:\n%s", addr, err, tail(log, 2000))
+	s.mu.Lock()
+	s.proc, s.PID = p, cmd.Process.Pid
+	s.mu.Unlock()
+	return nil
+}
+
+// stop ends the running server, if any.
+func (s *Server) stop(t testing.TB) {
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if p != nil {
+		stopProcess(t, p.cmd, p.exited)
 	}
-	t.Cleanup(stop)
-	return srv, nil
+}
+
+// Outage kills the server (SIGKILL, as a crash or a node's loss would),
+// keeps it down for down, and starts it again on the same address with
+// the same data, as a restart of the server looks to its clients: their
+// requests are refused meanwhile, and their open connections broken.
+func (s *Server) Outage(t testing.TB, down time.Duration) {
+	t.Helper()
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if p == nil {
+		t.Errorf("s3test: Outage of a server that is down")
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	time.Sleep(down)
+	if err := s.run(); err != nil {
+		t.Errorf("s3test: restart after an outage: %v", err)
+	}
 }
 
 // niceness returns EnvNice's value, "" when unset, or why it is refused.

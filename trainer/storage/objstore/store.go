@@ -71,6 +71,17 @@ type Config struct {
 	// machine's role are then not used, and Open fails without
 	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in it.
 	Environ []string
+	// RetryFor keeps retrying a request that failed for a reason that may
+	// pass (the server unreachable or restarting, a timeout, a 5xx or a
+	// throttle) for about this long before it fails, backing off from
+	// 200ms to 2s between attempts, so that a worker trains through a
+	// short outage of its object store. Zero keeps the SDK's standard
+	// retries (three attempts, and a retry quota shared by the client's
+	// requests), which suit a command a person waits on.
+	RetryFor time.Duration
+	// OnRetry, when set with RetryFor, is told of each retry: the attempt
+	// that failed (from 1), the error, and the wait before the next.
+	OnRetry func(attempt int, err error, wait time.Duration)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -127,6 +138,9 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 		}
 		o.UsePathStyle = o.UsePathStyle || cfg.PathStyle
 	}}
+	if cfg.RetryFor > 0 {
+		fns = append(fns, func(o *s3.Options) { o.Retryer = outageRetryer(cfg.RetryFor, cfg.OnRetry) })
+	}
 	client := s3.NewFromConfig(awsCfg, append(fns, optFns...)...)
 	st, err := buildStore(client, loc, cfg)
 	if err == nil && client.Options().Region == "" {
