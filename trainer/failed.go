@@ -36,10 +36,10 @@ func (w *worker) roots() []string {
 // run of the same name are written over.
 func (w *worker) recordFailure(f storage.Failure) {
 	for _, root := range w.roots() {
-		if _, marked, _ := storage.FailedForGood(root, w.env.RunName, w.attempt, storage.WithStorageOptions(w.env.Storage())); marked {
+		if _, marked, _ := storage.FailedForGood(root, w.env.RunName, w.attempt, workerStorage(w.env, w.log)...); marked {
 			continue
 		}
-		if err := storage.MarkFailed(root, w.env.RunName, f, storage.WithStorageOptions(w.env.Storage())); err != nil {
+		if err := storage.MarkFailed(root, w.env.RunName, f, workerStorage(w.env, w.log)...); err != nil {
 			w.log.Warn("cannot mark the run failed", "storage_path", root, "error", err)
 		}
 	}
@@ -86,7 +86,7 @@ func (w *worker) storedFailure(ctx context.Context) (v rendezvous.Value, f stora
 // root or the rendezvous store holds one.
 func (w *worker) failedForGood(ctx context.Context) (storage.Failure, bool) {
 	for _, root := range w.roots() {
-		if f, marked, _ := storage.FailedForGood(root, w.env.RunName, w.attempt, storage.WithStorageOptions(w.env.Storage())); marked {
+		if f, marked, _ := storage.FailedForGood(root, w.env.RunName, w.attempt, workerStorage(w.env, w.log)...); marked {
 			return f, true
 		}
 	}

@@ -218,7 +218,7 @@ func writeProbe(dir string) (string, error) {
 func (s *Session) fetchStart(ctx context.Context, env workerenv.Env, local string) (string, error) {
 	from := env.Checkpoint.ResumeFrom
 	began := time.Now()
-	dir, fetched, err := storage.FetchStartCheckpoint(ctx, from, local, storage.WithStorageOptions(env.Storage()))
+	dir, fetched, err := storage.FetchStartCheckpoint(ctx, from, local, workerStorage(env, s.log)...)
 	var bad *storage.CheckpointError
 	switch {
 	case errors.Is(err, storage.ErrNoCheckpoint), errors.Is(err, storage.ErrUnsupportedScheme),

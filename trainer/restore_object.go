@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -72,9 +74,18 @@ func (s *Session) sweepNodeCaches(dir string) {
 // temporary directory); tests replace it to put ranks on different nodes.
 var nodeCacheBase = func(rank int) string { return "" }
 
+// workerStorage is how a worker reaches storage: with the run's options,
+// and retrying an object store's failed requests for the outage grace
+// (workerenv.StorageOutageGrace), so that a short outage of the S3 server
+// stalls the gang rather than failing it.
+func workerStorage(env workerenv.Env, log hclog.Logger) []storage.Option {
+	return []storage.Option{storage.WithLogger(log), storage.WithStorageOptions(env.Storage()),
+		storage.WithRetryFor(env.StorageOutageGrace)}
+}
+
 // storageOptions are the options rank 0 opens the run's storage with.
 func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
-	opts := []storage.Option{storage.WithLogger(s.log), storage.WithStorageOptions(env.Storage())}
+	opts := workerStorage(env, s.log)
 	if storage.IsObjectPath(env.StoragePath) {
 		// The generation lets rank 0 take over at once the lease of an
 		// earlier generation's rank 0, whose node may be lost.
@@ -102,8 +113,7 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
 	}
-	rs, err := storage.OpenRank(s.storageContext(ctx), env.StoragePath, env.RunName, s.cache, storage.WithLogger(s.log),
-		storage.WithStorageOptions(env.Storage()))
+	rs, err := storage.OpenRank(s.storageContext(ctx), env.StoragePath, env.RunName, s.cache, workerStorage(env, s.log)...)
 	if err != nil {
 		return fmt.Errorf("open run storage: %w", err)
 	}

@@ -26,8 +26,15 @@ import (
 // storage path of a bucket on it.
 func s3Storage(t testing.TB) string {
 	t.Helper()
+	url, _ := s3Server(t)
+	return url
+}
+
+// s3Server is s3Storage, with the server (nil in a worker process).
+func s3Server(t testing.TB) (string, *s3test.Server) {
+	t.Helper()
 	if url := os.Getenv("TRAINER_TEST_S3_URL"); url != "" {
-		return url // a worker process
+		return url, nil // a worker process
 	}
 	srv := s3test.Start(t)
 	for k, v := range map[string]string{
@@ -40,7 +47,7 @@ func s3Storage(t testing.TB) string {
 	url := "s3://" + srv.Bucket + "/runs"
 	t.Setenv("TRAINER_TEST_S3_URL", url)
 	t.Setenv("B6A_SERVER_PID", strconv.Itoa(srv.PID)) // B6a reads the server's CPU time
-	return url
+	return url, srv
 }
 
 // twoNodes puts ranks 0 and 1 on one simulated node and the others on a

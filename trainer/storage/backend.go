@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -101,6 +105,17 @@ func WithTaskEnviron(environ []string) Option {
 	return func(o *options) { o.environ = slices.Clip(environ) }
 }
 
+// WithRetryFor makes an object store retry a request that failed for a
+// reason that may pass for about d before failing it
+// (objstore.Config.RetryFor): workers train through a short outage of
+// their S3 server. The logger (WithLogger) hears of the retries, at most
+// once every retryLogEvery.
+func WithRetryFor(d time.Duration) Option { return func(o *options) { o.retryFor = d } }
+
+// retryLogEvery spaces the warnings about an object store's retries: in an
+// outage every request in flight retries.
+const retryLogEvery = 5 * time.Second
+
 // optionsOf applies opts to the zero options.
 func optionsOf(opts []Option) options {
 	var o options
@@ -116,7 +131,27 @@ func objectConfig(opts []Option) objstore.Config {
 	if o.environ != nil {
 		cfg.Environ = o.environ
 	}
+	if o.retryFor > 0 {
+		cfg.RetryFor, cfg.OnRetry = o.retryFor, retryLogger(o.log, o.retryFor)
+	}
 	return cfg
+}
+
+// retryLogger warns log (if any) of an object store's retries, at most
+// once every retryLogEvery.
+func retryLogger(log hclog.Logger, grace time.Duration) func(int, error, time.Duration) {
+	if log == nil {
+		return nil
+	}
+	var last atomic.Int64 // unix nanoseconds of the last warning
+	return func(attempt int, err error, wait time.Duration) {
+		now := time.Now().UnixNano()
+		if prev := last.Load(); now-prev < int64(retryLogEvery) || !last.CompareAndSwap(prev, now) {
+			return
+		}
+		log.Warn("object store request failed; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond),
+			"retries_for", grace, "error", err)
+	}
 }
 
 // RunLocation names where the run named run under root is kept, for

@@ -35,10 +35,11 @@ type options struct {
 	leaseTTL time.Duration // ObjectRun only
 	localDir string        // ObjectRun only
 	objCfg   objstore.Config
-	environ  []string // an object store's only environment (WithTaskEnviron)
-	owner    *int     // FailedForGood on a directory: whose marks count (WithMarkOwner)
-	attempt  string   // ObjectRun only: the writer's attempt (WithWriter)
-	gen      uint64   // ObjectRun only: the writer's generation (WithWriter)
+	retryFor time.Duration // an object store's retries (WithRetryFor)
+	environ  []string      // an object store's only environment (WithTaskEnviron)
+	owner    *int          // FailedForGood on a directory: whose marks count (WithMarkOwner)
+	attempt  string        // ObjectRun only: the writer's attempt (WithWriter)
+	gen      uint64        // ObjectRun only: the writer's generation (WithWriter)
 }
 
 // WithLogger sets the logger for recovery and retention messages.

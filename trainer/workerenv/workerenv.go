@@ -106,6 +106,13 @@ const (
 	// stops renewing it (a frozen process) is lost to its gang this long
 	// after (a Go duration string).
 	LeaseTTL = "NOMAD_TRAIN_LEASE_TTL"
+	// StorageOutageGrace is how long a worker retries an object store
+	// request that failed for a reason that may pass (the server
+	// unreachable or restarting, a 5xx, a throttle) before it fails the
+	// request, so that a gang trains through a short outage of its S3
+	// server rather than spending its failure budget on it (a Go duration
+	// string; default DefaultStorageOutageGrace).
+	StorageOutageGrace = "NOMAD_TRAIN_STORAGE_OUTAGE_GRACE"
 	// StallFloor and StallFactor set the progress watchdog: a gang in
 	// which no collective completes for max(StallFloor, StallFactor × the
 	// median time between collectives) is declared hung and re-forms.
@@ -131,6 +138,12 @@ const (
 	LocalDevice = "NOMAD_TRAIN_LOCAL_DEVICE"
 )
 
+// DefaultStorageOutageGrace is how long a worker retries a failed object
+// store request by default: a server restart (a rolling upgrade of MinIO,
+// say) takes seconds to tens of seconds, and a Report waiting on an upload
+// meanwhile stays well inside the progress watchdog's 2m floor.
+const DefaultStorageOutageGrace = time.Minute
+
 // MetricsPath is the HTTP path a worker serves its metrics on.
 const MetricsPath = "/metrics"
 
@@ -143,7 +156,7 @@ const Prefix = "NOMAD_TRAIN_"
 // environment may set them (nomad-train compile emits StopGrace).
 var taskSettable = map[string]bool{
 	CollectiveTimeout: true, CollectiveTransport: true, Fsync: true, StopGrace: true,
-	LeaseTTL: true, StallFloor: true, StallFactor: true,
+	LeaseTTL: true, StallFloor: true, StallFactor: true, StorageOutageGrace: true,
 	MetricsAddr:             true, // where to serve /metrics: the job's own port
 	TorchPort:               true, // where rank 0's torch store listens: the job's own port
 	"NOMAD_TRAIN_BLAS":      true, // the matmul backend (trainer/nn.BackendEnv)
@@ -221,8 +234,11 @@ type Env struct {
 	FsyncCheckpointsOnly bool
 	StopGrace            time.Duration
 	LeaseTTL             time.Duration
-	StallFloor           time.Duration
-	StallFactor          float64
+	// StorageOutageGrace is how long an object store request is retried
+	// (StorageOutageGrace).
+	StorageOutageGrace time.Duration
+	StallFloor         time.Duration
+	StallFactor        float64
 	// MetricsAddr is where to serve /metrics; "" serves none.
 	MetricsAddr string
 	// TorchPort is the port of rank 0's torch store; 0 picks a free one.
@@ -318,6 +334,9 @@ func Load(getenv func(string) string) (Env, error) {
 		return e, err
 	}
 	if e.LeaseTTL, err = durVar(getenv, LeaseTTL, 10*time.Second); err != nil {
+		return e, err
+	}
+	if e.StorageOutageGrace, err = durVar(getenv, StorageOutageGrace, DefaultStorageOutageGrace); err != nil {
 		return e, err
 	}
 	if e.StallFloor, err = durVar(getenv, StallFloor, 2*time.Minute); err != nil {
