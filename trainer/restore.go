@@ -21,6 +21,9 @@ type resumePoint struct {
 	Step       int64  `json:"step"`
 	Checkpoint string `json:"checkpoint,omitempty"`
 	Name       string `json:"name,omitempty"` // the checkpoint's
+	// CheckpointTime is the checkpoint's record's time: with Step, it
+	// tells a node's copy of it from one of an earlier commit of the name.
+	CheckpointTime time.Time `json:"checkpoint_time,omitzero"`
 	// From is set when Checkpoint is not the run's own but the one it
 	// starts from (CheckpointConfig.ResumeFrom), for each node to fetch.
 	From string `json:"from,omitempty"`
@@ -177,7 +180,7 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 		}
 		for _, r := range recs {
 			if r.Checkpoint == name {
-				rp.Step = r.Step
+				rp.Step, rp.CheckpointTime = r.Step, r.Time
 			}
 		}
 	} else if from := env.Checkpoint.ResumeFrom; from != "" {

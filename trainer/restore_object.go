@@ -126,7 +126,7 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	if s.rank == 0 || rp.Name == "" {
 		return nil
 	}
-	dir, downloaded, err := rs.Fetch(rp.Name)
+	dir, downloaded, err := rs.Fetch(rp.Name, storage.Record{Step: rp.Step, Time: rp.CheckpointTime})
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}

@@ -104,16 +104,19 @@ func (o objFiles) uploadFile(dir, name, rel string) (FileSum, error) {
 // downloaded. The processes sharing local (the ranks of one node) take
 // turns under a file lock, so a node downloads a checkpoint once. A copy
 // is whole once its manifest is in it; a directory without one (this
-// node's own files of a checkpoint it uploaded) is replaced. check, when
+// node's own files of a checkpoint it uploaded) is replaced, and so is a
+// whole copy of another commit than want, the checkpoint's record: a run
+// deleted on the store and started again at the same place reuses the
+// names of its checkpoints, and the node's cache outlives it. check, when
 // not nil, vets the manifest before anything is downloaded.
-func (o objFiles) fetch(local, name string, check func(Manifest) []string) (string, bool, error) {
+func (o objFiles) fetch(local, name string, want Record, check func(Manifest) []string) (string, bool, error) {
 	unlock, err := lockFetch(local)
 	if err != nil {
 		return "", false, err
 	}
 	defer unlock()
 	dir := filepath.Join(local, name)
-	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
+	if m, ok, err := readManifest(dir); err == nil && ok && sameCommit(m.Record, want) {
 		return dir, false, nil
 	}
 	tmp, err := os.MkdirTemp(local, tempPrefix+name+"-")
@@ -131,6 +134,14 @@ func (o objFiles) fetch(local, name string, check func(Manifest) []string) (stri
 		return "", false, fmt.Errorf("placing restored checkpoint: %w", err)
 	}
 	return dir, true, nil
+}
+
+// sameCommit reports whether a local copy's record (its manifest's) is of
+// the commit whose record is want: the same step, committed at the same
+// instant. A want without a time (a caller that has no record) takes any
+// copy of the step.
+func sameCommit(have, want Record) bool {
+	return have.Step == want.Step && (want.Time.IsZero() || have.Time.Equal(want.Time))
 }
 
 // download writes committed checkpoint name into the empty directory

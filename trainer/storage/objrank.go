@@ -114,6 +114,16 @@ func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, manifest localMan
 		return
 	}
 	local := filepath.Join(r.local, name)
+	if _, ok, _ := readManifest(local); ok {
+		// A whole copy of a checkpoint of this name that was committed
+		// just now is of another commit: of a run deleted on the store
+		// and started again at the same place (see fetch).
+		r.log.Info("replacing a node copy of an earlier commit of the same name", "checkpoint", name, "dir", local)
+		if err := os.RemoveAll(local); err != nil {
+			r.log.Warn("could not keep the local copy of a committed checkpoint", "checkpoint", name, "error", err)
+			return
+		}
+	}
 	// Usually the copy is the writer's directory itself, renamed (one
 	// call, where moving each file and removing the emptied directory
 	// took as long as a tenth of a small commit); the node's other ranks
@@ -224,9 +234,11 @@ func (r *RankStore) UploadLarge(name, dir string) ([]FileSum, InlineFiles, error
 // Fetch returns the local directory of committed checkpoint name: a copy
 // in the cache directory, downloaded and checked against the manifest by
 // the first rank of the node that asks, while the others wait for it.
+// rec is the checkpoint's record: a copy in the cache of another commit of
+// that name is replaced (a zero Time takes any copy of rec's step).
 // downloaded says whether this call downloaded it.
-func (r *RankStore) Fetch(name string) (dir string, downloaded bool, err error) {
-	dir, downloaded, err = r.files.fetch(r.cache, name, nil)
+func (r *RankStore) Fetch(name string, rec Record) (dir string, downloaded bool, err error) {
+	dir, downloaded, err = r.files.fetch(r.cache, name, rec, nil)
 	if err != nil {
 		return "", false, fmt.Errorf("fetching checkpoint %s: %w", name, err)
 	}

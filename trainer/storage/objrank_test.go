@@ -135,7 +135,7 @@ func TestFetchOncePerNode(t *testing.T) {
 	for i := range results {
 		rs := f.rank(t, nodes[i/localRanks])
 		wg.Go(func() {
-			results[i].dir, results[i].downloaded, results[i].err = rs.Fetch(name)
+			results[i].dir, results[i].downloaded, results[i].err = rs.Fetch(name, Record{Step: 5})
 		})
 	}
 	wg.Wait()
@@ -187,7 +187,7 @@ func TestFetchVerifies(t *testing.T) {
 			if tc.break_ != nil {
 				tc.break_(t, f.st, name)
 			}
-			dir, _, err := f.rank(t, cache).Fetch(name)
+			dir, _, err := f.rank(t, cache).Fetch(name, Record{Step: 5})
 			if tc.want != "" {
 				var bad *CheckpointError
 				must.ErrorAs[*CheckpointError](t, err, &bad)
@@ -307,4 +307,55 @@ func openRankStore(t *testing.T, st *objstore.Store, dir string) *RankStore {
 	r, err := NewRankStore(context.Background(), st, "r", dir)
 	must.NoError(t, err)
 	return r
+}
+
+// A node's cache outlives its run's objects: a person may delete a run on
+// S3 and start one of the same name at the same place, whose checkpoints
+// reuse the names. A copy in a cache that is of another commit than the
+// one recorded (its manifest's record differs) is never restored: the
+// writer's own copy replaces it at the commit, and another node's is
+// downloaded again.
+func TestStaleCacheCopyIsNotRestored(t *testing.T) {
+	srv := s3test.Start(t)
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket}, objstore.Config{})
+	must.NoError(t, err)
+	ctx := context.Background()
+	cache, other := t.TempDir(), t.TempDir() // the writer's node and another node
+	run := func(content string) (string, Record) {
+		w, err := OpenObject(ctx, st, "r", Policy{}, WithLocalDir(cache))
+		must.NoError(t, err)
+		name, err := w.Reserve() // as a gang commits: the writer's rank uploads its own files
+		must.NoError(t, err)
+		own := t.TempDir()
+		writeTree(t, own, map[string]string{"model.bin": content})
+		sums, inline, err := openRankStore(t, st, cache).UploadLarge(name, own)
+		must.NoError(t, err)
+		must.NoError(t, w.CommitFiles(name, Record{Step: 1}, sums, inline))
+		recs, err := w.Records()
+		must.NoError(t, err)
+		must.NoError(t, w.Close())
+		_, _, err = openRankStore(t, st, other).Fetch(name, recs[0])
+		must.NoError(t, err)
+		return name, recs[0]
+	}
+	first, _ := run("old")
+	objs, err := st.List(ctx, objstore.ListOptions{Prefix: "r/"})
+	must.NoError(t, err)
+	for _, o := range objs {
+		must.NoError(t, st.Delete(ctx, o.Key))
+	}
+	second, rec := run("new")
+	must.EqOp(t, first, second, must.Sprint("the new run's checkpoint has the old one's name"))
+	must.Eq(t, map[string]string{"model.bin": "new"}, readTree(t, filepath.Join(cache, second)),
+		must.Sprint("the writer's copy replaced the stale one at the commit"))
+
+	ro, err := OpenObjectReadOnly(ctx, st, "r", Policy{}, WithLocalDir(cache))
+	must.NoError(t, err)
+	defer ro.Close()
+	res, err := ro.LatestIntact()
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{"model.bin": "new"}, readTree(t, res.Path), must.Sprint("the writer's node"))
+	dir, _, err := openRankStore(t, st, other).Fetch(second, rec)
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{"model.bin": "new"}, readTree(t, dir), must.Sprint("another node"))
 }

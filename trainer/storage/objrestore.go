@@ -40,7 +40,7 @@ func (r *ObjectRun) download(rec Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, downloaded, err := r.files.fetch(local, rec.Checkpoint, func(m Manifest) []string {
+	dir, downloaded, err := r.files.fetch(local, rec.Checkpoint, rec, func(m Manifest) []string {
 		if m.Record.Step != rec.Step {
 			return []string{fmt.Sprintf("manifest step %d, record step %d", m.Record.Step, rec.Step)}
 		}
