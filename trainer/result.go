@@ -30,7 +30,8 @@ type Result struct {
 	// attribute (most recent first without one).
 	BestCheckpoints []ScoredCheckpoint
 	// Path is the run's directory; MetricsPath its metrics history
-	// (progress.jsonl, one JSON record per report).
+	// (progress.jsonl, one JSON record per report). On an object store
+	// they are the run's s3:// location and its progress segments' prefix.
 	Path, MetricsPath string
 	// Errors holds one entry per failed worker when the run failed, the
 	// first failure (the cause) first.

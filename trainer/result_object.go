@@ -19,7 +19,7 @@ func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy
 		return nil, fmt.Errorf("open run storage: %w", err)
 	}
 	defer st.Close()
-	res := &Result{Path: storage.RunLocation(storagePath, run)}
+	res := &Result{Path: storage.RunLocation(storagePath, run), MetricsPath: storage.ProgressLocation(storagePath, run)}
 	recs, err := st.Records()
 	if err != nil {
 		return nil, fmt.Errorf("read metrics history: %w", err)

@@ -56,6 +56,7 @@ train "qs" {
 	out := run("s3-2", url, 2)
 	must.StrContains(t, out, "storage "+url+"/qs\n")
 	must.RegexMatch(t, regexp.MustCompile(`checkpoint\s+`+regexp.QuoteMeta(url)+`/qs/checkpoints/checkpoint_`), out)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    metrics +`+regexp.QuoteMeta(url)+`/qs/progress/$`), out)
 	out = run("s3-3", url, 3)
 	must.StrContains(t, out, "[rank 0] resuming after epoch 1")
 	straight := run("fs-3", filepath.Join(dir, "results"), 3)

@@ -163,6 +163,16 @@ func RunLocation(root, run string) string {
 	return filepath.Join(root, run)
 }
 
+// ProgressLocation is where the records of the run named run under root
+// are kept, for people: its progress.jsonl, or on an object store the
+// prefix of its progress segments.
+func ProgressLocation(root, run string) string {
+	if IsObjectPath(root) {
+		return RunLocation(root, run) + "/" + objProgressDir
+	}
+	return filepath.Join(root, run, ProgressFile)
+}
+
 // CheckpointLocation is where checkpoint name of the run named run under
 // root is kept, as a Result names it: a directory, or an s3:// location
 // (DownloadCheckpoint copies either out).
