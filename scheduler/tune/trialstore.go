@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -97,7 +98,19 @@ func (cfg Config) workerStorage() workerenv.StorageOptions {
 	return cfg.StorageOptions
 }
 
-// storageOpts are the options to open the experiment's place with.
+// storageOpts are the options the tuner opens the experiment's place
+// with: on an object store it retries what may pass for the workers'
+// default outage grace, as its trials' workers do, so that a short outage
+// of the S3 server does not end the tuner (its lease's renewal failing
+// would fail every later write of the experiment's state).
 func (cfg Config) storageOpts() []storage.Option {
-	return newTrialStore(cfg.StoragePath, cfg.StorageOptions).opts
+	return tunerStorage(newTrialStore(cfg.StoragePath, cfg.StorageOptions))
+}
+
+// tunerStorage is the tuner's options for st's place.
+func tunerStorage(st trialStore) []storage.Option {
+	if st.opts == nil {
+		return nil
+	}
+	return append(slices.Clip(st.opts), storage.WithRetryFor(workerenv.DefaultStorageOutageGrace))
 }

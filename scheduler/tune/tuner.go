@@ -94,6 +94,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
 		events: make(chan event)}
 	e.trials = newTrialStore(e.where, cfg.StorageOptions)
+	e.trials.opts = tunerStorage(e.trials) // the tuner follows its trials through outages too
 	// The trials' records and the experiment's state outlive an
 	// interrupted Fit: the last state is written and the grid read after
 	// ctx ends.
