@@ -37,6 +37,10 @@ func TestBadSpecs(t *testing.T) {
 		{"bad_name.hcl", []string{
 			"bad_name.hcl:1:7-1:17: error: Invalid run name; The run name \"my.model\" must be 1 to 56 letters, digits, dashes or underscores, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.",
 		}},
+		{"bad_runtime_setting.hcl", []string{
+			"bad_runtime_setting.hcl:5:5-5:29: error: Invalid runtime setting; NOMAD_TRAIN_STALL_FACTOR=\"1\" is not a number above 1: every worker would refuse to start.",
+			"bad_runtime_setting.hcl:4:5-4:37: error: Invalid runtime setting; NOMAD_TRAIN_STORAGE_OUTAGE_GRACE=\"soon\" is not a positive duration: every worker would refuse to start.",
+		}},
 		{"bad_timeout.hcl", []string{
 			"bad_timeout.hcl:4:15-4:21: error: Invalid value; backend must be one of \"embedded\" or \"consul\"; got \"etcd\".",
 			"bad_timeout.hcl:5:15-5:26: error: Invalid duration; timeout must be a duration such as \"30s\" or \"5m\"; \"5 minutes\" is not one.",

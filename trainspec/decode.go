@@ -190,6 +190,9 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 			if credentialEnv(k) {
 				d.keyErrorf(attr, k, "Credentials in the spec", "%s is a credential. %s", k, credentialsHelp)
 			}
+			if err := workerenv.CheckSetting(k, s.Env[k]); err != nil {
+				d.keyErrorf(attr, k, "Invalid runtime setting", "%v: every worker would refuse to start.", err)
+			}
 		}
 	}
 	if attr := a["config"]; attr != nil {

@@ -167,6 +167,27 @@ var taskSettable = map[string]bool{
 // variable name; every other Prefix variable is the launcher's alone.
 func TaskSettable(name string) bool { return taskSettable[name] }
 
+// CheckSetting returns the error Load would give a worker whose
+// environment sets the tuning variable name to value (a duration that is
+// not one, say), or nil: for a value Load accepts, for a variable that is
+// not the contract's or not Load's to read, and for a value with a Nomad
+// interpolation (${...}), which only the client resolves.
+func CheckSetting(name, value string) error {
+	if !TaskSettable(name) || strings.Contains(value, "${") {
+		return nil
+	}
+	_, err := Load(func(k string) string {
+		switch k {
+		case name:
+			return value
+		case RunName:
+			return "check"
+		}
+		return ""
+	})
+	return err
+}
+
 // CheckpointPolicy is the JSON carried in Checkpoint.
 type CheckpointPolicy struct {
 	NumToKeep      int    `json:"num_to_keep,omitempty"` // 0 keeps all

@@ -92,3 +92,27 @@ func TestLoadMetricsAddr(t *testing.T) {
 		})
 	}
 }
+
+// CheckSetting gives Load's error for a tuning variable's bad value, and
+// nothing for good values, for interpolations only a Nomad client
+// resolves, or for variables that are not Load's tuning settings.
+func TestCheckSetting(t *testing.T) {
+	for _, tc := range []struct{ name, value, want string }{
+		{StorageOutageGrace, "soon", `NOMAD_TRAIN_STORAGE_OUTAGE_GRACE="soon" is not a positive duration`},
+		{StorageOutageGrace, "0s", "not a positive duration"},
+		{Fsync, "never", "want records or checkpoints"},
+		{StallFactor, "0.5", "is not a number above 1"},
+		{StorageOutageGrace, "5m", ""},
+		{MetricsAddr, "${NOMAD_ADDR_metrics}", ""},
+		{"NOMAD_TRAIN_BLAS", "anything", ""}, // the nn package's to read
+		{RunName, "", ""},                    // not a tuning setting: Reserved refuses it
+		{"PATH", "/bin", ""},
+	} {
+		err := CheckSetting(tc.name, tc.value)
+		if tc.want == "" {
+			must.NoError(t, err, must.Sprint(tc.name))
+			continue
+		}
+		must.ErrorContains(t, err, tc.want)
+	}
+}
