@@ -28,8 +28,9 @@ import (
 // S3 and its job from Nomad) show it. The S3 keys are
 // in the run's Nomad Variable for the workers and in the environment of
 // the CLI only. Then a new run starts from the run's latest checkpoint on
-// S3 (checkpoint { resume_from }). Last, a longer run is stopped while
-// followed, and run again: it resumes from its latest checkpoint on S3.
+// S3 (checkpoint { resume_from }), and another trains through a 10 s
+// outage of the S3 server. Last, a longer run is stopped while followed,
+// and run again: it resumes from its latest checkpoint on S3.
 func TestRunOnCluster(t *testing.T) {
 	const clients = 2
 	b := newTestBed(t, clients, false)
@@ -92,7 +93,68 @@ func TestRunOnCluster(t *testing.T) {
 	must.StrContains(t, out, "epoch 4: loss", must.Sprint("rank 0's output, from Nomad"))
 
 	t.Run("start from its checkpoint", func(t *testing.T) { startFrom(t, b, env, url, "onc") })
+	t.Run("through an S3 outage", func(t *testing.T) { throughOutage(t, b, env, url) })
 	t.Run("stop and run again", func(t *testing.T) { stopAndResume(t, b, env) })
+}
+
+// throughOutage kills the S3 server for 10 s while a run on the cluster
+// trains, and starts it again on the same data: the workers, started by
+// the train driver, retry their requests until it is back, and the run
+// ends with no restart and every step recorded once.
+func throughOutage(t *testing.T, b *testBed, env []string, url string) {
+	const epochs = 400
+	b.putKeys(t, "outage")
+	spec := b.quickstart(t, "outage", epochs, url)
+	address := "http://" + b.c.server.http
+	follow := exec.Command(b.bins.cli, "run", "-address", address, spec)
+	follow.Dir, follow.Env = b.base, append(os.Environ(), env...)
+	var followed bytes.Buffer
+	follow.Stdout, follow.Stderr = &followed, &followed
+	must.NoError(t, follow.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- follow.Wait() }()
+	t.Cleanup(func() { _ = follow.Process.Kill() })
+
+	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
+	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
+	records := func() []storage.Record {
+		st, err := storage.OpenStoreReadOnly(context.Background(), url, "outage", storage.Policy{}, opts...)
+		if err != nil {
+			return nil
+		}
+		defer st.Close()
+		recs, _ := st.Records()
+		return recs
+	}
+	waitFor(t, 2*time.Minute, "the run to pass step 5", func() (bool, error) {
+		recs := records()
+		return len(recs) > 0 && recs[len(recs)-1].Step >= 5, nil
+	})
+	before := records()
+	down := time.Now()
+	b.s3.Outage(t, 10*time.Second)
+	t.Logf("S3 DOWN for %v, from the run's step %d", time.Since(down).Round(time.Millisecond), before[len(before)-1].Step)
+	select {
+	case err := <-exited:
+		t.Fatalf("the run ended (%v) before the server came back: no outage to ride out\n%s", err, followed.String())
+	default:
+	}
+	select {
+	case err := <-exited:
+		t.Logf("run -address:\n%s", followed.String())
+		must.NoError(t, err)
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("run -address did not end:\n%s", followed.String())
+	}
+	must.StrContains(t, followed.String(), `==> run "outage" complete (0 restarts)`)
+	recs := records()
+	must.SliceLen(t, epochs, recs)
+	for i, r := range recs {
+		must.EqOp(t, int64(i+1), r.Step, must.Sprint("every step once, in order"))
+	}
+	t.Logf("THROUGH THE OUTAGE: %d steps, 0 restarts", len(recs))
 }
 
 // startFrom runs a new run on the cluster that starts from the latest
