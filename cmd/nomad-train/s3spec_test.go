@@ -28,15 +28,7 @@ func TestRunQuickstartWithStorageBlock(t *testing.T) {
 	srv := s3test.Start(t)
 	bin := buildCLI(t)
 	dir := t.TempDir()
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "NOMAD_ADDR=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
-		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
-		"AWS_EC2_METADATA_DISABLED=true")
+	env := keysOnlyEnv(srv, dir)
 	url := "s3://" + srv.Bucket + "/runs"
 	run := func(epochs int) string {
 		t.Helper()
@@ -85,6 +77,22 @@ train "qs" {
 
 // s3StorageBlock is a run's storage block for url on srv, as a spec's
 // run block holds it.
+// keysOnlyEnv is the CLI's environment, off Nomad, with the server's keys
+// and nothing else of the AWS chain (no endpoint, region, profile, shared
+// files or instance role): what reaches the server must come from the
+// spec's storage block. dir holds no AWS files.
+func keysOnlyEnv(srv *s3test.Server, dir string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "NOMAD_ADDR=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
+		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
+		"AWS_EC2_METADATA_DISABLED=true")
+}
+
 func s3StorageBlock(srv *s3test.Server, url string) string {
 	return fmt.Sprintf("    storage {\n      path       = %q\n      endpoint   = %q\n      region     = %q\n      path_style = true\n    }\n",
 		url, srv.Endpoint, srv.Region)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,9 +36,7 @@ train "outage" {
   }
 }`, s3StorageBlock(srv, url)))
 	cmd := localTune(bin, dir, spec)
-	cmd.Env = append(cmd.Env, "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
-		"AWS_ENDPOINT_URL_S3=", "AWS_ENDPOINT_URL=", "AWS_REGION=", "AWS_PROFILE=",
-		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"))
+	cmd.Env = keysOnlyEnv(srv, dir)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	must.NoError(t, cmd.Start())

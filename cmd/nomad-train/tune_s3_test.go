@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -55,10 +54,7 @@ train "qs-s3" {
     }
   }
 }`, s3StorageBlock(srv, url)))
-	env := append(os.Environ(), "NOMAD_ADDR=", "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
-		"AWS_ENDPOINT_URL_S3=", "AWS_ENDPOINT_URL=", "AWS_REGION=", "AWS_PROFILE=",
-		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
-		"AWS_EC2_METADATA_DISABLED=true")
+	env := keysOnlyEnv(srv, dir)
 	tuneOnce := func() string {
 		t.Helper()
 		cmd := localTune(bin, dir, spec)

@@ -106,28 +106,8 @@ func throughOutage(t *testing.T, b *testBed, env []string, url string) {
 	b.putKeys(t, "outage")
 	spec := b.quickstart(t, "outage", epochs, url)
 	address := "http://" + b.c.server.http
-	follow := exec.Command(b.bins.cli, "run", "-address", address, spec)
-	follow.Dir, follow.Env = b.base, append(os.Environ(), env...)
-	var followed bytes.Buffer
-	follow.Stdout, follow.Stderr = &followed, &followed
-	must.NoError(t, follow.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- follow.Wait() }()
-	t.Cleanup(func() { _ = follow.Process.Kill() })
-
-	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
-	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
-		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
-	records := func() []storage.Record {
-		st, err := storage.OpenStoreReadOnly(context.Background(), url, "outage", storage.Policy{}, opts...)
-		if err != nil {
-			return nil
-		}
-		defer st.Close()
-		recs, _ := st.Records()
-		return recs
-	}
+	followed, exited := b.follow(t, env, address, spec)
+	records := func() []storage.Record { return b.records(url, "outage") }
 	waitFor(t, 2*time.Minute, "the run to pass step 5", func() (bool, error) {
 		recs := records()
 		return len(recs) > 0 && recs[len(recs)-1].Step >= 5, nil
@@ -162,19 +142,8 @@ func throughOutage(t *testing.T, b *testBed, env []string, url string) {
 // compiled job, the train driver and the workers' S3 keys, each node
 // fetches it, and the new run trains only the epochs after it.
 func startFrom(t *testing.T, b *testBed, env []string, url, from string) {
-	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
-	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
-		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
-	records := func(run string) []storage.Record {
-		st, err := storage.OpenStoreReadOnly(context.Background(), url, run, storage.Policy{}, opts...)
-		must.NoError(t, err)
-		defer st.Close()
-		recs, err := st.Records()
-		must.NoError(t, err)
-		return recs
-	}
-	src := records(from)
+	src := b.records(url, from)
+	must.SliceNotEmpty(t, src)
 	last := src[len(src)-1]
 	must.NotEq(t, "", last.Checkpoint)
 	location := storage.CheckpointLocation(url, from, last.Checkpoint)
@@ -190,7 +159,7 @@ func startFrom(t *testing.T, b *testBed, env []string, url, from string) {
 	t.Logf("run -address, starting from %s:\n%s", location, out)
 	must.NoError(t, err)
 	must.StrContains(t, out, `==> run "ft" complete (0 restarts)`)
-	recs := records("ft")
+	recs := b.records(url, "ft")
 	must.SliceLen(t, 3, recs, must.Sprint("epochs 5 to 7, after the checkpoint of epoch 4"))
 	must.EqOp(t, 4.0+3, recs[len(recs)-1].Metrics["epoch"])
 	out, err = b.cli(env, "logs", "-address", address, "-rank", "0", "ft")
@@ -208,29 +177,8 @@ func stopAndResume(t *testing.T, b *testBed, env []string) {
 	url := "s3://" + b.s3.Bucket + "/runs"
 	spec := b.quickstart(t, "long", epochs, url)
 	address := "http://" + b.c.server.http
-	follow := exec.Command(b.bins.cli, "run", "-address", address, spec)
-	follow.Dir, follow.Env = b.base, append(os.Environ(), env...)
-	var followed bytes.Buffer
-	follow.Stdout, follow.Stderr = &followed, &followed
-	must.NoError(t, follow.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- follow.Wait() }()
-	t.Cleanup(func() { _ = follow.Process.Kill() })
-
-	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
-	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
-		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
-	ctx := context.Background()
-	records := func() []storage.Record {
-		st, err := storage.OpenStoreReadOnly(ctx, url, "long", storage.Policy{}, opts...)
-		if err != nil {
-			return nil
-		}
-		defer st.Close()
-		recs, _ := st.Records()
-		return recs
-	}
+	followed, exited := b.follow(t, env, address, spec)
+	records := func() []storage.Record { return b.records(url, "long") }
 	waitFor(t, 2*time.Minute, "the run to pass step 5", func() (bool, error) {
 		recs := records()
 		return len(recs) > 0 && recs[len(recs)-1].Step >= 5, nil
@@ -273,6 +221,35 @@ func stopAndResume(t *testing.T, b *testBed, env []string) {
 		must.Less(t, r.Step, after[j].Step, must.Sprint("one history, its steps in order"))
 	}
 	t.Logf("RESUMED: the first report after the stop is step %d; the run ends at step %d", after[i].Step, after[len(after)-1].Step)
+}
+
+// follow starts `run -address` of spec, as a person following the run
+// does, and returns its output and its end.
+func (b *testBed) follow(t *testing.T, env []string, address, spec string) (*bytes.Buffer, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(b.bins.cli, "run", "-address", address, spec)
+	cmd.Dir, cmd.Env = b.base, append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return &out, exited
+}
+
+// records reads run's records on the bed's S3 server at url (nil when
+// the run has none yet, or the server does not answer).
+func (b *testBed) records(url, run string) []storage.Record {
+	st, err := storage.OpenStoreReadOnly(context.Background(), url, run, storage.Policy{},
+		storage.WithStorageOptions(workerenv.StorageOptions{Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true}),
+		storage.WithTaskEnviron([]string{"AWS_ACCESS_KEY_ID=" + b.s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.s3.SecretKey}))
+	if err != nil {
+		return nil
+	}
+	defer st.Close()
+	recs, _ := st.Records()
+	return recs
 }
 
 // quickstart writes a spec of the quickstart named name for the bed: two
