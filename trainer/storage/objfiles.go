@@ -323,8 +323,21 @@ func (o objFiles) putManifest(name string, m manifestObject, fence func() error,
 		warn(err)
 		err = put(false)
 	}
+	if errors.Is(err, objstore.ErrExists) && o.isOurs(key, m.obj) {
+		// An attempt the server took, whose answer was lost (the server
+		// restarted, the connection broke), and the SDK retried.
+		err = nil
+	}
 	if err != nil {
 		return fmt.Errorf("writing manifest of %s: %w", name, err)
 	}
 	return nil
+}
+
+// isOurs reports whether the object at key holds exactly obj: a
+// conditional write refused because the key exists was then this
+// writer's own, an earlier attempt of the same request.
+func (o objFiles) isOurs(key string, obj []byte) bool {
+	got, err := o.getUpTo(key, int64(len(obj)))
+	return err == nil && bytes.Equal(got, obj)
 }

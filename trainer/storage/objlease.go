@@ -95,6 +95,15 @@ func (l *lease) acquire(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if cur.Holder == l.holder {
+			// This writer's own lease: an attempt the server took, whose
+			// answer was lost, and the SDK retried.
+			l.mu.Lock()
+			l.etag = etag
+			l.mu.Unlock()
+			l.startRenewal(ctx)
+			return nil
+		}
 		if l.supersedes(cur) {
 			err := l.put(ctx, putIfMatch, etag)
 			switch {
