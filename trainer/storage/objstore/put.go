@@ -3,20 +3,24 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"hash/crc32"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 )
 
 // PutResult describes an object written by Put or PutIfAbsent.
@@ -314,13 +318,57 @@ func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest
 	if ifAbsent {
 		in.IfNoneMatch = aws.String("*")
 	}
+	var etag string
 	out, err := s.client.CompleteMultipartUpload(ctx, in)
-	if err != nil {
-		return s.abortAfter(ctx, key, id, fmt.Errorf("put %s: complete multipart upload: %w", key, conditional(err)))
+	if err == nil {
+		etag = aws.ToString(out.ETag)
+	} else {
+		var found bool
+		if etag, found = s.completedAfter(ctx, key, parts, size, err); !found {
+			return s.abortAfter(ctx, key, id, fmt.Errorf("put %s: complete multipart upload: %w", key, conditional(err)))
+		}
 	}
-	res.Size, res.Parts, res.ETag = size, len(parts), aws.ToString(out.ETag)
+	res.Size, res.Parts, res.ETag = size, len(parts), etag
 	h.Sum(res.SHA256[:0])
 	return nil
+}
+
+// completedAfter says whether a completion that failed with NoSuchUpload
+// had completed after all: an attempt the server took, whose answer was
+// lost (a restart, a broken connection), and the SDK retried, finding the
+// upload gone. It does if key now holds an object of size whose ETag is
+// the one S3 gives an object made of exactly these parts, the MD5 of
+// their MD5s and their count; that ETag is returned.
+func (s *Store) completedAfter(ctx context.Context, key string, parts []types.CompletedPart, size int64, err error) (string, bool) {
+	var api smithy.APIError
+	if !errors.As(err, &api) || api.ErrorCode() != "NoSuchUpload" {
+		return "", false
+	}
+	want, ok := multipartETag(parts)
+	if !ok {
+		return "", false
+	}
+	info, herr := s.Head(ctx, key)
+	if herr != nil || info.Size != size || strings.Trim(info.ETag, `"`) != want {
+		return "", false
+	}
+	return info.ETag, true
+}
+
+// multipartETag is the ETag S3 gives an object completed from parts (in
+// order): the hex MD5 of the concatenated binary MD5s of the parts, a
+// dash, and the number of parts. ok is false when a part's ETag is not a
+// plain MD5.
+func multipartETag(parts []types.CompletedPart) (string, bool) {
+	h := md5.New()
+	for _, p := range parts {
+		sum, err := hex.DecodeString(strings.Trim(aws.ToString(p.ETag), `"`))
+		if err != nil || len(sum) != md5.Size {
+			return "", false
+		}
+		h.Write(sum)
+	}
+	return fmt.Sprintf("%x-%d", h.Sum(nil), len(parts)), true
 }
 
 // uploadParts reads the body part by part on this goroutine (so the

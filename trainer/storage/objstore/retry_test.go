@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"net/http"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
@@ -67,4 +72,84 @@ func TestRetryForRidesOutAnOutage(t *testing.T) {
 	rc.Close()
 	must.NoError(t, err)
 	must.True(t, bytes.Equal(body, got))
+}
+
+// completeLosingClient stands between a store and its server for the
+// completions of multipart uploads. The first completion reaches the
+// server (or, with dropRequest, does not) and its answer is lost: the
+// store sees a reset connection, and the SDK sends it again. The retry
+// reaches the server, or, with noSuchUpload, is answered NoSuchUpload, as
+// servers that forget a completed upload answer (MinIO has; versitygw
+// answers with the completion's result).
+type completeLosingClient struct {
+	next                      s3.HTTPClient
+	dropRequest, noSuchUpload bool
+	calls                     atomic.Int32
+}
+
+func (c *completeLosingClient) Do(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || !req.URL.Query().Has("uploadId") {
+		return c.next.Do(req)
+	}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	switch n := c.calls.Add(1); {
+	case n == 1 && c.dropRequest:
+		return nil, reset
+	case n == 1:
+		resp, err := c.next.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, reset
+	case c.noSuchUpload:
+		body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>`
+		return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Request: req,
+			Header: http.Header{"Content-Type": {"application/xml"}}, ContentLength: int64(len(body)),
+			Body: io.NopCloser(strings.NewReader(body))}, nil
+	}
+	return c.next.Do(req)
+}
+
+// A multipart upload whose completion the server took, but whose answer
+// was lost, is sent again by the SDK. Whatever the server answers the
+// retry, the Put succeeds: with the completion's result (versitygw), or
+// with NoSuchUpload, when the object made of exactly these parts is found
+// at the key. NoSuchUpload for a completion that never reached the server
+// fails the Put: no object of these parts is there.
+func TestLostAnswerToCompletion(t *testing.T) {
+	srv := s3test.Start(t)
+	body := randomBytes(2*MinPartSize+3, 11)
+	for _, tc := range []struct {
+		name                      string
+		dropRequest, noSuchUpload bool
+		ok                        bool
+	}{
+		{"the server answers the retry", false, false, true},
+		{"the server answers NoSuchUpload", false, true, true},
+		{"the completion never reached it", true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			losing := &completeLosingClient{dropRequest: tc.dropRequest, noSuchUpload: tc.noSuchUpload}
+			client := s3.New(srv.Client(t).Options(), func(o *s3.Options) {
+				losing.next = o.HTTPClient
+				o.HTTPClient = losing
+			})
+			st, err := New(client, Location{Bucket: srv.Bucket, Prefix: strings.ReplaceAll(tc.name, " ", "-")}, Config{PartSize: MinPartSize})
+			must.NoError(t, err)
+			res, err := st.Put(context.Background(), "big.bin", bytes.NewReader(body))
+			must.EqOp(t, int32(2), losing.calls.Load(), must.Sprint("the completion was sent again"))
+			if !tc.ok {
+				must.ErrorContains(t, err, "NoSuchUpload")
+				_, herr := st.Head(context.Background(), "big.bin")
+				must.ErrorIs(t, herr, ErrNotFound)
+				return
+			}
+			must.NoError(t, err)
+			must.EqOp(t, 3, res.Parts)
+			info, err := st.Head(context.Background(), "big.bin")
+			must.NoError(t, err)
+			must.EqOp(t, info.ETag, res.ETag)
+			must.EqOp(t, int64(len(body)), info.Size)
+		})
+	}
 }
