@@ -15,3 +15,11 @@ func SetProbeView(rank int, root string) {
 // SetNodeCaches gives each rank the base of its node's cache directories
 // (object stores), so that one machine's ranks act as several nodes'.
 func SetNodeCaches(base func(rank int) string) { nodeCacheBase = base }
+
+// SetBeforeResult runs fn in Fit before the Result is read, until the
+// test ends.
+func SetBeforeResult(t interface{ Cleanup(func()) }, fn func()) {
+	old := beforeResult
+	beforeResult = fn
+	t.Cleanup(func() { beforeResult = old })
+}

@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -11,10 +12,17 @@ import (
 
 // loadObjectResult is LoadResult for a run on an object store. It reads
 // the records and which checkpoints exist, and downloads nothing: the
-// Result's checkpoints are named by their s3:// location.
+// Result's checkpoints are named by their s3:// location. Called with the
+// launch's outcome, it retries for the workers' default outage grace.
 func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy, out *launch.Outcome, opts []storage.Option) (*Result, error) {
 	ctx := context.Background()
-	st, err := storage.OpenStoreReadOnly(ctx, storagePath, run, storagePolicy(policy), opts...)
+	open := opts
+	if out != nil {
+		// The launcher reads the run it has just launched: through an
+		// outage of the store, as the run's workers wrote it.
+		open = append(slices.Clip(opts), storage.WithRetryFor(workerenv.DefaultStorageOutageGrace))
+	}
+	st, err := storage.OpenStoreReadOnly(ctx, storagePath, run, storagePolicy(policy), open...)
 	if err != nil {
 		return nil, fmt.Errorf("open run storage: %w", err)
 	}

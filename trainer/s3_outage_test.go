@@ -113,3 +113,30 @@ func waitForRecords(t *testing.T, url, run string, n int) {
 	}
 	t.Errorf("run %s never had %d records", run, n)
 }
+
+// The S3 server goes down as the workers end, before Fit reads the run's
+// Result from it: Fit waits for it to come back, as the workers would
+// have, and returns the Result rather than an error for a run that
+// finished and whose records are safe.
+func TestFitReadsItsResultThroughAnS3Outage(t *testing.T) {
+	url, srv := s3Server(t)
+	fn := func(ctx context.Context, s *trainer.Session) error {
+		return reportWeights(ctx, s, "final", trainer.Metrics{"loss": 0.25})
+	}
+	back := make(chan struct{})
+	if srv != nil {
+		trainer.SetBeforeResult(t, func() {
+			go func() {
+				defer close(back)
+				srv.Outage(t, 3*time.Second)
+			}()
+			time.Sleep(300 * time.Millisecond) // the server is down
+		})
+	}
+	res, out, err := fit(t, fn, 2, trainer.Run{Name: "result", StoragePath: url}, nil)
+	<-back
+	must.NoError(t, err, must.Sprint(out))
+	must.EqOp(t, 0.25, res.Metrics["loss"])
+	must.NotNil(t, res.Checkpoint)
+	must.StrHasPrefix(t, url+"/result/checkpoints/checkpoint_", res.Checkpoint.Path())
+}
