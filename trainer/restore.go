@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -58,6 +57,13 @@ var ErrUnsharedStorage = errors.New("storage_path is not shared between workers"
 // so the run fails at once.
 var ErrStartCheckpoint = errors.New("cannot start from the checkpoint resume_from names")
 
+// startError is ErrStartCheckpoint with what went wrong, in the words
+// rank 0 hands every rank through the resume point.
+type startError string
+
+func (e startError) Error() string { return string(e) }
+func (e startError) Unwrap() error { return ErrStartCheckpoint }
+
 // restore opens storage on rank 0, finds where the run left off, and tells
 // every rank; each other rank checks it sees the same run directory.
 func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
@@ -78,7 +84,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 		return fmt.Errorf("decode resume point: %w", err)
 	}
 	if rp.StartErr != "" {
-		return fmt.Errorf("%w: %s", ErrStartCheckpoint, rp.StartErr)
+		return startError(rp.StartErr)
 	}
 	if rp.Err != "" {
 		return fmt.Errorf("open run storage: %s", rp.Err)
@@ -186,7 +192,7 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	} else if from := env.Checkpoint.ResumeFrom; from != "" {
 		if rp.Checkpoint, err = s.fetchStart(ctx, env, filepath.Join(runDir, scratchDir)); err != nil {
 			if errors.Is(err, ErrStartCheckpoint) { // every rank fails with it
-				return resumePoint{StartErr: strings.TrimPrefix(err.Error(), ErrStartCheckpoint.Error()+": ")}
+				return resumePoint{StartErr: err.Error()}
 			}
 			return resumePoint{Err: err.Error()}
 		}
@@ -226,7 +232,7 @@ func (s *Session) fetchStart(ctx context.Context, env workerenv.Env, local strin
 	switch {
 	case errors.Is(err, storage.ErrNoCheckpoint), errors.Is(err, storage.ErrUnsupportedScheme),
 		errors.Is(err, storage.ErrNotCheckpointLocation), errors.As(err, &bad):
-		return "", fmt.Errorf("%w: %s: %w", ErrStartCheckpoint, from, err)
+		return "", startError(fmt.Sprintf("%v: %s: %v", ErrStartCheckpoint, from, err))
 	case err != nil:
 		return "", fmt.Errorf("fetching the checkpoint to start from (resume_from %s): %w", from, err)
 	}
