@@ -22,7 +22,9 @@ import (
 
 // BenchmarkCommitVsPlainPut (B6s) compares an ObjectRun commit of a
 // one-file checkpoint with one plain PutObject of the same bytes to the
-// same server, in turn and in alternating order. The commit is what
+// same server, in turn and in alternating order, the commit through a
+// store opened as a worker's is, the PUT with the SDK's defaults. The
+// commit is what
 // returns to its caller: files too big for the manifest uploaded with
 // SHA-256 in the same pass, the manifest written with a conditional
 // write (carrying a checkpoint of at most 4 MiB inside it), the lease
@@ -38,8 +40,11 @@ import (
 func BenchmarkCommitVsPlainPut(b *testing.B) {
 	srv := s3test.Start(b)
 	ctx := context.Background()
-	client := srv.Client(b)
-	st, err := objstore.New(client, objstore.Location{Bucket: srv.Bucket, Prefix: "bench"}, objstore.Config{})
+	client := srv.Client(b) // the plain PUT's: the SDK's defaults
+	// The commit's store is opened as a worker's is, its connections
+	// watched for stalls (objstore.Config.StallTimeout).
+	srv.SetKeys(b)
+	st, err := objstore.Open(ctx, "s3://"+srv.Bucket+"/bench", objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
 	if err != nil {
 		b.Fatal(err)
 	}

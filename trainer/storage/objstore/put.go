@@ -319,7 +319,11 @@ func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest
 		in.IfNoneMatch = aws.String("*")
 	}
 	var etag string
-	out, err := s.client.CompleteMultipartUpload(ctx, in)
+	cctx := ctx
+	if s.cfg.StallTimeout > 0 {
+		cctx = withAllowance(ctx, completeAllowance(s.cfg.StallTimeout, size))
+	}
+	out, err := s.client.CompleteMultipartUpload(cctx, in)
 	if err == nil {
 		etag = aws.ToString(out.ETag)
 	} else {

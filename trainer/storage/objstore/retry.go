@@ -1,6 +1,8 @@
 package objstore
 
 import (
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -18,16 +20,47 @@ const (
 )
 
 // outageRetryer is the SDK's standard retryer (which errors are worth a
-// retry) with attempts enough for about d of backoff, and no retry quota:
-// the quota's token bucket, shared by a client's requests, would fail
-// every request at once some seconds into an outage.
+// retry) with attempts enough for about d of backoff, no retry quota (the
+// quota's token bucket, shared by a client's requests, would fail every
+// request at once some seconds into an outage), and no retry begun once
+// d has passed since the operation began: attempts that each wait out a
+// stall or a dial's timeout would otherwise take many times d.
 func outageRetryer(d time.Duration, onRetry func(int, error, time.Duration)) aws.Retryer {
-	return retry.NewStandard(func(o *retry.StandardOptions) {
+	return retryUntil{d: d, RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = attemptsFor(d)
 		o.Backoff = outageBackoff{onRetry: onRetry}
 		o.RateLimiter = ratelimit.None
-	})
+	})}
 }
+
+// retryUntil refuses a retry once d has passed since the operation began
+// (as requestClock noted it).
+type retryUntil struct {
+	aws.RetryerV2
+	d time.Duration
+}
+
+func (r retryUntil) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
+	if start, ok := ctx.Value(startKey{}).(time.Time); ok {
+		if spent := time.Since(start); spent >= r.d {
+			return nil, &retriedError{err: opErr, spent: spent}
+		}
+	}
+	return r.RetryerV2.GetRetryToken(ctx, opErr)
+}
+
+// retriedError is an attempt's error after retries ran out of time. The
+// SDK joins it to that error, a line apart; requestClock puts it in the
+// join's place.
+type retriedError struct {
+	err   error
+	spent time.Duration
+}
+
+func (e *retriedError) Error() string {
+	return fmt.Sprintf("%v (gave up retrying after %v)", e.err, e.spent.Round(time.Millisecond))
+}
+func (e *retriedError) Unwrap() error { return e.err }
 
 // nominalWait is the wait after failed attempt n (from 1), before jitter.
 func nominalWait(n int) time.Duration {

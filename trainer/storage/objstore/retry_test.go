@@ -66,12 +66,18 @@ func TestRetryForRidesOutAnOutage(t *testing.T) {
 	<-back
 	must.Greater(t, 2*time.Second, time.Since(began), must.Sprint("it waited for the server"))
 	must.Positive(t, retries.Load())
-	rc, _, err := patient.Get(ctx, "during")
+	mustHold(t, patient, "during", body)
+}
+
+// mustHold checks that st's object at key holds want.
+func mustHold(t *testing.T, st *Store, key string, want []byte) {
+	t.Helper()
+	rc, _, err := st.Get(context.Background(), key)
 	must.NoError(t, err)
 	got, err := io.ReadAll(rc)
 	rc.Close()
 	must.NoError(t, err)
-	must.True(t, bytes.Equal(body, got))
+	must.True(t, bytes.Equal(want, got), must.Sprintf("%s holds %d bytes, not the %d put", key, len(got), len(want)))
 }
 
 // completeLosingClient stands between a store and its server for the

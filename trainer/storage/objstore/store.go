@@ -82,6 +82,16 @@ type Config struct {
 	// OnRetry, when set with RetryFor, is told of each retry: the attempt
 	// that failed (from 1), the error, and the wait before the next.
 	OnRetry func(attempt int, err error, wait time.Duration)
+	// StallTimeout fails a request whose connection moved no byte either
+	// way for about this long (ErrStalled), and the failure is retried
+	// like a refused connection. Without it a server that froze, or one
+	// lost behind a network that drops its packets rather than refusing
+	// them, holds a request for as long as the kernel keeps the
+	// connection: many minutes. A multipart upload's completion, which a
+	// server may work on without a word, is allowed a second more for
+	// each 8 MiB of the upload. Zero means DefaultStallTimeout; negative,
+	// no limit. It applies to stores made by Open.
+	StallTimeout time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -96,6 +106,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ListPageSize < 0 {
 		return c, fmt.Errorf("list page size %d is negative", c.ListPageSize)
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	return c, nil
 }
@@ -128,8 +141,15 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 	if err != nil {
 		return nil, fmt.Errorf("load aws config for %s: %w", loc, err)
 	}
+	stall := cfg.StallTimeout
+	if stall == 0 {
+		stall = DefaultStallTimeout
+	}
 	fns := []func(*s3.Options){func(o *s3.Options) {
-		o.APIOptions = append(o.APIOptions, shortErrors)
+		o.APIOptions = append(o.APIOptions, shortErrors, requestClock)
+		if stall > 0 {
+			o.HTTPClient = stallHTTPClient(awsCfg.HTTPClient, stall)
+		}
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
