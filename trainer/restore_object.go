@@ -77,10 +77,12 @@ var nodeCacheBase = func(rank int) string { return "" }
 // workerStorage is how a worker reaches storage: with the run's options,
 // and retrying an object store's failed requests for the outage grace
 // (workerenv.StorageOutageGrace), so that a short outage of the S3 server
-// stalls the gang rather than failing it.
+// stalls the gang rather than failing it; a request held by a silent
+// server fails after the stall timeout (workerenv.StorageStallTimeout),
+// and is retried.
 func workerStorage(env workerenv.Env, log hclog.Logger) []storage.Option {
 	return []storage.Option{storage.WithLogger(log), storage.WithStorageOptions(env.Storage()),
-		storage.WithRetryFor(env.StorageOutageGrace)}
+		storage.WithRetryFor(env.StorageOutageGrace), storage.WithStallTimeout(env.StorageStallTimeout)}
 }
 
 // storageOptions are the options rank 0 opens the run's storage with.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -38,26 +39,6 @@ func TestTrainsThroughAnS3Outage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url, srv := s3Server(t)
 			t.Setenv(workerenv.StorageOutageGrace, tc.grace)
-			fn := func(ctx context.Context, s *trainer.Session) error {
-				step := 1
-				if ck := s.GetCheckpoint(); ck != nil {
-					b, err := os.ReadFile(filepath.Join(ck.Path(), weightsFile))
-					if err != nil {
-						return err
-					}
-					if step, err = strconv.Atoi(string(b)); err != nil {
-						return err
-					}
-					step++
-				}
-				for ; step <= outageSteps; step++ {
-					time.Sleep(150 * time.Millisecond)
-					if err := reportWeights(ctx, s, strconv.Itoa(step), trainer.Metrics{"step": step}); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
 			run := trainer.Run{Name: "outage", StoragePath: url}
 			back := make(chan struct{})
 			if srv != nil {
@@ -67,7 +48,7 @@ func TestTrainsThroughAnS3Outage(t *testing.T) {
 					srv.Outage(t, 4*time.Second)
 				}()
 			}
-			res, out, err := fit(t, fn, 2, run, nil)
+			res, out, err := fit(t, stepEveryCheckpoint, 2, run, nil)
 			<-back
 			if !tc.survives {
 				must.Error(t, err, must.Sprint(out))
@@ -77,24 +58,89 @@ func TestTrainsThroughAnS3Outage(t *testing.T) {
 			must.NoError(t, err, must.Sprint(out))
 			must.SliceEmpty(t, res.Recovered, must.Sprint("no failure to recover from\n", out))
 			must.StrContains(t, out, "object store request failed; retrying", must.Sprint("the run saw the outage"))
-			st, err := storage.OpenStoreReadOnly(context.Background(), url, "outage", storage.Policy{}, storage.WithLocalDir(t.TempDir()))
-			must.NoError(t, err)
-			defer st.Close()
-			recs, err := st.Records()
-			must.NoError(t, err)
-			steps := make([]string, len(recs))
-			for i, r := range recs {
-				steps[i] = fmt.Sprint(r.Step)
-			}
-			must.Len(t, outageSteps, recs, must.Sprint(strings.Join(steps, " ")))
-			for i, r := range recs {
-				must.EqOp(t, int64(i+1), r.Step, must.Sprint("every step once, in order"))
-			}
-			latest, err := st.LatestIntact()
-			must.NoError(t, err)
-			must.EqOp(t, int64(outageSteps), latest.Record.Step)
+			everyStepOnce(t, url, "outage")
 		})
 	}
+}
+
+// stepEveryCheckpoint trains outageSteps steps of 150ms, each reporting
+// a checkpoint that holds its step, from the checkpoint it resumes from.
+func stepEveryCheckpoint(ctx context.Context, s *trainer.Session) error {
+	step := 1
+	if ck := s.GetCheckpoint(); ck != nil {
+		b, err := os.ReadFile(filepath.Join(ck.Path(), weightsFile))
+		if err != nil {
+			return err
+		}
+		if step, err = strconv.Atoi(string(b)); err != nil {
+			return err
+		}
+		step++
+	}
+	for ; step <= outageSteps; step++ {
+		time.Sleep(150 * time.Millisecond)
+		if err := reportWeights(ctx, s, strconv.Itoa(step), trainer.Metrics{"step": step}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// everyStepOnce checks that run on S3 recorded each of outageSteps steps
+// once, in order, and that its latest checkpoint is the last step's.
+func everyStepOnce(t *testing.T, url, run string) {
+	t.Helper()
+	st, err := storage.OpenStoreReadOnly(context.Background(), url, run, storage.Policy{}, storage.WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	defer st.Close()
+	recs, err := st.Records()
+	must.NoError(t, err)
+	steps := make([]string, len(recs))
+	for i, r := range recs {
+		steps[i] = fmt.Sprint(r.Step)
+	}
+	must.Len(t, outageSteps, recs, must.Sprint(strings.Join(steps, " ")))
+	for i, r := range recs {
+		must.EqOp(t, int64(i+1), r.Step, must.Sprint("every step once, in order"))
+	}
+	latest, err := st.LatestIntact()
+	must.NoError(t, err)
+	must.EqOp(t, int64(outageSteps), latest.Record.Step)
+}
+
+// TestTrainsThroughASilentStore: mid-run, the S3 server falls silent to
+// the workers (a relay between them stops carrying bytes, refusing and
+// resetting nothing, as when a server is lost behind a load balancer),
+// and 3 s later new connections reach it again while the old ones stay
+// dead. The workers' requests on dead connections fail after the stall
+// timeout and are retried on new ones, so the run ends with no restart
+// and every step recorded once. (With a stall timeout past the progress
+// watchdog's limit, the gang hangs on its uploads until the watchdog
+// re-forms it, spending a failure; without the watchdog, for as long as
+// the kernel keeps the dead connections.)
+func TestTrainsThroughASilentStore(t *testing.T) {
+	url, srv := s3Server(t)
+	t.Setenv(workerenv.StorageStallTimeout, "500ms")
+	run := trainer.Run{Name: "silent", StoragePath: url}
+	mended := make(chan struct{})
+	if srv != nil {
+		relay := s3test.NewRelay(t, srv.Endpoint)
+		t.Setenv("AWS_ENDPOINT_URL_S3", relay.Endpoint)
+		go func() {
+			defer close(mended)
+			waitForRecords(t, url, "silent", 5)
+			relay.Cut()
+			time.Sleep(3 * time.Second)
+			relay.Mend()
+		}()
+	}
+	res, out, err := fit(t, stepEveryCheckpoint, 2, run, nil)
+	<-mended
+	must.NoError(t, err, must.Sprint(out))
+	must.SliceEmpty(t, res.Recovered, must.Sprint("no failure to recover from\n", out))
+	must.StrNotContains(t, out, "gang lost a member")
+	must.StrContains(t, out, "connection stalled", must.Sprint("the run saw the stall"))
+	everyStepOnce(t, url, "silent")
 }
 
 // waitForRecords waits until run on S3 has at least n records.

@@ -112,6 +112,11 @@ func WithTaskEnviron(environ []string) Option {
 // once every retryLogEvery.
 func WithRetryFor(d time.Duration) Option { return func(o *options) { o.retryFor = d } }
 
+// WithStallTimeout fails an object store's request whose connection
+// moved no byte either way for about d (objstore.Config.StallTimeout);
+// zero keeps objstore's default.
+func WithStallTimeout(d time.Duration) Option { return func(o *options) { o.stall = d } }
+
 // retryLogEvery spaces the warnings about an object store's retries: in an
 // outage every request in flight retries.
 const retryLogEvery = 5 * time.Second
@@ -133,6 +138,9 @@ func objectConfig(opts []Option) objstore.Config {
 	}
 	if o.retryFor > 0 {
 		cfg.RetryFor, cfg.OnRetry = o.retryFor, retryLogger(o.log, o.retryFor)
+	}
+	if o.stall != 0 {
+		cfg.StallTimeout = o.stall
 	}
 	return cfg
 }

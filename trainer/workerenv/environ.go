@@ -72,6 +72,7 @@ func (e Env) Environ() []string {
 	dur(StopGrace, e.StopGrace)
 	dur(LeaseTTL, e.LeaseTTL)
 	dur(StorageOutageGrace, e.StorageOutageGrace)
+	dur(StorageStallTimeout, e.StorageStallTimeout)
 	dur(StallFloor, e.StallFloor)
 	if e.StallFactor != 0 {
 		add(StallFactor, strconv.FormatFloat(e.StallFactor, 'g', -1, 64))

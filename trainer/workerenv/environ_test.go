@@ -29,7 +29,7 @@ func full() Env {
 		Config: json.RawMessage(`{"lr":0.1}`), Checkpoint: CheckpointPolicy{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"},
 		MaxFailures: -1, Builtin: "quickstart", Events: "/alloc/events.jsonl", SecretFile: "/secrets/s",
 		CollectiveTimeout: 45 * time.Second, CollectiveTCPOnly: true, FsyncCheckpointsOnly: true,
-		MetricsAddr: "127.0.0.1:9100", TorchPort: 23456, StopGrace: 3 * time.Second, LeaseTTL: 7 * time.Second, StorageOutageGrace: 45 * time.Second, StallFloor: time.Minute, StallFactor: 12.5,
+		MetricsAddr: "127.0.0.1:9100", TorchPort: 23456, StopGrace: 3 * time.Second, LeaseTTL: 7 * time.Second, StorageOutageGrace: 45 * time.Second, StorageStallTimeout: 20 * time.Second, StallFloor: time.Minute, StallFactor: 12.5,
 		Mounts: []Mount{{Destination: "/mnt/shared", HostPath: "/srv/nfs"}},
 	}
 }

@@ -113,6 +113,13 @@ const (
 	// server rather than spending its failure budget on it (a Go duration
 	// string; default DefaultStorageOutageGrace).
 	StorageOutageGrace = "NOMAD_TRAIN_STORAGE_OUTAGE_GRACE"
+	// StorageStallTimeout fails an object store request whose connection
+	// moved no byte either way for this long, so that it is retried (for
+	// the outage grace) rather than held by a server that froze or a
+	// network that silently drops its packets (a Go duration string;
+	// default DefaultStorageStallTimeout). Raise it for a server that
+	// works long on a request without a word.
+	StorageStallTimeout = "NOMAD_TRAIN_STORAGE_STALL_TIMEOUT"
 	// StallFloor and StallFactor set the progress watchdog: a gang in
 	// which no collective completes for max(StallFloor, StallFactor × the
 	// median time between collectives) is declared hung and re-forms.
@@ -144,6 +151,11 @@ const (
 // meanwhile stays well inside the progress watchdog's 2m floor.
 const DefaultStorageOutageGrace = time.Minute
 
+// DefaultStorageStallTimeout is how long a worker's object store request
+// may go without a byte moving: objstore's own default, half the outage
+// grace, so that a stalled request is retried within it.
+const DefaultStorageStallTimeout = 30 * time.Second
+
 // MetricsPath is the HTTP path a worker serves its metrics on.
 const MetricsPath = "/metrics"
 
@@ -156,7 +168,7 @@ const Prefix = "NOMAD_TRAIN_"
 // environment may set them (nomad-train compile emits StopGrace).
 var taskSettable = map[string]bool{
 	CollectiveTimeout: true, CollectiveTransport: true, Fsync: true, StopGrace: true,
-	LeaseTTL: true, StallFloor: true, StallFactor: true, StorageOutageGrace: true,
+	LeaseTTL: true, StallFloor: true, StallFactor: true, StorageOutageGrace: true, StorageStallTimeout: true,
 	MetricsAddr:             true, // where to serve /metrics: the job's own port
 	TorchPort:               true, // where rank 0's torch store listens: the job's own port
 	"NOMAD_TRAIN_BLAS":      true, // the matmul backend (trainer/nn.BackendEnv)
@@ -258,8 +270,11 @@ type Env struct {
 	// StorageOutageGrace is how long an object store request is retried
 	// (StorageOutageGrace).
 	StorageOutageGrace time.Duration
-	StallFloor         time.Duration
-	StallFactor        float64
+	// StorageStallTimeout is how long an object store request may go
+	// without a byte moving (StorageStallTimeout).
+	StorageStallTimeout time.Duration
+	StallFloor          time.Duration
+	StallFactor         float64
 	// MetricsAddr is where to serve /metrics; "" serves none.
 	MetricsAddr string
 	// TorchPort is the port of rank 0's torch store; 0 picks a free one.
@@ -358,6 +373,9 @@ func Load(getenv func(string) string) (Env, error) {
 		return e, err
 	}
 	if e.StorageOutageGrace, err = durVar(getenv, StorageOutageGrace, DefaultStorageOutageGrace); err != nil {
+		return e, err
+	}
+	if e.StorageStallTimeout, err = durVar(getenv, StorageStallTimeout, DefaultStorageStallTimeout); err != nil {
 		return e, err
 	}
 	if e.StallFloor, err = durVar(getenv, StallFloor, 2*time.Minute); err != nil {

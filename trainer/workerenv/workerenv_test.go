@@ -103,6 +103,8 @@ func TestCheckSetting(t *testing.T) {
 		{Fsync, "never", "want records or checkpoints"},
 		{StallFactor, "0.5", "is not a number above 1"},
 		{StorageOutageGrace, "5m", ""},
+		{StorageStallTimeout, "-1s", `NOMAD_TRAIN_STORAGE_STALL_TIMEOUT="-1s" is not a positive duration`},
+		{StorageStallTimeout, "2m", ""},
 		{MetricsAddr, "${NOMAD_ADDR_metrics}", ""},
 		{"NOMAD_TRAIN_BLAS", "anything", ""}, // the nn package's to read
 		{RunName, "", ""},                    // not a tuning setting: Reserved refuses it
