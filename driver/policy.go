@@ -65,6 +65,29 @@ func checkTaskEnv(env map[string]string, own func(string) (string, bool)) error 
 	return fmt.Errorf("%w: %s", ErrReservedEnv, strings.Join(parts, "; and "))
 }
 
+// ErrBadSetting is wrapped when a task's environment gives one of the
+// runtime's tuning knobs a value its workers would refuse.
+var ErrBadSetting = errors.New("the task's env sets a runtime setting its workers refuse")
+
+// checkTaskSettings refuses a task environment whose tuning knobs
+// (workerenv.TaskSettable) have values the worker would refuse at start
+// (workerenv.CheckSetting), naming each. train.hcl's validate catches
+// these at file:line; a job written by hand, or a bad value from a
+// template, is refused here, once, where the worker would exit 2 at every
+// restart.
+func checkTaskSettings(env map[string]string) error {
+	var bad []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if err := workerenv.CheckSetting(k, env[k]); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrBadSetting, strings.Join(bad, "; "))
+}
+
 // selfWithheld are variables the dynamic loader, glibc or the Go runtime
 // act on as a process starts (besides every LD_* variable): loading code,
 // writing debug files, downgrading security settings. They are what glibc

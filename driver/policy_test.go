@@ -46,6 +46,17 @@ func TestCheckTaskEnv(t *testing.T) {
 	}
 }
 
+// A tuning knob's value is checked as the worker would check it; values a
+// Nomad client had yet to interpolate, and other variables, pass.
+func TestCheckTaskSettings(t *testing.T) {
+	must.NoError(t, checkTaskSettings(map[string]string{
+		workerenv.StopGrace: "5s", workerenv.MetricsAddr: "${NOMAD_ADDR_metrics}", "PATH": "/bin", "NOMAD_TRAIN_BLAS": "anything"}))
+	err := checkTaskSettings(map[string]string{workerenv.StallFactor: "0.5", workerenv.Fsync: "never", workerenv.StopGrace: "5s"})
+	must.ErrorIs(t, err, ErrBadSetting)
+	must.ErrorContains(t, err, `NOMAD_TRAIN_FSYNC="never"`)
+	must.ErrorContains(t, err, `NOMAD_TRAIN_STALL_FACTOR="0.5" is not a number above 1`)
+}
+
 // noEnv is a driver started with no environment.
 func noEnv(string) (string, bool) { return "", false }
 

@@ -94,6 +94,12 @@ rendezvous {
 	id := n.start(t, f).GetConfig().GetId()
 	must.Eq(t, int32(2), n.wait(t, id).GetResult().GetExitCode())
 	n.destroy(t, id)
+
+	// A value they would refuse is refused here, once, not by a worker
+	// exiting 2 at every restart.
+	f = task("quickstart", map[string]string{"NOMAD_TRAIN_LEASE_TTL": "soon", "NOMAD_TRAIN_STORAGE_STALL_TIMEOUT": "-1s"})
+	mustRefuseForGood(t, startOrRun(t, n, f), `NOMAD_TRAIN_LEASE_TTL="soon" is not a positive duration`,
+		`NOMAD_TRAIN_STORAGE_STALL_TIMEOUT="-1s" is not a positive duration`)
 }
 
 // preloadSource is a shared object that records, in the file named by

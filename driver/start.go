@@ -190,6 +190,9 @@ func (d *Driver) processSpec(tc *drivers.TaskConfig, cfg TaskConfig, pcfg Plugin
 	if err := checkTaskEnv(tc.GetEnv(), os.LookupEnv); err != nil {
 		return ProcessSpec{}, "", err
 	}
+	if err := checkTaskSettings(tc.GetEnv()); err != nil {
+		return ProcessSpec{}, "", err
+	}
 	user := taskUser(tc, pcfg)
 	if err := checkUser(user, pcfg.DeniedUsers, executor.LookupUser); err != nil {
 		return ProcessSpec{}, "", err
