@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -242,6 +243,7 @@ func (s *Session) fetchStart(ctx context.Context, env workerenv.Env, local strin
 		s.start = dir // this rank made the copy, so it removes it (dropStart)
 	}
 	if s.rank == 0 {
+		s.noteStart(ctx, env, from, dir)
 		s.events.emit("checkpoint_restored", fmt.Sprintf("starting from checkpoint %s (resume_from; the run has none of its own), copied in %v", from, took.Round(time.Millisecond)),
 			map[string]string{"checkpoint": from, "resume_from": "true", "seconds": fmt.Sprintf("%.3f", took.Seconds())})
 	}
@@ -257,5 +259,20 @@ func (s *Session) dropStart() {
 	s.start = ""
 	if err := os.RemoveAll(dir); err != nil {
 		s.log.Warn("could not remove the copy of the checkpoint the run started from", "dir", dir, "error", err)
+	}
+}
+
+// noteStart records, beside the run, the checkpoint it starts from
+// (launch.StartFile), for status and the summary. A note that cannot be
+// written costs that line, not the run: it is only logged.
+func (s *Session) noteStart(ctx context.Context, env workerenv.Env, from, dir string) {
+	start := launch.Start{From: from}
+	if b, err := os.ReadFile(filepath.Join(dir, storage.ManifestFile)); err == nil {
+		if m, err := storage.DecodeManifest(b); err == nil {
+			start.Step = m.Record.Step
+		}
+	}
+	if err := launch.WriteStart(ctx, env.StoragePath, env.RunName, start, workerStorage(env, s.log)...); err != nil {
+		s.log.Warn("could not note the checkpoint the run started from", "error", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -223,6 +224,9 @@ func TestResumeFromOnS3(t *testing.T) {
 	must.True(t, res.OK)
 	must.EqOp(t, int64(1), res.Record.Step)
 	must.NoError(t, checkRankFiles(res.Path, world, 7))
+	start, ok := launch.ReadStart(context.Background(), url, "tuned")
+	must.True(t, ok, must.Sprint("rank 0 noted where the run started"))
+	must.Eq(t, launch.Start{From: from, Step: 1}, start)
 	for _, node := range []string{"S3_NODE_A", "S3_NODE_B"} {
 		left, err := filepath.Glob(filepath.Join(sharedDir(t, node), "*", "tuned-*", ".scratch", "start-*"))
 		must.NoError(t, err)

@@ -43,6 +43,11 @@ func TestRunFinetuneExample(t *testing.T) {
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^    steps +10 \([0-9.]+/s\)$`), text)
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^    best checkpoint +results/quickstart-finetune/checkpoint_0000\d\d `), text)
 	must.Eq(t, before, readTree(t, source))
+	// Where it came from shows in the summary and in status, and stays
+	// after the run has checkpoints of its own.
+	must.StrContains(t, text, "    started from     "+source+" (step 20)\n")
+	must.StrContains(t, runIn(t, bin, dir, "status", "quickstart-finetune"), "started from: "+source+" (step 20)\n")
+	must.StrNotContains(t, runIn(t, bin, dir, "status", "quickstart"), "started from")
 }
 
 // A run that starts from another run's checkpoint at epoch 5 ends with

@@ -57,7 +57,16 @@ func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 	if hasLast {
 		fmt.Fprintf(w, "last report: %s\n", FormatRecord(last))
 	}
+	printStart(ctx, w, filepath.Dir(dir), filepath.Base(dir))
 	return nil
+}
+
+// printStart says which checkpoint the run started from, if it started
+// from another run's (checkpoint { resume_from }).
+func printStart(ctx context.Context, w io.Writer, root, run string, opts ...storage.Option) {
+	if s, ok := launch.ReadStart(ctx, root, run, opts...); ok {
+		fmt.Fprintf(w, "started from: %s\n", s)
+	}
 }
 
 func workerState(w launch.WorkerState) string {

@@ -121,7 +121,20 @@ func localSummary(spec *trainspec.Spec, out *launch.Outcome, res *trainer.Result
 	if res != nil {
 		s.Best, s.Score = best(res, spec.Run.Checkpoint.ScoreAttribute)
 	}
+	s.StartedFrom = startedFrom(spec, storage.WithStorageOptions(spec.Run.Storage.Options()))
 	return s
+}
+
+// startedFrom is the checkpoint the spec's run started from, when it
+// started from another run's, as the summary shows it.
+func startedFrom(spec *trainspec.Spec, opts ...storage.Option) string {
+	if spec.Run.Checkpoint.ResumeFrom == "" {
+		return ""
+	}
+	if s, ok := launch.ReadStart(context.Background(), spec.Run.StoragePath, spec.Name, opts...); ok {
+		return s.String()
+	}
+	return ""
 }
 
 // best is the result's best checkpoint and its score.

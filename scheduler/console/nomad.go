@@ -123,10 +123,11 @@ func nomadSummary(spec *trainspec.Spec, res nomad.RunResult, before storage.Reco
 	if !filepath.IsAbs(spec.Run.StoragePath) && !storage.IsObjectPath(spec.Run.StoragePath) {
 		return s // a relative path is the workers', not this machine's
 	}
-	if r, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil,
-		storage.WithStorageOptions(spec.Run.Storage.Options())); err == nil {
+	sopt := storage.WithStorageOptions(spec.Run.Storage.Options())
+	if r, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil, sopt); err == nil {
 		s.Best, s.Score = best(r, spec.Run.Checkpoint.ScoreAttribute)
 	}
+	s.StartedFrom = startedFrom(spec, sopt)
 	return s
 }
 
@@ -263,9 +264,12 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string
 		}
 	}
 	if storage.IsObjectPath(root) { // any machine reaches it: say where to download from
+		printStart(ctx, w, root, run, sopt)
 		if o, err := readObjectRun(ctx, root, run, sopt); err == nil {
 			o.printCheckpoints(w, root, run)
 		}
+	} else if filepath.IsAbs(root) {
+		printStart(ctx, w, root, run) // a shared directory, seen from here
 	}
 	return nil
 }

@@ -85,6 +85,7 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 	}
 	fmt.Fprintf(w, "run %s: kept at %s (the launcher's state and the workers' logs stay with the launcher)\n", run, storage.RunLocation(root, run))
 	fmt.Fprintf(w, "last report: %s\n", FormatRecord(o.last))
+	printStart(ctx, w, root, run)
 	o.printCheckpoints(w, root, run)
 	return nil
 }

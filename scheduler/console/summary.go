@@ -29,6 +29,9 @@ type Summary struct {
 	// Best is the best checkpoint's directory and Score how it scored
 	// ("loss=0.0135"); "" when there is none.
 	Best, Score string
+	// StartedFrom is the checkpoint the run started from, when it started
+	// from another run's ("<location> (step 20)").
+	StartedFrom string
 	// Storage is the storage path the dashboard reads; "" leaves the
 	// curves line out. StorageOptions are an s3:// path's non-secret
 	// options (the spec's storage block), which the command passes on.
@@ -59,6 +62,9 @@ func (s Summary) Render() string {
 			budget = fmt.Sprint(s.MaxFailures)
 		}
 		fmt.Fprintf(tw, "    restarts\t%d (failures used: %d of %s)\n", s.Restarts, s.Failures, budget)
+	}
+	if s.StartedFrom != "" {
+		fmt.Fprintf(tw, "    started from\t%s\n", s.StartedFrom)
 	}
 	if s.Best != "" {
 		best := s.Best

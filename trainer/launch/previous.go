@@ -24,7 +24,42 @@ import (
 const (
 	LastConfigFile = "last-config.json"
 	LastRunFile    = "last-run.json"
+	// StartFile records the checkpoint a run started from while it had
+	// none of its own (checkpoint { resume_from }). Its rank 0 writes it
+	// on a cluster as locally, and it stays once the run has checkpoints
+	// of its own: status and the run's summary show where it came from.
+	StartFile = "last-start.json"
 )
+
+// Start is StartFile's record.
+type Start struct {
+	// From is the checkpoint's location, as the workers were given it.
+	From string `json:"from"`
+	// Step is its step in the run that made it.
+	Step int64 `json:"step"`
+}
+
+// String is "<from> (step <step>)".
+func (s Start) String() string { return fmt.Sprintf("%s (step %d)", s.From, s.Step) }
+
+// ReadStart reads the checkpoint the run started from; ok is false when
+// it started from none, or the note cannot be read.
+func ReadStart(ctx context.Context, storagePath, run string, opts ...storage.Option) (s Start, ok bool) {
+	b, err := storage.ReadNote(ctx, storagePath, run, StartFile, opts...)
+	if err != nil || json.Unmarshal(b, &s) != nil || s.From == "" {
+		return Start{}, false
+	}
+	return s, true
+}
+
+// WriteStart records the checkpoint the run started from.
+func WriteStart(ctx context.Context, storagePath, run string, s Start, opts ...storage.Option) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return storage.WriteNote(ctx, storagePath, run, StartFile, b, opts...)
+}
 
 // LastRun is LastRunFile's record.
 type LastRun struct {

@@ -15,8 +15,9 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
 
-// Notes are small records a launcher keeps beside a run, such as the
-// config and worker count of its last launch: each one whole file (or
+// Notes are small records kept beside a run, such as the config and
+// worker count of its last launch from the CLI, or the checkpoint it
+// started from (which its rank 0 notes): each one whole file (or
 // object), written at once and read whole, wherever the run is kept.
 // They are not the run's history (records and checkpoints are); a lost
 // note costs a hint to the user, no training.
