@@ -16,6 +16,14 @@ func SetProbeView(rank int, root string) {
 // (object stores), so that one machine's ranks act as several nodes'.
 func SetNodeCaches(base func(rank int) string) { nodeCacheBase = base }
 
+// SetOnMetrics has Fit tell fn the workers' metrics URLs, until the test
+// ends.
+func SetOnMetrics(t interface{ Cleanup(func()) }, fn func(urls []string)) {
+	old := onMetrics
+	onMetrics = fn
+	t.Cleanup(func() { onMetrics = old })
+}
+
 // SetBeforeResult runs fn in Fit before the Result is read, until the
 // test ends.
 func SetBeforeResult(t interface{ Cleanup(func()) }, fn func()) {

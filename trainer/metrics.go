@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -32,6 +33,8 @@ const (
 	MetricReported         = "nomad_train_metric"
 	MetricAllReduceSeconds = "nomad_train_allreduce_seconds"
 	MetricCommitSeconds    = "nomad_train_checkpoint_commit_seconds"
+	MetricUploadWait       = "nomad_train_checkpoint_upload_wait_seconds"
+	MetricStorageRetries   = "nomad_train_storage_retries_total"
 	MetricGeneration       = "nomad_train_generation"
 	MetricRestarts         = "nomad_train_restarts"
 )
@@ -52,16 +55,22 @@ type workerMetrics struct {
 	reported   *prometheus.GaugeVec
 	allReduce  *prometheus.HistogramVec
 	commit     *prometheus.HistogramVec
+	uploadWait *prometheus.HistogramVec
+	retries    *prometheus.CounterVec
 	generation *prometheus.GaugeVec
 	restarts   *prometheus.GaugeVec
 
 	// Set by join between generations, read by the training goroutine of
 	// the generation that follows (the happens-before of starting it).
-	rank        string
-	stepG       prometheus.Gauge
-	stepsC      prometheus.Counter
-	allReduceH  prometheus.Observer
-	commitH     prometheus.Observer
+	rank       string
+	stepG      prometheus.Gauge
+	stepsC     prometheus.Counter
+	allReduceH prometheus.Observer
+	commitH    prometheus.Observer
+	waitH      prometheus.Observer
+	// retriesC (a prometheus.Counter) is read by a store's goroutines,
+	// which outlive a generation.
+	retriesC    atomic.Value
 	reportedFor func(name string) prometheus.Gauge
 }
 
@@ -88,7 +97,11 @@ func newWorkerMetrics(run string) *workerMetrics {
 		// 50µs (shared memory, small tensors) to about 30 s (the collective timeout).
 		allReduce: hist(MetricAllReduceSeconds, "Time of each all-reduce, from call to return.", prometheus.ExponentialBuckets(50e-6, 2.5, 15)),
 		// 1 ms to about 4 min: a rename on a local disk to a large upload.
-		commit:     hist(MetricCommitSeconds, "Time rank 0 took to commit each checkpoint (move every rank's files, fsync, rename, record).", prometheus.ExponentialBuckets(1e-3, 2.5, 14)),
+		commit: hist(MetricCommitSeconds, "Time rank 0 took to commit each checkpoint (move every rank's files, fsync, rename, record).", prometheus.ExponentialBuckets(1e-3, 2.5, 14)),
+		// 100µs (the upload had ended) to about 10 min.
+		uploadWait: hist(MetricUploadWait, "Time a report carrying a checkpoint waited for this rank's previous checkpoint upload to end (object storage, asynchronous uploads): what checkpointing costs a step beyond staging; 0 when it had ended.", prometheus.ExponentialBuckets(1e-4, 2.5, 16)),
+		retries: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStorageRetries, ConstLabels: constant,
+			Help: "Object store requests this worker retried (the server unreachable, restarting, answering 5xx or throttling, or silent past the stall timeout) and downloads it read on after they broke."}, []string{"rank"})).(*prometheus.CounterVec),
 		generation: gauge(MetricGeneration, "The rendezvous generation this worker trains in (1 for the gang's first)."),
 		restarts:   gauge(MetricRestarts, "Times the gang re-formed after losing a worker in this attempt at the run (failures counted against max_failures)."),
 	}
@@ -118,7 +131,7 @@ func (m *workerMetrics) join(rank int, generation uint64, restarts int) {
 	}
 	r := strconv.Itoa(rank)
 	if r != m.rank {
-		for _, v := range []interface{ Reset() }{m.step, m.steps, m.reported, m.allReduce, m.commit, m.generation, m.restarts} {
+		for _, v := range []interface{ Reset() }{m.step, m.steps, m.reported, m.allReduce, m.commit, m.uploadWait, m.retries, m.generation, m.restarts} {
 			v.Reset()
 		}
 		m.rank = r
@@ -126,6 +139,8 @@ func (m *workerMetrics) join(rank int, generation uint64, restarts int) {
 		m.stepsC = m.steps.WithLabelValues(r)
 		m.allReduceH = m.allReduce.WithLabelValues(r)
 		m.commitH = m.commit.WithLabelValues(r)
+		m.waitH = m.uploadWait.WithLabelValues(r)
+		m.retriesC.Store(m.retries.WithLabelValues(r))
 		m.reportedFor = func(name string) prometheus.Gauge { return m.reported.WithLabelValues(r, name) }
 	}
 	m.generation.WithLabelValues(r).Set(float64(generation))
@@ -159,6 +174,24 @@ func (m *workerMetrics) allReduceTook(d time.Duration) {
 func (m *workerMetrics) committed(d time.Duration) {
 	if m != nil && m.commitH != nil {
 		m.commitH.Observe(d.Seconds())
+	}
+}
+
+// uploadWaited observes a report's wait for the previous upload.
+func (m *workerMetrics) uploadWaited(d time.Duration) {
+	if m != nil && m.waitH != nil {
+		m.waitH.Observe(d.Seconds())
+	}
+}
+
+// storageRetried counts an object store request retried, or a download
+// read on. It is called from the store's goroutines.
+func (m *workerMetrics) storageRetried() {
+	if m == nil {
+		return
+	}
+	if c, ok := m.retriesC.Load().(prometheus.Counter); ok {
+		c.Inc()
 	}
 }
 

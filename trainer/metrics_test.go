@@ -73,34 +73,55 @@ func waitFile(ctx context.Context, path string) error {
 	}
 }
 
+// gatedSteps is how many steps startGated's run trains.
+const gatedSteps = 3
+
+// startGated starts gatedTrain on 2 workers (a worker process runs it and
+// exits here) and returns the test's context, the gate directory and rank
+// 0's metrics URL. When the test ends every gate opens and the run must
+// have ended well.
+func startGated(t *testing.T, storagePath string) (context.Context, string, string) {
+	t.Helper()
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	gate := t.TempDir()
+	tr := trainer.New(gatedTrain, trainer.Scaling{NumWorkers: 2}, trainer.Run{Name: "scraped", StoragePath: storagePath},
+		gatedConfig{Gate: gate, Steps: gatedSteps})
+	tr.Args = []string{"-test.run=^" + t.Name() + "$", "-test.count=1"}
+	var out bytes.Buffer
+	tr.Stdout, tr.Stderr = &out, &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if workerenv.IsWorker() {
+		tr.Fit(ctx) // runs gatedTrain and exits
+	}
+	urls := make(chan []string, 1)
+	trainer.SetOnMetrics(t, func(u []string) { urls <- u })
+	done := make(chan error, 1)
+	go func() { _, err := tr.Fit(ctx); done <- err }()
+	t.Cleanup(func() {
+		for s := 1; s <= gatedSteps; s++ { // let the workers finish whatever failed
+			os.WriteFile(filepath.Join(gate, strconv.Itoa(s)), nil, 0o644)
+		}
+		must.NoError(t, <-done, must.Sprint(out.String()))
+	})
+	select {
+	case u := <-urls:
+		return ctx, gate, u[0]
+	case err := <-done:
+		done <- err // for the clean-up
+		t.Fatalf("the run ended before serving metrics: %v\n%s", err, out.String())
+	}
+	return nil, "", ""
+}
+
 // A worker serves Prometheus metrics while the run trains: scraped between
 // steps and parsed with Prometheus's own text parser, its step goes up,
 // and its reported metrics, all-reduce and checkpoint-commit times,
 // generation and restarts are there with the run and rank labels.
 func TestMetricsScrapedDuringRun(t *testing.T) {
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	storagePath, gate := t.TempDir(), t.TempDir()
-	const steps = 3
-	tr := trainer.New(gatedTrain, trainer.Scaling{NumWorkers: 2}, trainer.Run{Name: "scraped", StoragePath: storagePath},
-		gatedConfig{Gate: gate, Steps: steps})
-	tr.Args = []string{"-test.run=^" + t.Name() + "$", "-test.count=1"}
-	var out bytes.Buffer
-	tr.Stdout, tr.Stderr = &out, &out
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if workerenv.IsWorker() {
-		tr.Fit(ctx) // runs gatedTrain and exits
-	}
-	done := make(chan error, 1)
-	go func() { _, err := tr.Fit(ctx); done <- err }()
-	defer func() {
-		for s := 1; s <= steps; s++ { // let the workers finish whatever failed
-			os.WriteFile(filepath.Join(gate, strconv.Itoa(s)), nil, 0o644)
-		}
-		must.NoError(t, <-done, must.Sprint(out.String()))
-	}()
-
-	url := waitMetricsURL(ctx, t, filepath.Join(storagePath, "scraped"), 0)
+	storagePath := t.TempDir()
+	ctx, gate, url := startGated(t, storagePath)
+	must.EqOp(t, url, waitMetricsURL(ctx, t, filepath.Join(storagePath, "scraped"), 0), must.Sprint("status finds it too"))
 	first := scrapeUntil(ctx, t, url, func(mf map[string]*dto.MetricFamily) bool { return gauge(mf, trainer.MetricStep, nil) >= 1 })
 	step1 := gauge(first, trainer.MetricStep, nil)
 	must.EqOp(t, 1.0, step1)
@@ -194,4 +215,30 @@ next:
 		return m.GetGauge().GetValue()
 	}
 	return -1
+}
+
+// On S3 a worker's metrics also show what checkpointing costs its steps
+// and what its store rode out: rank 0's checkpoint report observes its
+// wait for the previous upload (none to wait for here: 0), and requests
+// retried while the server is down are counted.
+func TestStorageMetricsOnS3(t *testing.T) {
+	url, srv := s3Server(t)
+	ctx, gate, metricsURL := startGated(t, url)
+	scrapeUntil(ctx, t, metricsURL, func(mf map[string]*dto.MetricFamily) bool { return gauge(mf, trainer.MetricStep, nil) >= 1 })
+	must.NoError(t, os.WriteFile(filepath.Join(gate, "1"), nil, 0o644))
+	second := scrapeUntil(ctx, t, metricsURL, func(mf map[string]*dto.MetricFamily) bool { return gauge(mf, trainer.MetricStep, nil) >= 2 })
+	wait := second[trainer.MetricUploadWait].GetMetric()[0].GetHistogram()
+	must.EqOp(t, uint64(1), wait.GetSampleCount(), must.Sprint("rank 0's one checkpoint report"))
+	must.Less(t, 0.5, wait.GetSampleSum())
+	must.EqOp(t, 0.0, second[trainer.MetricStorageRetries].GetMetric()[0].GetCounter().GetValue())
+
+	back := make(chan struct{})
+	go func() { defer close(back); srv.Outage(t, 2*time.Second) }()
+	time.Sleep(200 * time.Millisecond) // the server is down
+	must.NoError(t, os.WriteFile(filepath.Join(gate, "2"), nil, 0o644))
+	scrapeUntil(ctx, t, metricsURL, func(mf map[string]*dto.MetricFamily) bool {
+		f, ok := mf[trainer.MetricStorageRetries]
+		return ok && f.GetMetric()[0].GetCounter().GetValue() > 0
+	})
+	<-back
 }

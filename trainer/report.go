@@ -135,6 +135,7 @@ func (s *Session) reportMsg(ctx context.Context, ckpt *Checkpoint) (m reportMsg,
 			m.Mistake = err.Error()
 		}
 	}
+	began := time.Now()
 	if u := s.up; u != nil && !u.sent {
 		// The next checkpoint waits for the previous one's upload; a
 		// report without one only says how it went, if it has ended.
@@ -146,6 +147,9 @@ func (s *Session) reportMsg(ctx context.Context, ckpt *Checkpoint) (m reportMsg,
 		if u.finished() {
 			m.Uploaded, u.sent = []uploadResult{u.res}, true
 		}
+	}
+	if ckpt != nil && s.async {
+		s.metrics.uploadWaited(time.Since(began)) // 0 when there was none to wait for
 	}
 	return m, own, nil
 }

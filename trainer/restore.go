@@ -228,7 +228,7 @@ func writeProbe(dir string) (string, error) {
 func (s *Session) fetchStart(ctx context.Context, env workerenv.Env, local string) (string, error) {
 	from := env.Checkpoint.ResumeFrom
 	began := time.Now()
-	dir, fetched, err := storage.FetchStartCheckpoint(ctx, from, local, workerStorage(env, s.log)...)
+	dir, fetched, err := storage.FetchStartCheckpoint(ctx, from, local, s.sessionStorage(env)...)
 	var bad *storage.CheckpointError
 	switch {
 	case errors.Is(err, storage.ErrNoCheckpoint), errors.Is(err, storage.ErrUnsupportedScheme),

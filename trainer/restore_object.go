@@ -85,9 +85,15 @@ func workerStorage(env workerenv.Env, log hclog.Logger) []storage.Option {
 		storage.WithRetryFor(env.StorageOutageGrace), storage.WithStallTimeout(env.StorageStallTimeout)}
 }
 
+// sessionStorage is workerStorage for the session's own stores, whose
+// retries its metrics count.
+func (s *Session) sessionStorage(env workerenv.Env) []storage.Option {
+	return append(workerStorage(env, s.log), storage.WithRetryCounter(s.metrics.storageRetried))
+}
+
 // storageOptions are the options rank 0 opens the run's storage with.
 func (s *Session) storageOptions(env workerenv.Env) []storage.Option {
-	opts := workerStorage(env, s.log)
+	opts := s.sessionStorage(env)
 	if storage.IsObjectPath(env.StoragePath) {
 		// The generation lets rank 0 take over at once the lease of an
 		// earlier generation's rank 0, whose node may be lost.
@@ -115,7 +121,7 @@ func (s *Session) afterResume(ctx context.Context, env workerenv.Env, rp *resume
 	if !storage.IsObjectPath(env.StoragePath) {
 		return nil
 	}
-	rs, err := storage.OpenRank(s.storageContext(ctx), env.StoragePath, env.RunName, s.cache, workerStorage(env, s.log)...)
+	rs, err := storage.OpenRank(s.storageContext(ctx), env.StoragePath, env.RunName, s.cache, s.sessionStorage(env)...)
 	if err != nil {
 		return fmt.Errorf("open run storage: %w", err)
 	}

@@ -202,6 +202,7 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		Stdout:        t.Stdout,
 		Stderr:        t.Stderr,
 		Logger:        t.Logger,
+		OnMetrics:     onMetrics,
 	})
 	if err != nil {
 		return nil, err
@@ -213,3 +214,7 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 // beforeResult runs in Fit between the workers' end and the read of the
 // Result; tests replace it.
 var beforeResult = func() {}
+
+// onMetrics, when set, is told the workers' metrics URLs (a run on S3
+// keeps no launcher state to read them from); tests set it.
+var onMetrics func(urls []string)

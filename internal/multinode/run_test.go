@@ -165,6 +165,9 @@ func startFrom(t *testing.T, b *testBed, env []string, url, from string) {
 	out, err = b.cli(env, "logs", "-address", address, "-rank", "0", "ft")
 	must.NoError(t, err, must.Sprint(out))
 	must.StrContains(t, out, "resuming after epoch 4 from ")
+	out, err = b.cli(env, "status", "-address", address, "ft")
+	must.NoError(t, err, must.Sprint(out))
+	must.StrContains(t, out, fmt.Sprintf("started from: %s (step %d)\n", location, last.Step))
 	t.Logf("STARTED FROM %s: %d reports, the last of epoch %v", location, len(recs), recs[len(recs)-1].Metrics["epoch"])
 }
 

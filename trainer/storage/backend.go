@@ -112,6 +112,11 @@ func WithTaskEnviron(environ []string) Option {
 // once every retryLogEvery.
 func WithRetryFor(d time.Duration) Option { return func(o *options) { o.retryFor = d } }
 
+// WithRetryCounter has count called for each of an object store's
+// retries (WithRetryFor's), from the store's goroutines: a worker's
+// metrics count them.
+func WithRetryCounter(count func()) Option { return func(o *options) { o.retried = count } }
+
 // WithStallTimeout fails an object store's request whose connection
 // moved no byte either way for about d (objstore.Config.StallTimeout);
 // zero keeps objstore's default.
@@ -138,6 +143,14 @@ func objectConfig(opts []Option) objstore.Config {
 	}
 	if o.retryFor > 0 {
 		cfg.RetryFor, cfg.OnRetry = o.retryFor, retryLogger(o.log, o.retryFor)
+		if log, count := cfg.OnRetry, o.retried; count != nil {
+			cfg.OnRetry = func(attempt int, err error, wait time.Duration) {
+				if log != nil {
+					log(attempt, err, wait)
+				}
+				count()
+			}
+		}
 	}
 	if o.stall != 0 {
 		cfg.StallTimeout = o.stall

@@ -37,6 +37,7 @@ type options struct {
 	objCfg   objstore.Config
 	retryFor time.Duration // an object store's retries (WithRetryFor)
 	stall    time.Duration // an object store's stall timeout (WithStallTimeout)
+	retried  func()        // told of each retry (WithRetryCounter)
 	environ  []string      // an object store's only environment (WithTaskEnviron)
 	owner    *int          // FailedForGood on a directory: whose marks count (WithMarkOwner)
 	attempt  string        // ObjectRun only: the writer's attempt (WithWriter)
