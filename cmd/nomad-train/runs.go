@@ -137,7 +137,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var rank int
 	var follow, errStream bool
-	c, code := parseRuns("logs", "logs [flags] [run directory | run name]", false, args, stderr, func(fs *flag.FlagSet) {
+	c, code := parseRuns("logs", "logs [flags] [run directory or s3:// location | run name]", false, args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&rank, "rank", 0, "the worker's rank")
 		fs.BoolVar(&follow, "f", false, "follow the logs (a local run: until it ends)")
 		fs.BoolVar(&errStream, "stderr", false, "print stderr instead of stdout (a local run keeps both in one log)")

@@ -97,7 +97,9 @@ train "qs" {
 	must.StrContains(t, out, "add -spec")
 
 	// list and status read a run on S3 from the bucket, by its location or
-	// by -storage and name; its logs stayed with the launcher.
+	// by -storage and name; on the machine that launched it, status shows
+	// its launcher and workers too, and logs reads their output, kept in
+	// the user's state directory.
 	cli := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
@@ -111,13 +113,29 @@ train "qs" {
 	for _, args := range [][]string{{"status", url + "/qs"}, {"status", "-storage", url, "qs"}} {
 		out, err = cli(args...)
 		must.NoError(t, err, must.Sprint(out))
-		must.StrContains(t, out, "run qs: kept at "+url+"/qs ")
+		must.RegexMatch(t, regexp.MustCompile(`(?m)^run qs: complete \(local, launcher pid \d+ on `), out)
+		must.RegexMatch(t, regexp.MustCompile(`(?m)^1 +\d+ +exited \(0\) +0 +\S+ +`+regexp.QuoteMeta(os.Getenv("XDG_STATE_HOME"))+`/nomad-train/runs/`+srv.Bucket+`-[0-9a-f]{12}/qs/logs/rank-1.log$`), out)
+		must.StrContains(t, out, "kept at "+url+"/qs\n")
 		must.RegexMatch(t, regexp.MustCompile(`(?m)^last report: step 3 `), out)
 		must.StrContains(t, out, "the latest, of step 3: "+url+"/qs/checkpoints/checkpoint_000002\n")
 	}
-	out, err = cli("logs", url+"/qs")
+	for _, args := range [][]string{{"logs", url + "/qs"}, {"logs", "-rank", "0", "-storage", url + "/", "qs"}} {
+		out, err = cli(args...)
+		must.NoError(t, err, must.Sprint(out))
+		must.StrContains(t, out, "epoch 2: loss", must.Sprint(args))
+	}
+	// Another machine has the bucket but not the launcher's files.
+	elsewhere := append(aws, "XDG_STATE_HOME="+filepath.Join(dir, "elsewhere"))
+	cmd := exec.Command(bin, "status", url+"/qs")
+	cmd.Env = append(os.Environ(), elsewhere...)
+	b, err := cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(b)))
+	must.StrContains(t, string(b), "run qs: kept at "+url+"/qs (its launcher's state and its workers' logs are on the machine that launched it)\n")
+	cmd = exec.Command(bin, "logs", url+"/qs")
+	cmd.Env = append(os.Environ(), elsewhere...)
+	b, err = cmd.CombinedOutput()
 	must.Error(t, err)
-	must.StrContains(t, out, "keeps no worker logs")
+	must.StrContains(t, string(b), "keeps its workers' logs on the machine that launched it")
 }
 
 // checkpointFiles reads the files of a checkpoint directory, its manifest

@@ -11,11 +11,12 @@ package testtmp
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
 // Main runs the tests with TMPDIR set to a fresh directory under the
-// current one, removes it afterwards, and exits with the tests' code. A
+// current one (and XDG_STATE_HOME to one inside it), removes it afterwards, and exits with the tests' code. A
 // worker process started by a test inherits the parent's TMPDIR and nests
 // its own directory inside it.
 func Main(m *testing.M) {
@@ -30,14 +31,22 @@ func Run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	prev, had := os.LookupEnv("TMPDIR")
-	os.Setenv("TMPDIR", dir)
-	defer func() {
-		if had {
-			os.Setenv("TMPDIR", prev)
-		} else {
-			os.Unsetenv("TMPDIR")
-		}
-	}()
+	defer setenv("TMPDIR", dir)()
+	// A local run on S3 keeps its launcher's files in the user's state
+	// directory (launch.RunDir): in the tests', not in the home directory.
+	defer setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))()
 	return m.Run()
+}
+
+// setenv sets k to v and returns what puts it back.
+func setenv(k, v string) (restore func()) {
+	prev, had := os.LookupEnv(k)
+	os.Setenv(k, v)
+	return func() {
+		if had {
+			os.Setenv(k, prev)
+		} else {
+			os.Unsetenv(k)
+		}
+	}
 }

@@ -38,21 +38,7 @@ func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 	if stErr != nil {
 		fmt.Fprintf(w, "run %s: no launcher state (%v)\n", filepath.Base(dir), stErr)
 	} else {
-		fmt.Fprintf(w, "run %s: %s (local, launcher pid %d on %s, started %s), %s, %s\n",
-			st.Run, st.Phase, st.PID, st.Host, st.Started.Local().Format(time.DateTime), workers(st.NumWorkers), restarts(st.Restarts))
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RANK\tPID\tSTATE\tRESTARTS\tMETRICS\tLOG")
-		for _, wk := range st.Workers {
-			log := "-"
-			if wk.Log != "" { // where this command finds it, not where the launcher wrote it
-				log = launch.LogPath(dir, wk.Rank)
-			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\n", wk.Rank, wk.PID, workerState(wk), wk.Restarts, orDash(wk.Metrics), log)
-		}
-		tw.Flush()
-		if st.Failure != "" {
-			fmt.Fprintf(w, "failure: %s\n", st.Failure)
-		}
+		printLauncherState(w, dir, st)
 	}
 	if hasLast {
 		fmt.Fprintf(w, "last report: %s\n", FormatRecord(last))
@@ -66,6 +52,26 @@ func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 func printStart(ctx context.Context, w io.Writer, root, run string, opts ...storage.Option) {
 	if s, ok := launch.ReadStart(ctx, root, run, opts...); ok {
 		fmt.Fprintf(w, "started from: %s\n", s)
+	}
+}
+
+// printLauncherState prints a local run's launcher and workers from its
+// state, kept in dir (launch.RunDir).
+func printLauncherState(w io.Writer, dir string, st launch.State) {
+	fmt.Fprintf(w, "run %s: %s (local, launcher pid %d on %s, started %s), %s, %s\n",
+		st.Run, st.Phase, st.PID, st.Host, st.Started.Local().Format(time.DateTime), workers(st.NumWorkers), restarts(st.Restarts))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tPID\tSTATE\tRESTARTS\tMETRICS\tLOG")
+	for _, wk := range st.Workers {
+		log := "-"
+		if wk.Log != "" { // where this command finds it, not where the launcher wrote it
+			log = launch.LogPath(dir, wk.Rank)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\n", wk.Rank, wk.PID, workerState(wk), wk.Restarts, orDash(wk.Metrics), log)
+	}
+	tw.Flush()
+	if st.Failure != "" {
+		fmt.Fprintf(w, "failure: %s\n", st.Failure)
 	}
 }
 
@@ -154,7 +160,17 @@ func PrintLocalRuns(ctx context.Context, w io.Writer, root string) error {
 // it goes on, looking every pollEvery, until the run ends or ctx is done.
 func CopyLogs(ctx context.Context, w io.Writer, dir string, rank int, follow bool, pollEvery time.Duration) error {
 	if storage.IsObjectPath(dir) {
-		return fmt.Errorf("%s keeps no worker logs: a local run prints them as it goes, and on Nomad logs reads them from Nomad", dir)
+		root, run, err := splitRunLocation(dir)
+		if err != nil {
+			return err
+		}
+		if dir = launch.RunDir(root, run); dir == "" {
+			return fmt.Errorf("no directory for the logs of %s on this machine (no home directory)", storage.RunLocation(root, run))
+		}
+		if _, err := os.Stat(launch.LogPath(dir, rank)); err != nil {
+			return fmt.Errorf("no log of rank %d of %s on this machine: a run on S3 keeps its workers' logs on the machine that launched it (in %s), and on Nomad logs reads them from Nomad",
+				rank, storage.RunLocation(root, run), dir)
+		}
 	}
 	path := launch.LogPath(dir, rank)
 	if _, err := os.Stat(path); err != nil {

@@ -183,7 +183,7 @@ func LocalOptions(spec *trainspec.Spec) launch.Options {
 // says where the old run went, or nothing when there was none.
 func StartFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
 	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
-	if dir == "" {
+	if dir == "" || storage.IsObjectPath(spec.Run.StoragePath) {
 		return fmt.Errorf("-fresh needs a local storage path, not %q: remove the run's objects yourself", spec.Run.StoragePath)
 	}
 	aside, err := launch.MoveAside(dir, now)

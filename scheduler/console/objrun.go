@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
@@ -83,7 +84,14 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 	if !o.reported {
 		return fmt.Errorf("%w at %s (no progress records)", ErrNoLocalRun, loc)
 	}
-	fmt.Fprintf(w, "run %s: kept at %s (the launcher's state and the workers' logs stay with the launcher)\n", run, storage.RunLocation(root, run))
+	if dir := launch.RunDir(root, run); dir == "" {
+		fmt.Fprintf(w, "run %s: kept at %s\n", run, storage.RunLocation(root, run))
+	} else if st, err := launch.ReadState(dir); err == nil {
+		printLauncherState(w, dir, st) // launched from this machine
+		fmt.Fprintf(w, "kept at %s\n", storage.RunLocation(root, run))
+	} else {
+		fmt.Fprintf(w, "run %s: kept at %s (its launcher's state and its workers' logs are on the machine that launched it)\n", run, storage.RunLocation(root, run))
+	}
 	fmt.Fprintf(w, "last report: %s\n", FormatRecord(o.last))
 	printStart(ctx, w, root, run)
 	o.printCheckpoints(w, root, run)

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
 
 // StateFile, in a local run's directory, is the launcher's account of the
@@ -59,14 +61,43 @@ type WorkerState struct {
 	Log     string `json:"log,omitempty"` // its output (see LogPath)
 }
 
-// RunDir is the local directory of run under storagePath, or "" when the
-// storage is not a local directory (object storage keeps no launcher files).
+// RunDir is the local directory where a local run of run under
+// storagePath keeps its launcher's state and its workers' logs: the run's
+// own directory, or for a run kept on object storage this machine's
+// (objectRunDir). "" when there is none.
 func RunDir(storagePath, run string) string {
+	if storage.IsObjectPath(storagePath) {
+		return objectRunDir(storagePath, run)
+	}
 	root, err := storage.LocalDir(storagePath)
 	if err != nil {
 		return ""
 	}
 	return filepath.Join(root, run)
+}
+
+// objectRunDir is where this machine keeps the launcher's files of a run
+// kept on object storage, which only the launching machine has: in the
+// user's state directory ($XDG_STATE_HOME, else ~/.local/state),
+// nomad-train/runs/<bucket>-<digest of the storage path>/<run>. The
+// digest tells two prefixes of a bucket apart however the path is
+// spelled (a trailing slash, say). "" without a home directory or for a
+// location that does not parse.
+func objectRunDir(storagePath, run string) string {
+	loc, err := objstore.ParseURL(storagePath)
+	if err != nil {
+		return ""
+	}
+	base := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(base) { // unset, or not to be trusted (the spec's)
+		home, err := os.UserHomeDir()
+		if err != nil || home == "" {
+			return ""
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	sum := sha256.Sum256([]byte(loc.String()))
+	return filepath.Join(base, "nomad-train", "runs", fmt.Sprintf("%s-%x", loc.Bucket, sum[:6]), run)
 }
 
 // ReadState reads the State of the local run in runDir. A run whose

@@ -68,3 +68,23 @@ func FuzzReadState(f *testing.F) {
 		}
 	})
 }
+
+// A local run on S3 keeps its launcher's files in the user's state
+// directory, one per storage location however it is spelled, two
+// prefixes of a bucket apart; a relative XDG_STATE_HOME is not trusted.
+func TestRunDirOfARunOnS3(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	a := RunDir("s3://bucket/runs", "qs")
+	must.StrHasPrefix(t, filepath.Join(state, "nomad-train", "runs", "bucket-"), a)
+	must.EqOp(t, "qs", filepath.Base(a))
+	must.EqOp(t, a, RunDir("s3://bucket/runs/", "qs"))
+	must.NotEq(t, a, RunDir("s3://bucket/other", "qs"))
+	must.NotEq(t, a, RunDir("s3://bucket2/runs", "qs"))
+	must.EqOp(t, filepath.Join("results", "qs"), RunDir("results", "qs"))
+
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_STATE_HOME", "relative")
+	must.StrHasPrefix(t, filepath.Join(home, ".local", "state", "nomad-train", "runs", "bucket-"), RunDir("s3://bucket/runs", "qs"))
+}
