@@ -2,8 +2,10 @@ package objstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -38,8 +40,8 @@ func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
 }
 
 // Get opens an object for reading, or returns ErrNotFound. The caller
-// closes the body. With Config.RetryFor, a body whose connection fails
-// part-way is read on from where it broke (resumingBody).
+// closes the body. A body whose connection fails part-way is read on from
+// where it broke (resumingBody).
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, ObjectInfo, error) {
 	return s.get(ctx, key, 0, -1)
 }
@@ -65,7 +67,7 @@ func (s *Store) get(ctx context.Context, key string, offset, length int64) (io.R
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag),
 		LastModified: aws.ToTime(out.LastModified),
 	}
-	if s.cfg.RetryFor <= 0 || out.ContentLength == nil || info.ETag == "" {
+	if out.ContentLength == nil || info.ETag == "" {
 		return out.Body, info, nil
 	}
 	return &resumingBody{s: s, ctx: ctx, key: key, rc: out.Body, etag: info.ETag,
@@ -93,7 +95,7 @@ func (s *Store) getObject(ctx context.Context, key string, offset, length int64,
 // part-way (a stall, a reset, a server restart cutting it short), asks
 // for the rest of the same object (a ranged GET, If-Match its ETag) and
 // reads on, so that a big download outlives a short outage as a request
-// does (Config.RetryFor, which also bounds the time it goes on failing
+// does (for Config.RetryFor, or DefaultResumeFor without it, of failing
 // without a byte read). A changed object, or the caller's context done,
 // ends it with the error.
 type resumingBody struct {
@@ -105,12 +107,18 @@ type resumingBody struct {
 	off, end int64     // the next byte's offset; the end of what was asked for
 	failing  time.Time // when reads began failing without a byte read
 	failures int       // reads failed since the last byte read
+	broken   error     // how the last read, which returned bytes, ended
 }
 
 func (b *resumingBody) Read(p []byte) (int, error) {
 	for {
-		n, err := b.rc.Read(p)
+		var n int
+		err := b.broken
+		if err == nil {
+			n, err = b.rc.Read(p)
+		}
 		b.off += int64(n)
+		b.broken = nil
 		if n > 0 {
 			b.failing, b.failures = time.Time{}, 0
 		}
@@ -120,7 +128,8 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 		case err == io.EOF && b.off >= b.end:
 			return n, io.EOF
 		case n > 0:
-			return n, nil // bytes first: the broken body fails again next read
+			b.broken = err // bytes first; the break is handled next read
+			return n, nil
 		case err == io.EOF:
 			err = io.ErrUnexpectedEOF // the server ended it short
 		}
@@ -130,21 +139,23 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 		b.failures++
 		if b.failures == 1 {
 			b.failing = time.Now()
-		} else if time.Since(b.failing) > b.s.cfg.RetryFor {
+		} else if time.Since(b.failing) > b.s.resumeFor() {
 			return 0, fmt.Errorf("get %s: broken at byte %d, %d times in a row: %w", b.key, b.off, b.failures, err)
 		}
-		if rerr := b.reopen(err); rerr != nil {
-			return 0, rerr
+		if err := b.reopen(err); err != nil {
+			return 0, err
 		}
 	}
 }
 
 // reopen asks for the rest of the object after cause broke the body,
 // backing off as a retried request does when it broke more than once
-// without a byte read in between.
+// without a byte read in between. A request that fails for a reason that
+// may pass leaves the body failing with it, for the next round; one for
+// the object (replaced, deleted) or the caller's context ends the read.
 func (b *resumingBody) reopen(cause error) error {
 	_ = b.rc.Close()
-	b.rc = io.NopCloser(strings.NewReader("")) // until a new body comes
+	b.rc = io.NopCloser(strings.NewReader(""))
 	var wait time.Duration
 	if b.failures > 1 {
 		wait = nominalWait(b.failures - 1)
@@ -161,10 +172,30 @@ func (b *resumingBody) reopen(cause error) error {
 	}
 	out, err := b.s.getObject(b.ctx, b.key, b.off, b.end-b.off, b.etag)
 	if err != nil {
-		return fmt.Errorf("get %s: reading on from byte %d after %v: %w", b.key, b.off, cause, notFound(err))
+		err = fmt.Errorf("get %s: reading on from byte %d after %v: %w", b.key, b.off, cause, notFound(err))
+		if b.ctx.Err() != nil || errors.Is(err, ErrNotFound) || errorCode(err) == "PreconditionFailed" ||
+			statusCode(err) == http.StatusPreconditionFailed {
+			return err
+		}
+		b.broken = err
+		return nil
 	}
 	b.rc = out.Body
 	return nil
 }
 
 func (b *resumingBody) Close() error { return b.rc.Close() }
+
+// DefaultResumeFor is how long a store without Config.RetryFor goes on
+// reading a broken body on.
+const DefaultResumeFor = time.Minute
+
+// resumeFor is how long a broken body is read on without a byte read:
+// RetryFor, or for a store without it (a command a person waits on, whose
+// download should not fail for a blip) DefaultResumeFor.
+func (s *Store) resumeFor() time.Duration {
+	if s.cfg.RetryFor > 0 {
+		return s.cfg.RetryFor
+	}
+	return DefaultResumeFor
+}

@@ -77,7 +77,9 @@ type Config struct {
 	// 200ms to 2s between attempts, so that a worker trains through a
 	// short outage of its object store. Zero keeps the SDK's standard
 	// retries (three attempts, and a retry quota shared by the client's
-	// requests), which suit a command a person waits on.
+	// requests), which suit a command a person waits on. It also bounds
+	// how long a body broken part-way is read on (Get), DefaultResumeFor
+	// without it.
 	RetryFor time.Duration
 	// OnRetry, when set with RetryFor, is told of each retry: the attempt
 	// that failed (from 1), the error, and the wait before the next.
