@@ -267,12 +267,10 @@ func (s *Session) dropStart() {
 // written costs that line, not the run: it is only logged.
 func (s *Session) noteStart(ctx context.Context, env workerenv.Env, from, dir string) {
 	start := launch.Start{From: from}
-	if b, err := os.ReadFile(filepath.Join(dir, storage.ManifestFile)); err == nil {
-		if m, err := storage.DecodeManifest(b); err == nil {
-			start.Step = m.Record.Step
-		}
+	if m, ok, err := storage.ReadManifest(dir); ok && err == nil { // the copy was checked against it
+		start.Step = m.Record.Step
 	}
-	if err := launch.WriteStart(ctx, env.StoragePath, env.RunName, start, workerStorage(env, s.log)...); err != nil {
+	if err := launch.WriteStart(ctx, env.StoragePath, env.RunName, start, s.sessionStorage(env)...); err != nil {
 		s.log.Warn("could not note the checkpoint the run started from", "error", err)
 	}
 }

@@ -143,17 +143,16 @@ func Open(ctx context.Context, rawURL string, cfg Config, optFns ...func(*s3.Opt
 	if err != nil {
 		return nil, fmt.Errorf("load aws config for %s: %w", loc, err)
 	}
-	stall := cfg.StallTimeout
-	if stall == 0 {
-		stall = DefaultStallTimeout
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, fmt.Errorf("store %s: %w", loc, err)
 	}
 	fns := []func(*s3.Options){func(o *s3.Options) {
 		o.APIOptions = append(o.APIOptions, shortErrors, requestClock)
 		// A ranged read (resumingBody's) carries no checksum of the whole
 		// object; the SDK would log that to stderr for each.
 		o.DisableLogOutputChecksumValidationSkipped = true
-		if stall > 0 {
-			o.HTTPClient = stallHTTPClient(awsCfg.HTTPClient, stall)
+		if cfg.StallTimeout > 0 {
+			o.HTTPClient = stallHTTPClient(awsCfg.HTTPClient, cfg.StallTimeout)
 		}
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
