@@ -173,6 +173,7 @@ func (l *lease) looks(cur leaseBody) []time.Time {
 // with If-Match, or, failing that too, outright (the older, racy way,
 // with a warning), and creates its own with If-None-Match.
 func (l *lease) takeOver(ctx context.Context, etag string) error {
+	ctx = l.requestContext(ctx)
 	err := l.put(ctx, putIfMatch, etag)
 	if !errors.Is(err, objstore.ErrConditionalUnsupported) {
 		return err
@@ -194,6 +195,7 @@ func (l *lease) takeOver(ctx context.Context, etag string) error {
 }
 
 func (l *lease) read(ctx context.Context) (leaseBody, string, error) {
+	ctx = l.requestContext(ctx)
 	rc, info, err := l.st.Get(ctx, l.key)
 	if err != nil {
 		return leaseBody{}, "", err
@@ -220,6 +222,7 @@ const (
 // put writes the lease with a fresh expiry and records its ETag as the
 // holder's.
 func (l *lease) put(ctx context.Context, how int, etag string) error {
+	ctx = l.requestContext(ctx)
 	host, _ := os.Hostname()
 	now := l.now()
 	b, err := json.Marshal(leaseBody{Holder: l.holder, Host: host, PID: os.Getpid(), Expires: now.Add(l.ttl),
@@ -249,6 +252,15 @@ func (l *lease) put(ctx context.Context, how int, etag string) error {
 		return err
 	}
 	return fmt.Errorf("writing writer lease: %w", err)
+}
+
+// requestContext gives the lease's requests a stall allowance of a
+// quarter of its time to live, or the store's if that is shorter
+// (objstore.WithStallAllowance): a renewal held by a dead connection is
+// tried again on a new one well before the lease it renews expires, where
+// the store's default allowance (30 s) is as long as the lease itself.
+func (l *lease) requestContext(ctx context.Context) context.Context {
+	return objstore.WithStallAllowance(ctx, min(max(l.ttl/4, time.Second), l.st.StallTimeout()))
 }
 
 // startRenewal renews the lease every ttl/3 until release. A renewal that
@@ -319,6 +331,7 @@ func (l *lease) renew(ctx context.Context) error {
 // follows it is one round trip behind this answer. A lease found changed
 // fails every later write, as a renewal's finding does.
 func (l *lease) check(ctx context.Context) error {
+	ctx = l.requestContext(ctx)
 	l.io.Lock()
 	defer l.io.Unlock()
 	if err := l.lost(); err != nil {
@@ -386,6 +399,7 @@ func (l *lease) lost() error {
 // release stops the renewal and deletes the lease if it is still ours
 // (If-Match on its last ETag).
 func (l *lease) release(ctx context.Context) error {
+	ctx = l.requestContext(ctx)
 	if l.stop == nil {
 		return nil
 	}

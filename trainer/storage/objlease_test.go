@@ -184,3 +184,39 @@ func TestExpiredLeaseTakeOverIsConditional(t *testing.T) {
 	must.EqOp(t, "first", cur.Holder)
 	must.EqOp(t, first.etag, etag)
 }
+
+// A renewal made while the server is silent (a relay cut: the holder's
+// connections dead for good) fails after a quarter of the lease's time to
+// live, not after the store's 30 s stall timeout, and goes again on a new
+// connection once traffic flows: the lease never expires, where a renewal
+// held for 30 s would have let it.
+func TestLeaseRenewalOutlivesADeadConnection(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetKeys(t)
+	relay := s3test.NewRelay(t, srv.Endpoint)
+	ctx := context.Background()
+	holderStore, err := objstore.Open(ctx, "s3://"+srv.Bucket, objstore.Config{Endpoint: relay.Endpoint, Region: srv.Region,
+		PathStyle: true, RetryFor: 20 * time.Second})
+	must.NoError(t, err)
+	must.EqOp(t, objstore.DefaultStallTimeout, holderStore.StallTimeout())
+	const ttl = 8 * time.Second // renewed every 2.67 s, each request allowed 2 s of silence
+	r, err := OpenObject(ctx, holderStore, "r", Policy{}, WithLeaseTTL(ttl))
+	must.NoError(t, err)
+	defer r.Close()
+
+	relay.Cut()
+	time.Sleep(1500 * time.Millisecond)
+	relay.Mend()
+	cut := time.Now()
+	time.Sleep(ttl + time.Second - 1500*time.Millisecond) // past any expiry the cut could have caused
+
+	direct, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket}, objstore.Config{})
+	must.NoError(t, err)
+	rc, _, err := direct.Get(ctx, "r/"+objLeaseKey)
+	must.NoError(t, err)
+	var b leaseBody
+	must.NoError(t, json.NewDecoder(rc).Decode(&b))
+	rc.Close()
+	must.True(t, b.Expires.After(time.Now()), must.Sprintf("the lease expired at %v, %v after the cut ended", b.Expires, b.Expires.Sub(cut)))
+	must.NoError(t, r.Close(), must.Sprint("still the holder: it releases its lease"))
+}

@@ -321,7 +321,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest
 	var etag string
 	cctx := ctx
 	if s.cfg.StallTimeout > 0 {
-		cctx = withAllowance(ctx, completeAllowance(s.cfg.StallTimeout, size))
+		cctx = WithStallAllowance(ctx, completeAllowance(s.cfg.StallTimeout, size))
 	}
 	out, err := s.client.CompleteMultipartUpload(cctx, in)
 	if err == nil {

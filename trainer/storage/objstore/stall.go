@@ -159,8 +159,11 @@ func stallHTTPClient(base aws.HTTPClient, stall time.Duration) aws.HTTPClient {
 // allowanceKey carries a request's own stall allowance in its context.
 type allowanceKey struct{}
 
-// withAllowance gives the requests made with ctx a stall allowance of d.
-func withAllowance(ctx context.Context, d time.Duration) context.Context {
+// WithStallAllowance gives the requests made with ctx a stall allowance
+// of d in place of Config.StallTimeout, on a store made by Open: shorter
+// for small requests that something waits on (a lease's renewal), longer
+// for one the server may work on without a word.
+func WithStallAllowance(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, allowanceKey{}, d)
 }
 

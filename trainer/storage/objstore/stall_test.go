@@ -129,11 +129,11 @@ func TestStallAllowancePerRequest(t *testing.T) {
 		StallTimeout: 300 * time.Millisecond})
 	must.NoError(t, err)
 	ctx := context.Background()
-	_, err = st.Head(withAllowance(ctx, 3*time.Second), "k")
+	_, err = st.Head(WithStallAllowance(ctx, 3*time.Second), "k")
 	must.NoError(t, err)
 	_, err = st.Head(ctx, "k")
 	must.ErrorIs(t, err, ErrStalled)
-	_, err = st.Head(withAllowance(ctx, 3*time.Second), "k")
+	_, err = st.Head(WithStallAllowance(ctx, 3*time.Second), "k")
 	must.NoError(t, err)
 }
 

@@ -227,6 +227,10 @@ func buildStore(client *s3.Client, loc Location, cfg Config) (*Store, error) {
 	return &Store{client: client, loc: loc, cfg: cfg}, nil
 }
 
+// StallTimeout is how long the store's requests may go without a byte
+// moving (Config.StallTimeout, its default applied; negative: no limit).
+func (s *Store) StallTimeout() time.Duration { return s.cfg.StallTimeout }
+
 // Location returns the bucket and prefix the store works under.
 func (s *Store) Location() Location { return s.loc }
 
