@@ -98,8 +98,8 @@ func newWorkerMetrics(run string) *workerMetrics {
 		allReduce: hist(MetricAllReduceSeconds, "Time of each all-reduce, from call to return.", prometheus.ExponentialBuckets(50e-6, 2.5, 15)),
 		// 1 ms to about 4 min: a rename on a local disk to a large upload.
 		commit: hist(MetricCommitSeconds, "Time rank 0 took to commit each checkpoint (move every rank's files, fsync, rename, record).", prometheus.ExponentialBuckets(1e-3, 2.5, 14)),
-		// 100µs (the upload had ended) to about 10 min.
-		uploadWait: hist(MetricUploadWait, "Time a report carrying a checkpoint waited for this rank's previous checkpoint upload to end (object storage, asynchronous uploads): what checkpointing costs a step beyond staging; 0 when it had ended.", prometheus.ExponentialBuckets(1e-4, 2.5, 16)),
+		// 100µs (the upload had ended) to about 10 min (a big upload).
+		uploadWait: hist(MetricUploadWait, "Time a report carrying a checkpoint waited for this rank's previous checkpoint upload to end (object storage, asynchronous uploads): what checkpointing costs a step beyond staging; 0 when it had ended.", prometheus.ExponentialBuckets(1e-4, 2.5, 18)),
 		retries: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStorageRetries, ConstLabels: constant,
 			Help: "Object store requests this worker retried (the server unreachable, restarting, answering 5xx or throttling, or silent past the stall timeout) and downloads it read on after they broke."}, []string{"rank"})).(*prometheus.CounterVec),
 		generation: gauge(MetricGeneration, "The rendezvous generation this worker trains in (1 for the gang's first)."),
