@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -172,9 +171,9 @@ func (b *resumingBody) reopen(cause error) error {
 	}
 	out, err := b.s.getObject(b.ctx, b.key, b.off, b.end-b.off, b.etag)
 	if err != nil {
-		err = fmt.Errorf("get %s: reading on from byte %d after %v: %w", b.key, b.off, cause, notFound(err))
-		if b.ctx.Err() != nil || errors.Is(err, ErrNotFound) || errorCode(err) == "PreconditionFailed" ||
-			statusCode(err) == http.StatusPreconditionFailed {
+		// An If-Match read: changed maps its 412 and 404 as it does a write's.
+		err = fmt.Errorf("get %s: reading on from byte %d after %v: %w", b.key, b.off, cause, changed(notFound(err)))
+		if b.ctx.Err() != nil || errors.Is(err, ErrChanged) {
 			return err
 		}
 		b.broken = err
