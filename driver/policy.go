@@ -79,7 +79,7 @@ func checkTaskSettings(env map[string]string) error {
 	var bad []string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if err := workerenv.CheckSetting(k, env[k]); err != nil {
-			bad = append(bad, err.Error())
+			bad = append(bad, truncate(err.Error(), 200)) // it quotes the job's value, of any length
 		}
 	}
 	if len(bad) == 0 {

@@ -55,6 +55,10 @@ func TestCheckTaskSettings(t *testing.T) {
 	must.ErrorIs(t, err, ErrBadSetting)
 	must.ErrorContains(t, err, `NOMAD_TRAIN_FSYNC="never"`)
 	must.ErrorContains(t, err, `NOMAD_TRAIN_STALL_FACTOR="0.5" is not a number above 1`)
+	// A megabyte of value is named, not echoed whole into the task's events.
+	err = checkTaskSettings(map[string]string{workerenv.LeaseTTL: strings.Repeat("x", 1<<20)})
+	must.ErrorContains(t, err, `NOMAD_TRAIN_LEASE_TTL="xxx`)
+	must.Less(t, 400, len(err.Error()))
 }
 
 // noEnv is a driver started with no environment.
