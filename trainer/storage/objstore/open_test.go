@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,12 +117,28 @@ func TestOpenWithTaskEnviron(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	st, err := Open(ctx, url, Config{PathStyle: true, Environ: task(srv.AccessKey, srv.SecretKey)})
-	must.NoError(t, err)
-	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
-	must.NoError(t, err, must.Sprint("the task's keys"))
+	// A CA bundle the task names is a path root would open: a FIFO here,
+	// where an open would wait for a writer that never comes.
+	fifo := filepath.Join(dir, "bundle")
+	must.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	opened := make(chan error, 1)
+	var st *Store
+	go func() {
+		var err error
+		st, err = Open(ctx, url, Config{PathStyle: true, Environ: append(task(srv.AccessKey, srv.SecretKey), "AWS_CA_BUNDLE="+fifo)})
+		if err == nil {
+			_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		must.NoError(t, err, must.Sprint("the task's keys"))
+	case <-time.After(10 * time.Second):
+		t.Fatal("opening a store with the task's environment opened the CA bundle it names")
+	}
 
-	st, err = Open(ctx, url, Config{PathStyle: true, Environ: task(srv.AccessKey, "wrong")})
+	st, err := Open(ctx, url, Config{PathStyle: true, Environ: task(srv.AccessKey, "wrong")})
 	must.NoError(t, err)
 	_, err = st.Head(ctx, "k")
 	must.Error(t, err, must.Sprint("the task's wrong keys, not root's valid ones"))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -132,6 +133,15 @@ func (c *stallConn) stalled(err error) error {
 // with AWS_CA_BUNDLE's roots when set), its connections failing after
 // stall without a byte moving. A client of another kind, set by the
 // caller, is kept as it is.
+//
+// It speaks HTTP/1.1 only, as S3 itself does: a connection then carries
+// one request at a time, whose allowance is the connection's. Over
+// HTTP/2, which a server behind TLS may offer (MinIO does), the parts of
+// an upload would share one connection and the last request to start
+// would set the allowance of all: a lease's short one would cut a
+// multipart completion that the server answers after a silent while.
+// Separate connections also carry parallel parts faster over a long path
+// than one multiplexed connection does.
 func stallHTTPClient(base aws.HTTPClient, stall time.Duration) aws.HTTPClient {
 	bc, ok := base.(*awshttp.BuildableClient)
 	if base == nil {
@@ -141,6 +151,16 @@ func stallHTTPClient(base aws.HTTPClient, stall time.Duration) aws.HTTPClient {
 		return base
 	}
 	return bc.WithTransportOptions(func(tr *http.Transport) {
+		var only11 http.Protocols
+		only11.SetHTTP1(true)
+		tr.Protocols = &only11
+		if tc := tr.TLSClientConfig; tc != nil {
+			// A transport already used (the configuration's, cloned) has
+			// h2 in its ALPN list: a server would then answer in HTTP/2.
+			tc = tc.Clone()
+			tc.NextProtos = slices.DeleteFunc(slices.Clone(tc.NextProtos), func(p string) bool { return p == "h2" })
+			tr.TLSClientConfig = tc
+		}
 		dial := tr.DialContext
 		if dial == nil {
 			dial = (&net.Dialer{Timeout: awshttp.DefaultDialConnectTimeout,

@@ -3,11 +3,14 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,12 +98,24 @@ func TestRetryForBoundsTimeWhenAttemptsStall(t *testing.T) {
 // taking delay over Heads and completions, and nothing on the wire
 // meanwhile, as a server assembling a big upload may.
 func slowServer(t *testing.T, delay time.Duration) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(fakeUploads(delay, delay, nil))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// fakeUploads answers Heads after headDelay, the steps of a multipart
+// upload, and its completion after completeDelay, with nothing on the
+// wire meanwhile; seen, when set, is called with each request first.
+func fakeUploads(headDelay, completeDelay time.Duration, seen func(*http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if seen != nil {
+			seen(r)
+		}
 		q := r.URL.Query()
 		_, _ = io.Copy(io.Discard, r.Body)
 		switch {
 		case r.Method == http.MethodHead:
-			time.Sleep(delay)
+			time.Sleep(headDelay)
 			w.Header().Set("Content-Length", "1")
 			w.Header().Set("ETag", `"e"`)
 		case r.Method == http.MethodPost && q.Has("uploads"):
@@ -108,14 +123,12 @@ func slowServer(t *testing.T, delay time.Duration) *httptest.Server {
 		case r.Method == http.MethodPut && q.Has("partNumber"):
 			w.Header().Set("ETag", fmt.Sprintf(`"part%s"`, q.Get("partNumber")))
 		case r.Method == http.MethodPost && q.Has("uploadId"):
-			time.Sleep(delay)
+			time.Sleep(completeDelay)
 			fmt.Fprint(w, `<CompleteMultipartUploadResult><Bucket>bucket</Bucket><Key>k</Key><ETag>"done-2"</ETag></CompleteMultipartUploadResult>`)
 		default:
 			http.Error(w, "not served here", http.StatusNotImplemented)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	}
 }
 
 // A request's own allowance overrides the stall timeout on whichever
@@ -153,4 +166,52 @@ func TestCompletionIsAllowedTimeForItsSize(t *testing.T) {
 	res, err := st.Put(context.Background(), "k", bytes.NewReader(make([]byte, 2*MinPartSize)))
 	must.NoError(t, err)
 	must.EqOp(t, `"done-2"`, res.ETag)
+}
+
+// Behind TLS a server may offer HTTP/2 (MinIO does), which would carry
+// every request on one connection, so that a short allowance given to
+// one request (a lease's renewal) would cut another that the server
+// answers after a silent while (a completion). The store speaks HTTP/1.1,
+// each request on a connection of its own: the completion, silent for
+// 1.5 s of its 2 s, is sent once although a Head allowed 200ms goes
+// beside it. The server's certificate is trusted through AWS_CA_BUNDLE,
+// which the stall client keeps.
+func TestStallClientGivesEachRequestItsConnection(t *testing.T) {
+	var h2, completions atomic.Int32
+	completing := make(chan struct{}, 4)
+	srv := httptest.NewUnstartedServer(fakeUploads(0, 1500*time.Millisecond, func(r *http.Request) {
+		if r.ProtoMajor == 2 {
+			h2.Add(1)
+		}
+		if r.Method == http.MethodPost && r.URL.Query().Has("uploadId") {
+			completions.Add(1)
+			completing <- struct{}{}
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	bundle := filepath.Join(t.TempDir(), "ca.pem")
+	must.NoError(t, os.WriteFile(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	isolateAWS(t)
+	t.Setenv("AWS_CA_BUNDLE", bundle)
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	st, err := Open(context.Background(), "s3://bucket", Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+		PartSize: MinPartSize, StallTimeout: time.Second})
+	must.NoError(t, err)
+
+	head := make(chan error, 1)
+	go func() {
+		<-completing
+		time.Sleep(100 * time.Millisecond)
+		_, err := st.Head(WithStallAllowance(context.Background(), 200*time.Millisecond), "k")
+		head <- err
+	}()
+	res, err := st.Put(context.Background(), "k", bytes.NewReader(make([]byte, 2*MinPartSize)))
+	must.NoError(t, err)
+	must.EqOp(t, `"done-2"`, res.ETag)
+	must.NoError(t, <-head)
+	must.EqOp(t, 1, completions.Load())
+	must.EqOp(t, 0, h2.Load())
 }
