@@ -3,8 +3,16 @@ package objstore
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -186,4 +194,70 @@ func TestErrorsReadShortly(t *testing.T) {
 	must.NoError(t, err)
 	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
 	must.ErrorContains(t, err, "no AWS credentials found (set AWS_ACCESS_KEY_ID")
+}
+
+// Some S3-compatible servers refuse the SDK's checksum headers; the AWS
+// way around that is AWS_REQUEST_CHECKSUM_CALCULATION=when_required. A
+// store opened so sends no checksum where none is required (the server
+// here refuses any), and since its parts then carry no CRC32, each is
+// signed with its SHA-256 over plain HTTP rather than sent unsigned.
+// Against a real server the same settings write and read back the bytes.
+func TestPutWithChecksumsOnlyWhereRequired(t *testing.T) {
+	isolateAWS(t)
+	t.Setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	var (
+		mu    sync.Mutex
+		parts []string // for each part: "signed", or what its payload hash was
+	)
+	fake := httptest.NewServer(fakeUploads(0, 0, func(r *http.Request) {
+		for k := range r.Header {
+			if strings.HasPrefix(strings.ToLower(k), "x-amz-checksum-") || strings.EqualFold(k, "x-amz-sdk-checksum-algorithm") {
+				t.Errorf("%s %s carries %s", r.Method, r.URL, k)
+				panic(http.ErrAbortHandler) // refused: the Put fails
+			}
+		}
+		if !r.URL.Query().Has("partNumber") {
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sum := sha256.Sum256(body)
+		got := r.Header.Get("X-Amz-Content-Sha256")
+		mu.Lock()
+		defer mu.Unlock()
+		if got == hex.EncodeToString(sum[:]) {
+			parts = append(parts, "signed")
+		} else {
+			parts = append(parts, got)
+		}
+	}))
+	t.Cleanup(fake.Close)
+	ctx := context.Background()
+	st, err := Open(ctx, "s3://bucket", Config{Endpoint: fake.URL, Region: "us-east-1", PathStyle: true,
+		PartSize: MinPartSize})
+	must.NoError(t, err)
+	_, err = st.Put(ctx, "k", bytes.NewReader(make([]byte, 2*MinPartSize)))
+	must.NoError(t, err)
+	must.Eq(t, []string{"signed", "signed"}, parts)
+
+	srv := s3test.Start(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	st, err = Open(ctx, "s3://"+srv.Bucket+"/runs", Config{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
+		PartSize: MinPartSize})
+	must.NoError(t, err)
+	for _, n := range []int{100, 2*MinPartSize + 1} {
+		data := make([]byte, n)
+		_, _ = cryptorand.Read(data)
+		_, err = st.Put(ctx, "k", bytes.NewReader(data))
+		must.NoError(t, err)
+		body, _, err := st.Get(ctx, "k")
+		must.NoError(t, err)
+		got, err := io.ReadAll(body)
+		body.Close()
+		must.NoError(t, err)
+		must.True(t, bytes.Equal(data, got))
+	}
 }

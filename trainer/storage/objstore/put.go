@@ -472,10 +472,18 @@ func (s *Store) produceParts(ctx context.Context, key string, first []byte, rest
 }
 
 func (s *Store) uploadPart(ctx context.Context, key, id string, p part) (types.CompletedPart, error) {
+	var opts []func(*s3.Options)
+	if s.client.Options().RequestChecksumCalculation != aws.RequestChecksumCalculationWhenRequired {
+		// The part's CRC32 guards it in flight (see sign.go). A client
+		// that sends checksums only where required (for a server that
+		// refuses them) sends none, so the SDK signs the part's SHA-256
+		// over plain HTTP, as it would any body.
+		opts = append(opts, s3.WithAPIOptions(unsignedPayload))
+	}
 	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
 		Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.objectKey(key)), UploadId: aws.String(id),
 		PartNumber: aws.Int32(p.num), Body: bytes.NewReader(p.data), ContentLength: aws.Int64(int64(len(p.data))),
-	}, s3.WithAPIOptions(unsignedPayload))
+	}, opts...)
 	if err != nil {
 		return types.CompletedPart{}, fmt.Errorf("put %s: upload part %d: %w", key, p.num, err)
 	}

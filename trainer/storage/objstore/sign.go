@@ -22,6 +22,9 @@ import (
 //     checksum, which the server verifies, still guards each part in
 //     flight, and the whole object's SHA-256 (kept by the caller, in a
 //     checkpoint manifest, checked at restore) guards it end to end.
+//     Where the client sends no checksum it need not
+//     (AWS_REQUEST_CHECKSUM_CALCULATION=when_required, for a server that
+//     refuses them), a part is signed as the SDK signs any body.
 
 // withPayloadHash makes the signer use sum as the request's payload hash.
 func withPayloadHash(sum []byte) func(*middleware.Stack) error {
