@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // The SDK words an S3 error answer as "https response error StatusCode:
@@ -45,10 +47,30 @@ func shorten(err error) error {
 	if code := statusCode(err); code != 0 {
 		detail += fmt.Sprintf(", HTTP %d", code)
 	}
-	if what == "" {
-		return &apiError{err: err, text: detail}
+	text := detail
+	if what != "" {
+		text = what + " (" + detail + ")"
 	}
-	return &apiError{err: err, text: what + " (" + detail + ")"}
+	if r := bucketRegion(err); r != "" {
+		text += fmt.Sprintf(": the bucket is in region %s (set region in the spec's storage block, or AWS_REGION)", r)
+	}
+	return &apiError{err: err, text: text}
+}
+
+// bucketRegion is the region AWS S3 names (its x-amz-bucket-region
+// header) when it refuses a request signed for, or sent to, another
+// region: a 301 from the wrong regional endpoint, a 400 for the signing
+// region (a Head's answers have no body to say so). "" otherwise.
+func bucketRegion(err error) string {
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil {
+		return ""
+	}
+	switch re.HTTPStatusCode() {
+	case http.StatusMovedPermanently, http.StatusBadRequest:
+		return re.Response.Header.Get("X-Amz-Bucket-Region")
+	}
+	return ""
 }
 
 // shortErrors is the client option (APIOptions) that shortens its

@@ -6,6 +6,7 @@ import (
 	cryptorand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -194,6 +195,42 @@ func TestErrorsReadShortly(t *testing.T) {
 	must.NoError(t, err)
 	_, err = st.Put(ctx, "k", bytes.NewReader([]byte("v")))
 	must.ErrorContains(t, err, "no AWS credentials found (set AWS_ACCESS_KEY_ID")
+}
+
+// AWS S3 refuses a request for a bucket of another region, naming the
+// bucket's region in a header: a Head from the wrong regional endpoint
+// gets a bare 301, a Get signed for the wrong region a 400. The error
+// says which region to set; an answer that names the region but is not
+// such a refusal gets no hint.
+func TestErrorsNameTheBucketsRegion(t *testing.T) {
+	isolateAWS(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Amz-Bucket-Region", "eu-west-1")
+		switch r.Method {
+		case http.MethodHead:
+			w.WriteHeader(http.StatusMovedPermanently)
+		case http.MethodGet:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header is malformed; the region 'us-east-1' is wrong; expecting 'eu-west-1'</Message></Error>`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	st, err := Open(ctx, "s3://bucket/runs", Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true})
+	must.NoError(t, err)
+	const hint = "the bucket is in region eu-west-1 (set region in the spec's storage block, or AWS_REGION)"
+	_, err = st.Head(ctx, "k")
+	must.ErrorContains(t, err, "HTTP 301): "+hint)
+	_, _, err = st.Get(ctx, "k")
+	must.ErrorContains(t, err, "expecting 'eu-west-1' (AuthorizationHeaderMalformed, HTTP 400): "+hint)
+	err = st.AbortMultipartUpload(ctx, "k", "u1")
+	must.Error(t, err)
+	must.StrNotContains(t, err.Error(), "the bucket is in region")
 }
 
 // Some S3-compatible servers refuse the SDK's checksum headers; the AWS
