@@ -109,7 +109,7 @@ train "qs" {
 	}
 	out, err = cli("list", url)
 	must.NoError(t, err, must.Sprint(out))
-	must.RegexMatch(t, regexp.MustCompile(`(?m)^qs +- +3 +- +\d{4}-`), out)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^qs +complete +3 +0 +\d{4}-`), out)
 	for _, args := range [][]string{{"status", url + "/qs"}, {"status", "-storage", url, "qs"}} {
 		out, err = cli(args...)
 		must.NoError(t, err, must.Sprint(out))
@@ -131,6 +131,11 @@ train "qs" {
 	b, err := cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(b)))
 	must.StrContains(t, string(b), "run qs: kept at "+url+"/qs (its launcher's state and its workers' logs are on the machine that launched it)\n")
+	cmd = exec.Command(bin, "list", url)
+	cmd.Env = append(os.Environ(), elsewhere...)
+	b, err = cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(b)))
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^qs +- +3 +- +\d{4}-`), string(b))
 	cmd = exec.Command(bin, "logs", url+"/qs")
 	cmd.Env = append(os.Environ(), elsewhere...)
 	b, err = cmd.CombinedOutput()

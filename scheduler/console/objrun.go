@@ -120,11 +120,23 @@ func printObjectRuns(ctx context.Context, w io.Writer, root string) error {
 		if err != nil {
 			return fmt.Errorf("reading run %s: %w", run, err)
 		}
-		step, updated := "-", "-"
-		if o.reported {
-			step, updated = fmt.Sprint(o.last.Step), o.last.Time.Local().Format(time.DateTime)
+		status, step, restarts, updated := "-", "-", "-", time.Time{}
+		if dir := launch.RunDir(root, run); dir != "" {
+			if st, err := launch.ReadState(dir); err == nil { // launched from this machine
+				status, restarts, updated = st.Phase, fmt.Sprint(st.Restarts), st.Updated
+			}
 		}
-		fmt.Fprintf(tw, "%s\t-\t%s\t-\t%s\n", run, step, updated)
+		if o.reported {
+			step = fmt.Sprint(o.last.Step)
+			if o.last.Time.After(updated) {
+				updated = o.last.Time
+			}
+		}
+		when := "-"
+		if !updated.IsZero() {
+			when = updated.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", run, status, step, restarts, when)
 	}
 	return tw.Flush()
 }
