@@ -12,35 +12,26 @@ import (
 
 // PBT cloning: copying a donor trial's latest checkpoint into a recipient.
 
-// cloneInto copies the donor's latest checkpoint into the trial's storage
-// as a committed checkpoint (PBT exploit); the trial, stopped, restarts
-// from it. The commit record carries the donor's step and metrics, so the
-// trial's iteration count continues from the donor's.
+// cloneInto copies the donor's latest intact checkpoint into the trial's
+// storage as a committed checkpoint (PBT exploit); the trial, stopped,
+// restarts from it. The commit record carries the donor's step and
+// metrics, so the trial's iteration count continues from the donor's. On
+// an object store the checkpoint comes down to the tuner's machine
+// (checked against its manifest) and goes up again into the trial's run,
+// as the trial's own writer would commit it.
 func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
-	if e.trials.remote() {
-		return fmt.Errorf("clone %s into %s: PBT copies checkpoints between trials in a directory, and these trials are kept on %s", d.Donor, ts.ID, e.trials.root)
-	}
-	donor, err := storage.OpenReadOnly(e.where, d.Donor, storage.Policy{})
+	donor, err := e.trials.open(e.ctx, d.Donor, storage.Policy{})
 	if err != nil {
 		return fmt.Errorf("open donor storage: %w", err)
 	}
 	defer donor.Close()
-	name, path, ok, err := donor.Latest()
-	if err != nil || !ok {
-		return fmt.Errorf("find donor checkpoint: %w (found %v)", err, ok)
+	src, err := donor.LatestIntact()
+	if err != nil || !src.OK {
+		return fmt.Errorf("find donor checkpoint: %w (found %v)", err, src.OK)
 	}
-	recs, err := donor.Records()
-	if err != nil {
-		return fmt.Errorf("read donor progress: %w", err)
-	}
-	var src storage.Record
-	for _, r := range recs {
-		if r.Checkpoint == name {
-			src = r
-		}
-	}
-	st, err := storage.Open(e.where, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
-		ScoreAttribute: e.cfg.Checkpoint.ScoreAttribute, ScoreOrder: e.cfg.Checkpoint.ScoreOrder})
+	st, err := storage.OpenStore(e.ctx, e.trials.root, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
+		ScoreAttribute: e.cfg.Checkpoint.ScoreAttribute, ScoreOrder: e.cfg.Checkpoint.ScoreOrder},
+		append(tunerStorage(e.trials), storage.WithLogger(e.log))...)
 	if err != nil {
 		return fmt.Errorf("open trial storage: %w", err)
 	}
@@ -49,26 +40,26 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 	if err != nil {
 		return err
 	}
-	if err := copyTree(path, staged.Dir()); err != nil {
+	if err := copyTree(src.Path, staged.Dir()); err != nil {
 		staged.Abort()
 		return fmt.Errorf("copy donor checkpoint: %w", err)
 	}
 	metrics := trainer.Metrics{}
-	for k, v := range src.Metrics {
+	for k, v := range src.Record.Metrics {
 		metrics[k] = v
 	}
 	metrics[ClonedFrom] = d.Donor
 	// The trial restarts from the clone and rolls back what it reported
 	// after the clone's step; roll back now, so the clone's record does
 	// not go back in steps (readers refuse a history that does).
-	if err := st.TruncateAfter(src.Step); err != nil {
+	if err := st.TruncateAfter(src.Record.Step); err != nil {
 		staged.Abort()
 		return fmt.Errorf("roll trial back to the cloned step: %w", err)
 	}
-	if _, err := st.Commit(staged, storage.Record{Step: src.Step, Metrics: metrics}); err != nil {
+	if _, err := st.Commit(staged, storage.Record{Step: src.Record.Step, Metrics: metrics}); err != nil {
 		return fmt.Errorf("commit cloned checkpoint: %w", err)
 	}
-	ts.Exploits = append(ts.Exploits, ExploitRecord{Donor: d.Donor, Time: e.result(d.Donor, src).Time})
+	ts.Exploits = append(ts.Exploits, ExploitRecord{Donor: d.Donor, Time: e.result(d.Donor, src.Record).Time})
 	return nil
 }
 

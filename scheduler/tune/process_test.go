@@ -18,6 +18,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/examples/quickstart"
+	"github.com/nomad-train/nomad-train/internal/s3test"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
@@ -267,9 +268,24 @@ func TestKillTunerResumes(t *testing.T) {
 // the mutated config.
 func TestPBTOnProcesses(t *testing.T) {
 	asWorker(slowTrain)
+	pbtOnProcesses(t, "^TestPBTOnProcesses$", t.TempDir(), workerenv.StorageOptions{})
+}
+
+// PBT with the trials on S3: a clone comes down to the tuner, checked
+// against its manifest, and goes up into the recipient's run, whose
+// restarted worker resumes from it as in a directory.
+func TestPBTOnProcessesOnS3(t *testing.T) {
+	asWorker(slowTrain)
+	srv := s3test.Start(t)
+	srv.SetKeysOnly(t)
+	pbtOnProcesses(t, "^TestPBTOnProcessesOnS3$", "s3://"+srv.Bucket+"/exps",
+		workerenv.StorageOptions{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
+}
+
+func pbtOnProcesses(t *testing.T, run, where string, so workerenv.StorageOptions) {
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	b := NewProcesses(slowTrain, 1)
-	b.Args = []string{"-test.run=^TestPBTOnProcesses$"}
+	b.Args = []string{"-test.run=" + run}
 	var out bytes.Buffer
 	b.Stdout, b.Stderr = &out, &out
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -278,18 +294,22 @@ func TestPBTOnProcesses(t *testing.T) {
 	// above 0.1/1), so it is in the bottom quantile at its first decision
 	// that sees the others' results, however the trials interleave.
 	g, err := New(b, map[string]any{"lr": GridSearch(0.1, 0.2, 0.3, 10), "epochs": 10, "sleep_ms": 60},
-		Config{Name: "pbt", StoragePath: t.TempDir(), MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin,
+		Config{Name: "pbt", StoragePath: where, StorageOptions: so, MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin,
 			Seed: 5, PollInterval: 10 * time.Millisecond,
 			Scheduler: PBTSettings{PerturbationInterval: 3,
 				HyperparamMutations: map[string]any{"lr": []any{0.1, 0.2, 0.3}}},
 		}).Fit(ctx)
 	must.NoError(t, err, must.Sprint(out.String()))
-	st, _, err := LoadState(context.Background(), g.Path)
+	opts := newTrialStore(g.Path, so).opts
+	st, _, err := LoadState(context.Background(), g.Path, opts...)
 	must.NoError(t, err)
 	exploited := 0
 	for _, ts := range st.Trials {
 		must.EqOp(t, StatusTerminated, ts.Status, must.Sprint(ts.ID, ts.Reason))
-		recs, err := readTrial(g.Path, ts.ID)
+		f, err := storage.Follow(context.Background(), g.Path, ts.ID, opts...)
+		must.NoError(t, err)
+		recs, _, err := f.NextRecords()
+		f.Close()
 		must.NoError(t, err)
 		must.EqOp(t, int64(10), recs[len(recs)-1].Step)
 		for i, x := range ts.Exploits {
