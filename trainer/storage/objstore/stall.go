@@ -155,8 +155,10 @@ func stallHTTPClient(base aws.HTTPClient, stall time.Duration) aws.HTTPClient {
 		only11.SetHTTP1(true)
 		tr.Protocols = &only11
 		if tc := tr.TLSClientConfig; tc != nil {
-			// A transport already used (the configuration's, cloned) has
-			// h2 in its ALPN list: a server would then answer in HTTP/2.
+			// Cloning a transport that attempts HTTP/2 (as the SDK's
+			// WithTransportOptions does) puts h2 in its TLS ALPN list: a
+			// server would then answer in HTTP/2 to a transport that no
+			// longer speaks it.
 			tc = tc.Clone()
 			tc.NextProtos = slices.DeleteFunc(slices.Clone(tc.NextProtos), func(p string) bool { return p == "h2" })
 			tr.TLSClientConfig = tc
