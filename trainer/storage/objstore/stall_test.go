@@ -173,7 +173,7 @@ func TestCompletionIsAllowedTimeForItsSize(t *testing.T) {
 // one request (a lease's renewal) would cut another that the server
 // answers after a silent while (a completion). The store speaks HTTP/1.1,
 // each request on a connection of its own: the completion, silent for
-// 1.5 s of its 2 s, is sent once although a Head allowed 200ms goes
+// 1.5 s of its 3 s, is sent once although a Head allowed 200ms goes
 // beside it. The server's certificate is trusted through AWS_CA_BUNDLE,
 // which the stall client keeps.
 func TestStallClientGivesEachRequestItsConnection(t *testing.T) {
@@ -198,7 +198,7 @@ func TestStallClientGivesEachRequestItsConnection(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "k")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
 	st, err := Open(context.Background(), "s3://bucket", Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
-		PartSize: MinPartSize, StallTimeout: time.Second})
+		PartSize: MinPartSize, StallTimeout: 2 * time.Second})
 	must.NoError(t, err)
 
 	head := make(chan error, 1)
