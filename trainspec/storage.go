@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -281,9 +282,9 @@ func unsupportedName(diag *hcl.Diagnostic) (string, bool) {
 func endpointProblem(raw string) string {
 	u, err := url.Parse(raw)
 	switch {
-	case err != nil:
+	case err != nil && strings.Contains(raw, "://"):
 		return fmt.Sprintf("endpoint %q is not a URL: %s.", raw, err)
-	case u.Scheme != "http" && u.Scheme != "https":
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https"): // host:port parses badly
 		return fmt.Sprintf("endpoint %q must be an http:// or https:// URL, such as \"https://minio.example:9000\".", raw)
 	case u.User != nil:
 		return fmt.Sprintf("endpoint %q holds credentials. %s", u.Redacted(), credentialsHelp)
@@ -291,6 +292,11 @@ func endpointProblem(raw string) string {
 		return fmt.Sprintf("endpoint %q names no host.", raw)
 	case u.RawQuery != "" || u.Fragment != "":
 		return fmt.Sprintf("endpoint %q must have no query or fragment.", raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("endpoint %q has port %s, outside 1 to 65535.", raw, p)
+		}
 	}
 	return ""
 }

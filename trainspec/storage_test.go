@@ -194,3 +194,23 @@ func TestTrialsReadTheExperimentsCredentials(t *testing.T) {
 	must.StrContains(t, S3CredentialsCommand(job), "nomad var put nomad/jobs/exp/worker ")
 	must.EqOp(t, "", spec.Run.Storage.CredentialsVariable)
 }
+
+// An endpoint is an http(s) URL of a host, with a port a socket can have,
+// and no credentials, query or fragment.
+func TestEndpointProblem(t *testing.T) {
+	for _, ok := range []string{"http://127.0.0.1:7070", "https://minio.example", "https://s3.example:443/", "http://[::1]:9000"} {
+		must.EqOp(t, "", endpointProblem(ok), must.Sprint(ok))
+	}
+	for raw, want := range map[string]string{
+		"127.0.0.1:7070":           "must be an http:// or https:// URL",
+		"ftp://x":                  "must be an http:// or https:// URL",
+		"http://":                  "names no host",
+		"http://u:p@h":             "holds credentials",
+		"http://h/?a=1":            "must have no query or fragment",
+		"http://h:99999":           "has port 99999, outside 1 to 65535",
+		"http://h:0":               "has port 0, outside 1 to 65535",
+		"https://minio.example:00": "has port 00, outside 1 to 65535",
+	} {
+		must.StrContains(t, endpointProblem(raw), want, must.Sprint(raw))
+	}
+}
