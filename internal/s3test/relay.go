@@ -19,6 +19,7 @@ type Relay struct {
 	target string
 	ln     net.Listener
 	cut    atomic.Bool
+	moved  atomic.Int64 // bytes forwarded, both ways
 	mu     sync.Mutex
 	conns  []*relayConn // every connection taken, for Cut and the clean-up
 }
@@ -26,6 +27,7 @@ type Relay struct {
 type relayConn struct {
 	client, server net.Conn // server is nil for one taken during a cut
 	dead           atomic.Bool
+	moved          *atomic.Int64
 }
 
 // NewRelay starts a relay to the server at endpoint (http://host:port),
@@ -58,13 +60,17 @@ func (r *Relay) Cut() {
 // that works; those silenced by Cut stay so.
 func (r *Relay) Mend() { r.cut.Store(false) }
 
+// Moved is how many bytes the relay has forwarded, both ways together:
+// what a client sent and received through it.
+func (r *Relay) Moved() int64 { return r.moved.Load() }
+
 func (r *Relay) accept() {
 	for {
 		c, err := r.ln.Accept()
 		if err != nil {
 			return
 		}
-		rc := &relayConn{client: c}
+		rc := &relayConn{client: c, moved: &r.moved}
 		if r.cut.Load() {
 			rc.dead.Store(true)
 		} else if rc.server, err = net.Dial("tcp", r.target); err != nil {
@@ -94,6 +100,7 @@ func (rc *relayConn) pipe(dst, src net.Conn) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
+			rc.moved.Add(int64(n))
 		}
 		if err != nil {
 			if err == io.EOF {

@@ -12,23 +12,20 @@ import (
 
 // PBT cloning: copying a donor trial's latest checkpoint into a recipient.
 
-// cloneInto copies the donor's latest intact checkpoint into the trial's
-// storage as a committed checkpoint (PBT exploit); the trial, stopped,
-// restarts from it. The commit record carries the donor's step and
-// metrics, so the trial's iteration count continues from the donor's. On
-// an object store the checkpoint comes down to the tuner's machine
-// (checked against its manifest) and goes up again into the trial's run,
-// as the trial's own writer would commit it.
+// cloneInto copies the donor's latest checkpoint into the trial's storage
+// as a committed checkpoint (PBT exploit); the trial, stopped, restarts
+// from it. The commit record carries the donor's step and metrics, so the
+// trial's iteration count continues from the donor's. In a directory the
+// tuner copies the files; on an object store the server copies them
+// (storage.Cloner), so that a big model does not pass through the
+// tuner's machine, and whoever restores the copy checks it against the
+// donor's manifest.
 func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 	donor, err := e.trials.open(e.ctx, d.Donor, storage.Policy{})
 	if err != nil {
 		return fmt.Errorf("open donor storage: %w", err)
 	}
 	defer donor.Close()
-	src, err := donor.LatestIntact()
-	if err != nil || !src.OK {
-		return fmt.Errorf("find donor checkpoint: %w (found %v)", err, src.OK)
-	}
 	st, err := storage.OpenStore(e.ctx, e.trials.root, ts.ID, storage.Policy{NumToKeep: e.cfg.Checkpoint.NumToKeep,
 		ScoreAttribute: e.cfg.Checkpoint.ScoreAttribute, ScoreOrder: e.cfg.Checkpoint.ScoreOrder},
 		append(tunerStorage(e.trials), storage.WithLogger(e.log))...)
@@ -36,30 +33,60 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 		return fmt.Errorf("open trial storage: %w", err)
 	}
 	defer st.Close()
-	staged, err := st.Stage()
-	if err != nil {
-		return err
-	}
-	if err := copyTree(src.Path, staged.Dir()); err != nil {
-		staged.Abort()
-		return fmt.Errorf("copy donor checkpoint: %w", err)
+	cloner, byServer := st.(storage.Cloner)
+	var src storage.Record
+	var staged *storage.Staged
+	if byServer {
+		live, err := donor.Best(0)
+		if err != nil {
+			return fmt.Errorf("find donor checkpoint: %w", err)
+		}
+		for _, r := range live {
+			if r.Step >= src.Step {
+				src = r
+			}
+		}
+		if src.Checkpoint == "" {
+			return fmt.Errorf("find donor checkpoint: %s has none", d.Donor)
+		}
+	} else {
+		res, err := donor.LatestIntact()
+		if err != nil || !res.OK {
+			return fmt.Errorf("find donor checkpoint: %w (found %v)", err, res.OK)
+		}
+		src = res.Record
+		if staged, err = st.Stage(); err != nil {
+			return err
+		}
+		if err := copyTree(res.Path, staged.Dir()); err != nil {
+			staged.Abort()
+			return fmt.Errorf("copy donor checkpoint: %w", err)
+		}
 	}
 	metrics := trainer.Metrics{}
-	for k, v := range src.Record.Metrics {
+	for k, v := range src.Metrics {
 		metrics[k] = v
 	}
 	metrics[ClonedFrom] = d.Donor
 	// The trial restarts from the clone and rolls back what it reported
 	// after the clone's step; roll back now, so the clone's record does
 	// not go back in steps (readers refuse a history that does).
-	if err := st.TruncateAfter(src.Record.Step); err != nil {
-		staged.Abort()
+	if err := st.TruncateAfter(src.Step); err != nil {
+		if staged != nil {
+			staged.Abort()
+		}
 		return fmt.Errorf("roll trial back to the cloned step: %w", err)
 	}
-	if _, err := st.Commit(staged, storage.Record{Step: src.Record.Step, Metrics: metrics}); err != nil {
+	rec := storage.Record{Step: src.Step, Metrics: metrics}
+	if byServer {
+		_, err = cloner.CloneCheckpoint(d.Donor, src.Checkpoint, rec)
+	} else {
+		_, err = st.Commit(staged, rec)
+	}
+	if err != nil {
 		return fmt.Errorf("commit cloned checkpoint: %w", err)
 	}
-	ts.Exploits = append(ts.Exploits, ExploitRecord{Donor: d.Donor, Time: e.result(d.Donor, src.Record).Time})
+	ts.Exploits = append(ts.Exploits, ExploitRecord{Donor: d.Donor, Time: e.result(d.Donor, src).Time})
 	return nil
 }
 

@@ -67,8 +67,8 @@
 //     machines write), asks the scheduler, stops trials through their
 //     backend, performs PBT exploits (the donor's latest intact checkpoint
 //     is copied into the recipient's storage as a committed checkpoint, on
-//     S3 through the tuner's machine, and the recipient restarts with the
-//     mutated config), restarts failed trials
+//     S3 by the server, and the recipient restarts with the mutated
+//     config), restarts failed trials
 //     within their failure budget, and persists the experiment state
 //     (experiment_state.json) atomically after every change, through a
 //     background writer, once per round of the loop after the round's

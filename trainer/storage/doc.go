@@ -94,7 +94,10 @@
 // uploaded (Abandon): the Sharded interface, which a Run does not need,
 // since its ranks share its directory and the writer moves their files.
 // The writer's own rank keeps its small files for the manifest
-// (RankStore.UploadLarge). A kill before the manifest leaves objects no
+// (RankStore.UploadLarge). A checkpoint of another run at the same place
+// (a PBT exploit's donor) is committed the same way by CloneCheckpoint
+// (the Cloner interface): its objects copied by the server under a
+// reserved name, its carried files inside the new manifest. A kill before the manifest leaves objects no
 // reader looks at, which the next writer deletes at open with any
 // unfinished multipart upload; a kill between the manifest and the record
 // leaves a checkpoint whose record the next writer rebuilds from the

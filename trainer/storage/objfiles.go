@@ -150,40 +150,9 @@ func sameCommit(have, want Record) bool {
 // nil, vets the manifest before anything is downloaded. A checkpoint
 // without a manifest object is ErrNoCheckpoint.
 func (o objFiles) download(name, into string, check func(Manifest) []string) error {
-	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
-	obj, err := o.getUpTo(o.prefix(name)+ManifestFile, maxManifestObject)
-	if errors.Is(err, objstore.ErrNotFound) {
-		return fmt.Errorf("%w: %s has no manifest (never committed, or removed): %w", ErrNoCheckpoint, name, err)
-	}
+	m, doc, carried, err := o.vetted(name, check)
 	if err != nil {
 		return err
-	}
-	m, doc, carried, err := parseManifestObject(obj)
-	if err != nil {
-		return bad(fmt.Sprintf("unreadable manifest: %v", err))
-	}
-	if check != nil {
-		if problems := check(m); len(problems) > 0 {
-			return bad(problems...)
-		}
-	}
-	listed, err := o.st.List(o.ctx, objstore.ListOptions{Prefix: o.prefix(name)})
-	if err != nil {
-		return fmt.Errorf("listing checkpoint %s: %w", name, err)
-	}
-	var found []FileSum
-	for _, f := range m.Files {
-		if f.Inline {
-			found = append(found, FileSum{Path: f.Path, Size: f.Size}) // read below
-		}
-	}
-	for _, obj := range listed {
-		if rel := obj.Key[len(o.prefix(name)):]; rel != ManifestFile {
-			found = append(found, FileSum{Path: rel, Size: obj.Size})
-		}
-	}
-	if problems := m.Check(found); len(problems) > 0 {
-		return bad(problems...)
 	}
 	sums, err := copyInline(m, carried, into)
 	if err != nil {
@@ -200,6 +169,50 @@ func (o objFiles) download(name, into string, check func(Manifest) []string) err
 		sums = append(sums, sum)
 	}
 	return finishCopy(name, into, m, doc, sums)
+}
+
+// vetted reads checkpoint name's manifest object and checks it (with
+// check, when not nil) and the objects under the checkpoint's prefix
+// against it. It returns the manifest, its document and the bytes of the
+// files it carries. A checkpoint without a manifest object is
+// ErrNoCheckpoint.
+func (o objFiles) vetted(name string, check func(Manifest) []string) (Manifest, []byte, []byte, error) {
+	bad := func(problems ...string) error { return &CheckpointError{Name: name, Problems: problems} }
+	obj, err := o.getUpTo(o.prefix(name)+ManifestFile, maxManifestObject)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return Manifest{}, nil, nil, fmt.Errorf("%w: %s has no manifest (never committed, or removed): %w", ErrNoCheckpoint, name, err)
+	}
+	if err != nil {
+		return Manifest{}, nil, nil, err
+	}
+	m, doc, carried, err := parseManifestObject(obj)
+	if err != nil {
+		return Manifest{}, nil, nil, bad(fmt.Sprintf("unreadable manifest: %v", err))
+	}
+	if check != nil {
+		if problems := check(m); len(problems) > 0 {
+			return Manifest{}, nil, nil, bad(problems...)
+		}
+	}
+	listed, err := o.st.List(o.ctx, objstore.ListOptions{Prefix: o.prefix(name)})
+	if err != nil {
+		return Manifest{}, nil, nil, fmt.Errorf("listing checkpoint %s: %w", name, err)
+	}
+	var found []FileSum
+	for _, f := range m.Files {
+		if f.Inline {
+			found = append(found, FileSum{Path: f.Path, Size: f.Size}) // read by the caller
+		}
+	}
+	for _, obj := range listed {
+		if rel := obj.Key[len(o.prefix(name)):]; rel != ManifestFile {
+			found = append(found, FileSum{Path: rel, Size: obj.Size})
+		}
+	}
+	if problems := m.Check(found); len(problems) > 0 {
+		return Manifest{}, nil, nil, bad(problems...)
+	}
+	return m, doc, carried, nil
 }
 
 // finishCopy checks what was written of checkpoint name into into (sums)

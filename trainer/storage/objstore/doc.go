@@ -27,6 +27,8 @@
 //     renewal). ErrChanged when it was replaced or deleted. DeleteIfMatch
 //     is the same condition on DeleteObject (a lease's release).
 //   - Get (whole or a byte range), Head, Delete, DeleteMany.
+//   - Copy: the server copies an object (CopyObject, If-Match the source
+//     as described); one bigger than S3's 5 GiB limit streams through.
 //   - List: keys under a prefix in byte order after a StartAfter cursor,
 //     paginated, so a reader that keeps its last key reads only what is
 //     new.
