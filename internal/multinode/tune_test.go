@@ -167,3 +167,55 @@ func nodesOf(t *testing.T, c *cluster, jobID string) []string {
 	}
 	return out
 }
+
+// TestPBTOnCluster tunes the quickstart with PBT, its trials Nomad jobs
+// whose workers spread over the clients, its storage on S3 and the tuner
+// on this machine. The trial whose learning rate is far too small is in
+// the bottom quantile at a perturbation: its job is stopped, the server
+// copies a better trial's latest checkpoint into its run, and its job,
+// registered again with the donor's learning rate, resumes from that
+// checkpoint. Every trial ends its eight epochs, and none is drawn back
+// to a checkpoint it has cloned already.
+func TestPBTOnCluster(t *testing.T) {
+	b := newTestBed(t, 2, false)
+	b.putKeys(t, "pbt")
+	url := "s3://" + b.s3.Bucket + "/tune"
+	spec := filepath.Join(b.base, "train.hcl")
+	src := strings.NewReplacer(`train "dt"`, `train "pbt"`,
+		`lr      = grid_search([0.1, 0.05, 0.02])`, `lr      = grid_search([0.0000001, 0.1, 0.05])`,
+		`epochs  = 3`, `epochs  = 8`, `samples = 400`, `samples = 200000`, // epochs of about a second
+		`max_concurrent_trials = 2`, `max_concurrent_trials = 3
+    scheduler {
+      type                  = "pbt"
+      perturbation_interval = 2
+      hyperparam_mutations  = { lr = [0.1, 0.05] }
+    }`).Replace(tuneSpec(b.storageBlock(url)))
+	must.NoError(t, os.WriteFile(spec, []byte(src), 0o644))
+	keys := []string{"AWS_ACCESS_KEY_ID=" + b.s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.s3.SecretKey}
+	began := time.Now()
+	out, err := b.cli(keys, "tune", "-address", "http://"+b.c.server.http, spec)
+	must.NoError(t, err, must.Sprint(out))
+	t.Logf("TUNE: %.1fs\n%s", time.Since(began).Seconds(), out)
+
+	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
+	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
+		Endpoint: b.s3.Endpoint, Region: b.s3.Region, PathStyle: true})}
+	st, ok, err := tune.LoadState(context.Background(), url+"/pbt", opts...)
+	must.NoError(t, err)
+	must.True(t, ok)
+	exploits := 0
+	for _, tr := range st.Trials {
+		must.EqOp(t, tune.StatusTerminated, tr.Status, must.Sprintf("%s: %s", tr.ID, tr.Reason))
+		must.Eq[any](t, 7.0, tr.LastResult["epoch"], must.Sprintf("%s ended its last epoch", tr.ID))
+		for _, x := range tr.Exploits {
+			exploits++
+			t.Logf("PBT: %s cloned %s at t=%v", tr.ID, x.Donor, x.Time)
+		}
+		t.Logf("PBT: %s ended at lr %v, loss %v; its last workers on %s", tr.ID, tr.Config["lr"], tr.LastResult["loss"],
+			nodesOf(t, b.c, "pbt-"+tr.ID))
+	}
+	must.Positive(t, exploits, must.Sprint(out))
+	must.NotEq[any](t, 0.0000001, st.Trials[0].Config["lr"], must.Sprint("the worst trial explored away from its rate"))
+	must.Less(t, 1.0, st.Trials[0].LastResult["loss"].(float64), must.Sprint("and learned from its donor"))
+}

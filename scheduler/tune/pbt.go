@@ -111,8 +111,12 @@ type pbtTrial struct {
 	score        float64 // latest, NaN before the first
 	lastPerturb  float64
 	lastCkptTime float64 // time of its latest checkpoint, -1 when none
+	cloned       string  // the checkpoint it last cloned (cloneOf), "" when none
 	done         bool
 }
+
+// cloneOf names a donor's checkpoint at time t.
+func cloneOf(donor string, t float64) string { return fmt.Sprintf("%s@%v", donor, t) }
 
 // NewPBT returns a PBT scheduler.
 func NewPBT(cfg PBTConfig) (*PBT, error) {
@@ -188,14 +192,19 @@ func (p *PBT) OnResult(r Result) Decision {
 		}
 		return Decision{Action: Continue, Reason: "middle"}
 	}
+	// A donor whose latest checkpoint is the one this trial cloned last
+	// would only send it back there again: a donor that has not moved on
+	// since (stopped, waiting for room) would otherwise draw a trial that
+	// reached its end back to the same step at every perturbation, and a
+	// run whose trials all wait on each other would never end.
 	var donors []string
 	for _, t := range upper {
-		if p.trials[t].lastCkptTime >= 0 {
+		if ct := p.trials[t].lastCkptTime; ct >= 0 && cloneOf(t, ct) != st.cloned {
 			donors = append(donors, t)
 		}
 	}
 	if len(donors) == 0 {
-		return Decision{Action: Continue, Reason: "bottom quantile, no donor has a checkpoint"}
+		return Decision{Action: Continue, Reason: "bottom quantile, no donor has a checkpoint it has not cloned"}
 	}
 	donor := donors[p.rng.IntN(len(donors))]
 	ds := p.trials[donor]
@@ -204,6 +213,7 @@ func (p *PBT) OnResult(r Result) Decision {
 	st.score = ds.score
 	st.lastPerturb = ds.lastCkptTime
 	st.lastCkptTime = ds.lastCkptTime
+	st.cloned = cloneOf(donor, ds.lastCkptTime)
 	return Decision{Action: Exploit, Donor: donor, Config: cfg,
 		Reason: fmt.Sprintf("bottom quantile: clone %s at t=%v; %s", donor, ds.lastCkptTime, how)}
 }
