@@ -80,7 +80,7 @@ func (ew *expWatch) update(ctx context.Context) (*ExperimentUpdate, error) {
 	}
 	trials := make([]Trial, len(st.Trials))
 	for i, t := range st.Trials {
-		trials[i] = Trial{ID: t.ID, Status: t.Status, Reason: t.Reason, Config: t.Config, Params: t.Params,
+		trials[i] = Trial{ID: t.ID, Status: t.Status, Reason: t.Reason, Config: t.Config, Params: t.ParamsNow(),
 			Iterations: t.Iterations, Failures: t.Failures, Exploits: t.Exploits}
 		f := ew.follow[t.ID]
 		if f == nil {

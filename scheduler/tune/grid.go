@@ -242,8 +242,9 @@ func (g *ResultGrid) WriteCSV(w io.Writer) error {
 	}
 	for _, t := range g.Trials {
 		row := []string{t.ID, t.Status, strconv.Itoa(t.Iterations)}
+		params := paramsNow(t.Config, t.Params)
 		for _, k := range pk {
-			row = append(row, cell(t.Params[k]))
+			row = append(row, cell(params[k]))
 		}
 		for _, k := range mk {
 			row = append(row, cell(t.Metrics[k]))

@@ -55,8 +55,9 @@ func writeTable(w io.Writer, st *ExperimentState, metric string) {
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, t := range st.Trials {
 		row := []string{t.ID, t.Status}
+		params := t.ParamsNow()
 		for _, k := range keys {
-			row = append(row, short(t.Params[k]))
+			row = append(row, short(params[k]))
 		}
 		row = append(row, strconv.Itoa(t.Iterations))
 		if metric != "" {
@@ -87,4 +88,24 @@ func FormatConfig(config map[string]any) string {
 		kv[i] = k + "=" + cell(config[k])
 	}
 	return strings.Join(kv, " ")
+}
+
+// ParamsNow returns the sampled parameters (Params, by path) with the
+// values the trial's config has now: a PBT exploit changes the config a
+// trial goes on with, and tables show that, as Ray's do, not what was
+// sampled at its start.
+func (t *TrialState) ParamsNow() map[string]any { return paramsNow(t.Config, t.Params) }
+
+func paramsNow(config, params map[string]any) map[string]any {
+	if params == nil {
+		return nil
+	}
+	now := make(map[string]any, len(params))
+	for k, v := range params {
+		if c := getPath(config, strings.Split(k, "/")); c != nil {
+			v = c
+		}
+		now[k] = v
+	}
+	return now
 }

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -25,4 +26,28 @@ func TestFormatConfig(t *testing.T) {
 			must.EqOp(t, tc.want, FormatConfig(tc.cfg))
 		})
 	}
+}
+
+// A trial's parameters print as its config now has them: after a PBT
+// exploit, the donor's mutated values, not those sampled at its start;
+// in the table, results.csv and the dashboard alike.
+func TestTablesShowTheConfigATrialGoesOnWith(t *testing.T) {
+	st := &ExperimentState{Name: "pbt", Trials: []*TrialState{
+		{ID: "trial_0000", Status: StatusTerminated, Params: map[string]any{"opt/lr": 1e-07},
+			Config: map[string]any{"opt": map[string]any{"lr": 0.05}}, LastResult: map[string]any{"loss": 0.5},
+			Exploits: []ExploitRecord{{Donor: "trial_0001", Time: 4}}},
+		{ID: "trial_0001", Status: StatusTerminated, Params: map[string]any{"opt/lr": 0.1},
+			Config: map[string]any{"opt": map[string]any{"lr": 0.1}}, LastResult: map[string]any{"loss": 0.4}},
+	}}
+	must.Eq(t, map[string]any{"opt/lr": 0.05}, st.Trials[0].ParamsNow()) // what the dashboard shows
+	var b strings.Builder
+	writeTable(&b, st, "loss")
+	must.StrContains(t, b.String(), "trial_0000  TERMINATED  0.05")
+	must.StrNotContains(t, b.String(), "1e-07")
+
+	var csv strings.Builder
+	g := &ResultGrid{Trials: []TrialResult{{ID: "trial_0000", Status: StatusTerminated, Params: st.Trials[0].Params,
+		Config: st.Trials[0].Config}}}
+	must.NoError(t, g.WriteCSV(&csv))
+	must.StrContains(t, csv.String(), "trial_0000,TERMINATED,0,0.05,")
 }
