@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -226,17 +227,25 @@ func TestKillTunerResumes(t *testing.T) {
 	st, _, err := LoadState(context.Background(), exp)
 	must.NoError(t, err)
 	kept := map[string][]byte{}
-	unfinished := map[string]int{}
+	unfinished := map[string]int{} // the epoch each resumes at: after its newest committed checkpoint
 	for _, ts := range st.Trials {
 		b, _ := os.ReadFile(filepath.Join(exp, ts.ID, storage.ProgressFile))
 		if ts.Status == StatusTerminated {
 			kept[ts.ID] = b
-		} else {
-			unfinished[ts.ID] = bytes.Count(b, []byte("\n"))
+			continue
+		}
+		// A checkpoint is committed once its directory has its manifest;
+		// the kill may fall before its record is written (the next run
+		// writes it), so the reports are not what is counted.
+		manifests, _ := filepath.Glob(filepath.Join(exp, ts.ID, "checkpoint_*", storage.ManifestFile))
+		for _, m := range manifests {
+			n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(m)), "checkpoint_"))
+			must.NoError(t, err)
+			unfinished[ts.ID] = max(unfinished[ts.ID], n+1)
 		}
 	}
 	must.MapNotEmpty(t, kept)
-	t.Logf("killed with %d finished trials; unfinished trials' reports: %v", len(kept), unfinished)
+	t.Logf("killed with %d finished trials; unfinished trials resume at epochs %v", len(kept), unfinished)
 
 	second := tuner()
 	out2, err := second.CombinedOutput()
