@@ -215,6 +215,6 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 // Result; tests replace it.
 var beforeResult = func() {}
 
-// onMetrics, when set, is told the workers' metrics URLs (a run on S3
-// keeps no launcher state to read them from); tests set it.
+// onMetrics, when set, is told the workers' metrics URLs as soon as they
+// serve them; tests set it, to scrape the workers while they train.
 var onMetrics func(urls []string)

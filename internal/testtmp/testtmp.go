@@ -16,9 +16,10 @@ import (
 )
 
 // Main runs the tests with TMPDIR set to a fresh directory under the
-// current one (and XDG_STATE_HOME to one inside it), removes it afterwards, and exits with the tests' code. A
-// worker process started by a test inherits the parent's TMPDIR and nests
-// its own directory inside it.
+// current one (and XDG_STATE_HOME to one inside it), removes it
+// afterwards, and exits with the tests' code. A worker process started by
+// a test inherits the parent's TMPDIR and nests its own directory inside
+// it.
 func Main(m *testing.M) {
 	os.Exit(Run(m))
 }

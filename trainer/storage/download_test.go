@@ -35,7 +35,7 @@ func TestConformanceDownloadCheckpoint(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "model")
 		must.NoError(t, DownloadCheckpoint(ctx, b.location(first), out, b.opts...))
 		must.Eq(t, files, readTree(t, out))
-		m, ok, err := readManifest(out)
+		m, ok, err := ReadManifest(out)
 		must.NoError(t, err)
 		must.True(t, ok)
 		must.EqOp(t, int64(1), m.Record.Step)

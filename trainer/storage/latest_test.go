@@ -173,7 +173,7 @@ func TestManifestWrittenAtCommit(t *testing.T) {
 	root := t.TempDir()
 	r := openT(t, root, Policy{})
 	name := commitT(t, r, map[string]string{"model.bin": "test", "sub/x": "abc", ManifestFile: "stale"}, Record{Step: 5, Metrics: map[string]any{"loss": 0.5}})
-	m, ok, err := readManifest(r.CheckpointPath(name))
+	m, ok, err := ReadManifest(r.CheckpointPath(name))
 	must.NoError(t, err)
 	must.True(t, ok)
 	must.Eq(t, []FileSum{{"model.bin", 4, sumA, false}, {"sub/x", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", false}}, m.Files)

@@ -116,7 +116,7 @@ func (o objFiles) fetch(local, name string, want Record, check func(Manifest) []
 	}
 	defer unlock()
 	dir := filepath.Join(local, name)
-	if m, ok, err := readManifest(dir); err == nil && ok && sameCommit(m.Record, want) {
+	if m, ok, err := ReadManifest(dir); err == nil && ok && sameCommit(m.Record, want) {
 		return dir, false, nil
 	}
 	tmp, err := os.MkdirTemp(local, tempPrefix+name+"-")

@@ -114,7 +114,7 @@ func (r *ObjectRun) keepOwn(dir, name string, files []FileSum, manifest localMan
 		return
 	}
 	local := filepath.Join(r.local, name)
-	if _, ok, _ := readManifest(local); ok {
+	if _, ok, _ := ReadManifest(local); ok {
 		// A whole copy of a checkpoint of this name that was committed
 		// just now is of another commit: of a run deleted on the store
 		// and started again at the same place (see fetch).

@@ -110,7 +110,7 @@ func (r *Run) recordFromManifest(name string, e fs.DirEntry) (Record, error) {
 	if !e.IsDir() {
 		return Record{}, fmt.Errorf("%s has no record in %s and is not a directory: move it out of the run directory", dir, ProgressFile)
 	}
-	m, ok, err := readManifest(dir)
+	m, ok, err := ReadManifest(dir)
 	switch {
 	case !ok:
 		return Record{}, fmt.Errorf("checkpoint %s has no record in %s and no %s to rebuild one from (it may be the debris of a crash during a commit before manifests existed): "+

@@ -161,10 +161,7 @@ func syncAll(paths []string) error {
 
 // ReadManifest reads the manifest of the checkpoint in dir; ok is false
 // when it has none (a checkpoint written before manifests existed).
-func ReadManifest(dir string) (m Manifest, ok bool, err error) { return readManifest(dir) }
-
-// readManifest is ReadManifest.
-func readManifest(dir string) (m Manifest, ok bool, err error) {
+func ReadManifest(dir string) (m Manifest, ok bool, err error) {
 	m, _, ok, err = readManifestDoc(dir)
 	return m, ok, err
 }

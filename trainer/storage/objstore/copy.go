@@ -33,10 +33,7 @@ func (s *Store) Copy(ctx context.Context, src, dst string) (ObjectInfo, error) {
 	if info.Size > maxCopyObject {
 		return s.copyThrough(ctx, src, dst)
 	}
-	if s.cfg.StallTimeout > 0 {
-		ctx = WithStallAllowance(ctx, completeAllowance(s.cfg.StallTimeout, info.Size))
-	}
-	out, err := s.client.CopyObject(ctx, &s3.CopyObjectInput{
+	out, err := s.client.CopyObject(s.workingOn(ctx, info.Size), &s3.CopyObjectInput{
 		Bucket:     aws.String(s.loc.Bucket),
 		Key:        aws.String(s.objectKey(dst)),
 		CopySource: aws.String(copySource(s.loc.Bucket, s.objectKey(src))),

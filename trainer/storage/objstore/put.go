@@ -319,11 +319,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest
 		in.IfNoneMatch = aws.String("*")
 	}
 	var etag string
-	cctx := ctx
-	if s.cfg.StallTimeout > 0 {
-		cctx = WithStallAllowance(ctx, completeAllowance(s.cfg.StallTimeout, size))
-	}
-	out, err := s.client.CompleteMultipartUpload(cctx, in)
+	out, err := s.client.CompleteMultipartUpload(s.workingOn(ctx, size), in)
 	if err == nil {
 		etag = aws.ToString(out.ETag)
 	} else {

@@ -34,6 +34,16 @@ func completeAllowance(stall time.Duration, size int64) time.Duration {
 	return stall + time.Duration(size/completeRate)*time.Second
 }
 
+// workingOn gives a request on which the server works on size bytes
+// without a word (a multipart completion, a copy) the allowance of
+// completeAllowance.
+func (s *Store) workingOn(ctx context.Context, size int64) context.Context {
+	if s.cfg.StallTimeout <= 0 {
+		return ctx
+	}
+	return WithStallAllowance(ctx, completeAllowance(s.cfg.StallTimeout, size))
+}
+
 // ErrStalled is returned (wrapped) by a request whose connection moved no
 // byte either way for its allowance.
 var ErrStalled = errors.New("connection stalled")
