@@ -69,17 +69,16 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 	}
 	metrics[ClonedFrom] = d.Donor
 	// The trial restarts from the clone and rolls back what it reported
-	// after the clone's step; roll back now, so the clone's record does
-	// not go back in steps (readers refuse a history that does).
-	if err := st.TruncateAfter(src.Step); err != nil {
-		if staged != nil {
-			staged.Abort()
-		}
-		return fmt.Errorf("roll trial back to the cloned step: %w", err)
-	}
+	// after the clone's step. The roll-back comes once the copy is ready,
+	// so that an exploit that fails leaves the trial its own work, and
+	// before the commit, so that the clone's record does not go back in
+	// steps (readers refuse a history that does). The Cloner does both.
 	rec := storage.Record{Step: src.Step, Metrics: metrics}
 	if byServer {
 		_, err = cloner.CloneCheckpoint(d.Donor, src.Checkpoint, rec)
+	} else if err = st.TruncateAfter(src.Step); err != nil {
+		staged.Abort()
+		err = fmt.Errorf("roll trial back to the cloned step: %w", err)
 	} else {
 		_, err = st.Commit(staged, rec)
 	}

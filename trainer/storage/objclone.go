@@ -12,7 +12,10 @@ import (
 type Cloner interface {
 	// CloneCheckpoint commits, with rec, a copy of the checkpoint name of
 	// the run from, kept at the same storage path, and returns the copy's
-	// name.
+	// name. What the run recorded after rec.Step is rolled back
+	// (TruncateAfter) once the copy is in place, just before it is
+	// committed: a clone that fails leaves the run's own history and
+	// checkpoints as they were.
 	CloneCheckpoint(from, name string, rec Record) (string, error)
 }
 
@@ -24,8 +27,10 @@ var _ Cloner = (*ObjectRun)(nil)
 // the manifest carries go up again inside r's manifest, which is written
 // last. The source's manifest is vetted against what its prefix holds
 // first, as a download's is, and the sums r's manifest gives are the
-// source's: whoever restores the copy checks its files against them. On
-// failure before the manifest nothing of the copy is left.
+// source's: whoever restores the copy checks its files against them.
+// r's records after rec.Step, and their checkpoints, are rolled back
+// only once the copy's objects are all in place. On failure before the
+// manifest nothing of the copy is left.
 func (r *ObjectRun) CloneCheckpoint(from, name string, rec Record) (string, error) {
 	if err := checkRunName(from); err != nil {
 		return "", err
@@ -74,6 +79,10 @@ func (r *ObjectRun) CloneCheckpoint(from, name string, rec Record) (string, erro
 			return fail(err)
 		}
 		files = append(files, f)
+	}
+	if err := r.TruncateAfter(rec.Step); err != nil {
+		_ = os.RemoveAll(inline.Dir)
+		return fail(fmt.Errorf("rolling back to step %d: %w", rec.Step, err))
 	}
 	if err := r.CommitFiles(dst, rec, files, inline); err != nil {
 		return "", fmt.Errorf("cloning %s of run %s: %w", name, from, err)
