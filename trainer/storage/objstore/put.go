@@ -13,6 +13,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -37,9 +38,12 @@ type PutResult struct {
 
 // Put uploads body to key, replacing any object there. A body no bigger
 // than one part goes up in one PutObject; a bigger one as a multipart
-// upload with Concurrency parts in flight. A failed multipart upload is
-// aborted; one that cannot be (the process dies) is left for
-// ListMultipartUploads and AbortMultipartUpload.
+// upload with Concurrency parts in flight. S3 allows 10,000 parts: past
+// 10,000 parts of PartSize, parts grow (see partSize), for a body whose
+// size Put can tell (a file, a bytes.Reader) from the start and
+// otherwise as it goes. A failed multipart upload is aborted; one that
+// cannot be (the process dies) is left for ListMultipartUploads and
+// AbortMultipartUpload.
 func (s *Store) Put(ctx context.Context, key string, body io.Reader) (PutResult, error) {
 	return s.put(ctx, key, body, false)
 }
@@ -62,9 +66,10 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 	if err := checkKey(key); err != nil {
 		return PutResult{}, fmt.Errorf("put: %w", err)
 	}
+	known := bodySize(body)
 	h := sha256.New()
 	r := io.TeeReader(body, h)
-	first := s.getBuf()
+	first := s.getBuf(s.cfg.PartSize)
 	n, err := io.ReadFull(r, first)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		s.putBuf(first)
@@ -93,7 +98,7 @@ func (s *Store) put(ctx context.Context, key string, body io.Reader, ifAbsent bo
 		return single(first)
 	}
 	rest := io.MultiReader(bytes.NewReader(peek[:]), r)
-	if err := s.putMultipart(ctx, key, first, rest, h, ifAbsent, &res); err != nil {
+	if err := s.putMultipart(ctx, key, first, rest, known, h, ifAbsent, &res); err != nil {
 		return PutResult{}, err
 	}
 	return res, nil
@@ -237,17 +242,80 @@ func (r *fencedReader) Seek(offset int64, whence int) (int64, error) {
 	return offset, nil
 }
 
-// getBuf returns a part buffer of PartSize bytes from the store's pool.
-func (s *Store) getBuf() []byte {
-	if b, ok := s.bufs.Get().(*[]byte); ok {
+// maxParts is S3's limit on parts in one upload (a variable for tests).
+var maxParts int32 = 10000
+
+// partSize is the size of multipart part num (from 1) of a body of known
+// bytes (-1 when unknown): PartSize, or more where 10,000 parts of
+// PartSize would not hold the body. A body of known size is cut, after
+// its first part, into equal parts that 9,999 hold. The parts of one of
+// unknown size, or of one past what it was known to hold, double every
+// 1,000: 10,000 parts then hold 1,023,000 first parts (8 TiB at the
+// default), past S3's 5 TiB object, and a body that fits 1,000 parts
+// takes no more memory than before.
+func (s *Store) partSize(num int32, known int64) int64 {
+	base := s.cfg.PartSize
+	if num <= 1 {
+		return base // read before Put knows it has more than one
+	}
+	if known >= 0 {
+		rest := known - base // after the first part
+		if n := int64(maxParts - 1); rest > n*base {
+			base = ((rest+n-1)/n + 1<<20 - 1) &^ (1<<20 - 1) // whole MiB
+		}
+		if int64(num-2)*base < rest {
+			return min(base, MaxPartSize)
+		}
+	}
+	return min(base<<min((num-1)/max(maxParts/10, 1), 20), MaxPartSize)
+}
+
+// bodySize is how many bytes body holds, if it can tell without reading
+// it, and -1 otherwise.
+func bodySize(body io.Reader) int64 {
+	switch b := body.(type) {
+	case interface{ Len() int }:
+		return int64(b.Len())
+	case *os.File:
+		fi, err := b.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			return -1
+		}
+		off, err := b.Seek(0, io.SeekCurrent)
+		if err != nil || off > fi.Size() {
+			return -1
+		}
+		return fi.Size() - off
+	}
+	return -1
+}
+
+// getBuf returns a part buffer of size bytes from the store's pools.
+func (s *Store) getBuf(size int64) []byte {
+	if b, ok := s.pool(int(size)).Get().(*[]byte); ok {
 		return *b
 	}
-	return make([]byte, s.cfg.PartSize)
+	return make([]byte, size)
 }
 
 func (s *Store) putBuf(b []byte) {
 	b = b[:cap(b)]
-	s.bufs.Put(&b)
+	s.pool(len(b)).Put(&b)
+}
+
+// pool is the pool of buffers of size bytes.
+func (s *Store) pool(size int) *sync.Pool {
+	s.bufMu.Lock()
+	defer s.bufMu.Unlock()
+	p, ok := s.bufs[size]
+	if !ok {
+		if s.bufs == nil {
+			s.bufs = map[int]*sync.Pool{}
+		}
+		p = &sync.Pool{}
+		s.bufs[size] = p
+	}
+	return p
 }
 
 // putSingle writes one PutObject whose body's SHA-256 is res.SHA256;
@@ -297,7 +365,7 @@ type part struct {
 	data []byte // a pooled buffer, returned after the upload
 }
 
-func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest io.Reader,
+func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest io.Reader, known int64,
 	h hash.Hash, ifAbsent bool, res *PutResult) error {
 	objKey := s.objectKey(key)
 	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
@@ -307,7 +375,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest
 		return fmt.Errorf("put %s: start multipart upload: %w", key, err)
 	}
 	id := aws.ToString(created.UploadId)
-	parts, size, err := s.uploadParts(ctx, key, id, first, rest)
+	parts, size, err := s.uploadParts(ctx, key, id, first, rest, known)
 	if err != nil {
 		return s.abortAfter(ctx, key, id, err)
 	}
@@ -374,8 +442,8 @@ func multipartETag(parts []types.CompletedPart) (string, bool) {
 // uploadParts reads the body part by part on this goroutine (so the
 // digest sees the bytes in order) and uploads the parts on Concurrency
 // workers. At most Concurrency+1 part buffers are in use at a time; first
-// is one of them.
-func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, rest io.Reader) ([]types.CompletedPart, int64, error) {
+// is one of them. known is the body's size, -1 when unknown (partSize).
+func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, rest io.Reader, known int64) ([]types.CompletedPart, int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan part)
@@ -404,7 +472,7 @@ func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r
 		})
 	}
 	tokens <- struct{}{} // first's
-	size, err := s.produceParts(ctx, key, first, rest, jobs, tokens)
+	size, err := s.produceParts(ctx, key, first, rest, known, jobs, tokens)
 	close(jobs)
 	wg.Wait()
 	if err == nil {
@@ -419,7 +487,7 @@ func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r
 
 // produceParts sends first and then the rest of the body as parts, taking
 // a token for each buffer it fills; the workers give tokens back.
-func (s *Store) produceParts(ctx context.Context, key string, first []byte, rest io.Reader,
+func (s *Store) produceParts(ctx context.Context, key string, first []byte, rest io.Reader, known int64,
 	jobs chan<- part, tokens chan struct{}) (int64, error) {
 	release := func(buf []byte) {
 		s.putBuf(buf)
@@ -444,7 +512,7 @@ func (s *Store) produceParts(ctx context.Context, key string, first []byte, rest
 		case <-ctx.Done():
 			return 0, context.Cause(ctx)
 		}
-		buf := s.getBuf()
+		buf := s.getBuf(s.partSize(num, known))
 		n, err := io.ReadFull(rest, buf)
 		size += int64(n)
 		switch {
@@ -452,7 +520,7 @@ func (s *Store) produceParts(ctx context.Context, key string, first []byte, rest
 			release(buf)
 		case num > maxParts:
 			release(buf)
-			return 0, fmt.Errorf("put %s: body needs more than %d parts of %d bytes", key, maxParts, s.cfg.PartSize)
+			return 0, fmt.Errorf("put %s: body bigger than S3's %d parts hold (after %d bytes)", key, maxParts, size-int64(n))
 		default:
 			if err := send(part{num: num, data: buf[:n]}); err != nil {
 				return 0, err

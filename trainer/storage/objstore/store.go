@@ -34,8 +34,8 @@ const (
 	DefaultConcurrency = 4
 	// MinPartSize is S3's smallest part but the last.
 	MinPartSize = 5 << 20
-	// maxParts is S3's limit on parts in one upload.
-	maxParts = 10000
+	// MaxPartSize is S3's biggest part.
+	MaxPartSize = 5 << 30
 	// abortTimeout bounds the clean-up of a failed multipart upload, which
 	// runs even when the caller's context is done.
 	abortTimeout = 30 * time.Second
@@ -55,9 +55,11 @@ type Config struct {
 	// PathStyle addresses buckets as endpoint/bucket instead of
 	// bucket.endpoint; most self-hosted servers need it.
 	PathStyle bool
-	// PartSize is the size of each multipart part, at least MinPartSize;
-	// a body no bigger than one part goes up in one PutObject. Memory used
-	// by one Put is about (Concurrency+1) * PartSize.
+	// PartSize is the size of each multipart part, from MinPartSize to
+	// MaxPartSize; a body no bigger than one part goes up in one
+	// PutObject. Memory used by one Put is about (Concurrency+1) *
+	// PartSize, more for a body too big for S3's 10,000 parts of PartSize
+	// (see Put).
 	PartSize int64
 	// Concurrency is the number of parts uploaded in parallel.
 	Concurrency int
@@ -103,6 +105,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PartSize < MinPartSize {
 		return c, fmt.Errorf("part size %d is below S3's minimum %d", c.PartSize, MinPartSize)
 	}
+	if c.PartSize > MaxPartSize {
+		return c, fmt.Errorf("part size %d is above S3's maximum %d", c.PartSize, int64(MaxPartSize))
+	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -122,7 +127,8 @@ type Store struct {
 	client *s3.Client
 	loc    Location
 	cfg    Config
-	bufs   sync.Pool // of *[]byte, PartSize long
+	bufMu  sync.Mutex
+	bufs   map[int]*sync.Pool // of *[]byte, by length; guarded by bufMu
 }
 
 // Open parses an s3:// URL and connects with the AWS SDK's default
