@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Relay forwards TCP connections to a server and can fall silent, as a
@@ -20,6 +21,8 @@ type Relay struct {
 	ln     net.Listener
 	cut    atomic.Bool
 	moved  atomic.Int64 // bytes forwarded, both ways
+	rate   atomic.Int64 // bytes per second each way of each connection; 0 unlimited
+	conned atomic.Int64 // connections taken
 	mu     sync.Mutex
 	conns  []*relayConn // every connection taken, for Cut and the clean-up
 }
@@ -28,6 +31,7 @@ type relayConn struct {
 	client, server net.Conn // server is nil for one taken during a cut
 	dead           atomic.Bool
 	moved          *atomic.Int64
+	rate           *atomic.Int64
 }
 
 // NewRelay starts a relay to the server at endpoint (http://host:port),
@@ -60,6 +64,14 @@ func (r *Relay) Cut() {
 // that works; those silenced by Cut stay so.
 func (r *Relay) Mend() { r.cut.Store(false) }
 
+// LimitEach paces every connection, each way, to bytesPerSecond (0: no
+// limit), as S3 serves each connection at a rate of its own: what a
+// client gains by spreading a transfer over connections shows here.
+func (r *Relay) LimitEach(bytesPerSecond int64) { r.rate.Store(bytesPerSecond) }
+
+// Conns is how many connections the relay has taken.
+func (r *Relay) Conns() int64 { return r.conned.Load() }
+
 // Moved is how many bytes the relay has forwarded, both ways together:
 // what a client sent and received through it.
 func (r *Relay) Moved() int64 { return r.moved.Load() }
@@ -70,7 +82,8 @@ func (r *Relay) accept() {
 		if err != nil {
 			return
 		}
-		rc := &relayConn{client: c, moved: &r.moved}
+		r.conned.Add(1)
+		rc := &relayConn{client: c, moved: &r.moved, rate: &r.rate}
 		if r.cut.Load() {
 			rc.dead.Store(true)
 		} else if rc.server, err = net.Dial("tcp", r.target); err != nil {
@@ -91,6 +104,7 @@ func (r *Relay) accept() {
 // silenced; then it stops reading, leaving both ends open.
 func (rc *relayConn) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
+	var due time.Time // when the bytes sent so far are due, under a limit
 	for {
 		n, err := src.Read(buf)
 		if rc.dead.Load() {
@@ -101,6 +115,15 @@ func (rc *relayConn) pipe(dst, src net.Conn) {
 				break
 			}
 			rc.moved.Add(int64(n))
+			if rate := rc.rate.Load(); rate > 0 {
+				// Sleeps that overran are made up within 20 ms; the
+				// time a connection was idle is no credit.
+				if now := time.Now(); now.Sub(due) > 20*time.Millisecond {
+					due = now
+				}
+				due = due.Add(time.Duration(int64(n) * int64(time.Second) / rate))
+				time.Sleep(time.Until(due))
+			}
 		}
 		if err != nil {
 			if err == io.EOF {

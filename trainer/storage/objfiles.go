@@ -240,12 +240,13 @@ func lockFetch(local string) (unlock func(), err error) {
 	return lockWait(filepath.Join(local, fetchLock))
 }
 
-// fetchFile downloads one file of a checkpoint under dir, hashing it.
+// fetchFile downloads one file of a checkpoint under dir, hashing it; a
+// big file comes in ranges, several at once (GetRanged).
 func (o objFiles) fetchFile(name, dir, rel string) (FileSum, error) {
 	if err := checkManifestPath(rel); err != nil {
 		return FileSum{}, err
 	}
-	rc, _, err := o.st.Get(o.ctx, o.prefix(name)+rel)
+	rc, _, err := o.st.GetRanged(o.ctx, o.prefix(name)+rel)
 	if err != nil {
 		return FileSum{}, err
 	}

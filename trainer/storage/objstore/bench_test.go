@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
@@ -78,6 +80,72 @@ func BenchmarkPutVsPlain(b *testing.B) {
 			b.ReportMetric(ratios[len(ratios)/2], "put/plain")
 			b.ReportMetric(float64(len(payload))*float64(b.N)/oursTotal.Seconds()/1e6, "put-MB/s")
 			b.ReportMetric(float64(len(payload))*float64(b.N)/plainTotal.Seconds()/1e6, "plain-MB/s")
+		})
+	}
+}
+
+// BenchmarkGetRanged compares GetRanged (ranges of a part, Concurrency at
+// once) with Get (one stream) reading the same 64 MiB object, in turn and
+// in alternating order, through a relay that serves each connection at
+// the rate given (per-conn), as S3 does, and at no limit. Metric
+// ranged/get is Get's time over GetRanged's, the median over iterations:
+// how many times faster the ranged read is.
+func BenchmarkGetRanged(b *testing.B) {
+	srv := s3test.Start(b)
+	relay := s3test.NewRelay(b, srv.Endpoint)
+	ctx := context.Background()
+	client := s3.New(s3.Options{
+		BaseEndpoint: aws.String(relay.Endpoint), Region: srv.Region, UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, ""),
+	})
+	st, err := New(client, Location{Bucket: srv.Bucket, Prefix: "bench"}, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := randomBytes(64<<20, 64)
+	if _, err := st.Put(ctx, "model.bin", bytes.NewReader(payload)); err != nil {
+		b.Fatal(err)
+	}
+	read := func(get func(context.Context, string) (io.ReadCloser, ObjectInfo, error)) error {
+		rc, _, err := get(ctx, "model.bin")
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		n, err := io.Copy(io.Discard, rc)
+		if err == nil && n != int64(len(payload)) {
+			err = fmt.Errorf("read %d bytes of %d", n, len(payload))
+		}
+		return err
+	}
+	for _, rate := range []int64{0, 100e6, 25e6} {
+		name := "per-conn=none"
+		if rate > 0 {
+			name = fmt.Sprintf("per-conn=%dMBps", rate/1e6)
+		}
+		b.Run(name, func(b *testing.B) {
+			relay.LimitEach(rate)
+			defer relay.LimitEach(0)
+			var ratios []float64
+			b.SetBytes(int64(len(payload)))
+			for i := range b.N {
+				var took [2]time.Duration // ranged, plain
+				for j := range 2 {
+					k := (i + j) % 2 // alternate which goes first
+					get := st.GetRanged
+					if k == 1 {
+						get = st.Get
+					}
+					start := time.Now()
+					if err := read(get); err != nil {
+						b.Fatal(err)
+					}
+					took[k] = time.Since(start)
+				}
+				ratios = append(ratios, float64(took[1])/float64(took[0]))
+			}
+			slices.Sort(ratios)
+			b.ReportMetric(ratios[len(ratios)/2], "ranged/get")
 		})
 	}
 }

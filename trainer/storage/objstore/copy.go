@@ -52,9 +52,10 @@ func (s *Store) Copy(ctx context.Context, src, dst string) (ObjectInfo, error) {
 	return res, nil
 }
 
-// copyThrough copies src to dst by reading it and writing it again.
+// copyThrough copies src to dst by reading it (in ranges) and writing it
+// again (in parts sized by its length).
 func (s *Store) copyThrough(ctx context.Context, src, dst string) (ObjectInfo, error) {
-	body, info, err := s.Get(ctx, src)
+	body, info, err := s.GetRanged(ctx, src)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("copy %s: %w", src, err)
 	}

@@ -48,20 +48,28 @@ func TestGetReadsOnThroughABrokenBody(t *testing.T) {
 	_, err := direct.Put(context.Background(), "big", bytes.NewReader(body))
 	must.NoError(t, err)
 
+	relayed := openResuming(t, srv, relay.Endpoint, &broken)
 	for _, tc := range []struct {
 		name string
 		st   *Store
+		get  func(*Store) func(context.Context, string) (io.ReadCloser, ObjectInfo, error)
 		cut  func()
 	}{
-		{"the server restarts", direct, func() { srv.Outage(t, time.Second) }},
-		{"the server goes silent", openResuming(t, srv, relay.Endpoint, &broken), func() {
+		{"the server restarts", direct, getWhole, func() { srv.Outage(t, time.Second) }},
+		{"the server goes silent", relayed, getWhole, func() {
+			relay.Cut()
+			time.AfterFunc(time.Second, relay.Mend)
+		}},
+		// Several ranges on their way break at once.
+		{"the server restarts under ranges", direct, getRanged, func() { srv.Outage(t, time.Second) }},
+		{"the server goes silent under ranges", relayed, getRanged, func() {
 			relay.Cut()
 			time.AfterFunc(time.Second, relay.Mend)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			broken.Store(0)
-			rc, info, err := tc.st.Get(context.Background(), "big")
+			rc, info, err := tc.get(tc.st)(context.Background(), "big")
 			must.NoError(t, err)
 			defer rc.Close()
 			must.EqOp(t, int64(resumeSize), info.Size)
@@ -97,6 +105,14 @@ func TestGetReadsOnThroughABrokenBody(t *testing.T) {
 		must.NoError(t, err)
 		must.True(t, bytes.Equal(body, append(head, rest...)))
 	})
+}
+
+func getWhole(st *Store) func(context.Context, string) (io.ReadCloser, ObjectInfo, error) {
+	return st.Get
+}
+
+func getRanged(st *Store) func(context.Context, string) (io.ReadCloser, ObjectInfo, error) {
+	return st.GetRanged
 }
 
 // An object replaced while its download was broken is not read on: the

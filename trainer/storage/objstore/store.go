@@ -61,7 +61,8 @@ type Config struct {
 	// PartSize, more for a body too big for S3's 10,000 parts of PartSize
 	// (see Put).
 	PartSize int64
-	// Concurrency is the number of parts uploaded in parallel.
+	// Concurrency is the number of parts uploaded in parallel, and of
+	// ranges a GetRanged reads ahead (as many part buffers).
 	Concurrency int
 	// ListPageSize is the number of keys asked for per list request; zero
 	// lets the server choose (1000 on S3).
