@@ -1,14 +1,20 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/storage/objstore"
 )
 
 // downloadFiles is a checkpoint of more than 4 MiB, so that on S3 its big
@@ -199,4 +205,35 @@ func TestConformanceFetchStartCheckpoint(t *testing.T) {
 			must.EqOp(t, fetchLock, e.Name(), must.Sprint("only the lock is left"))
 		}
 	})
+}
+
+// A checkpoint's files come down a few at a time, each checked as it is
+// written; a file that cannot be fetched fails the whole download and
+// stops the files not yet started.
+func TestFetchFiles(t *testing.T) {
+	srv := s3test.Start(t)
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket, Prefix: "runs"}, objstore.Config{})
+	must.NoError(t, err)
+	ctx := context.Background()
+	o := objFiles{ctx: ctx, st: st, run: "r"}
+	var files []FileSum
+	for i := range 12 {
+		rel := fmt.Sprintf("shard-%02d/model.bin", i)
+		data := bytes.Repeat([]byte{byte(i)}, 100<<10+i)
+		res, err := st.Put(ctx, o.prefix("checkpoint_000001")+rel, bytes.NewReader(data))
+		must.NoError(t, err)
+		files = append(files, FileSum{Path: rel, Size: res.Size, SHA256: hex.EncodeToString(res.SHA256[:])})
+	}
+	files = append(files, FileSum{Path: "carried.json", Size: 2, Inline: true}) // not an object of its own
+	into := t.TempDir()
+	sums, err := o.fetchFiles("checkpoint_000001", into, files)
+	must.NoError(t, err)
+	must.SliceEmpty(t, (Manifest{Files: files[:12]}).Check(sums))
+	b, err := os.ReadFile(filepath.Join(into, "shard-11", "model.bin"))
+	must.NoError(t, err)
+	must.EqOp(t, 100<<10+11, len(b))
+
+	missing := append([]FileSum{{Path: "gone.bin", Size: 1}}, files[:12]...)
+	_, err = o.fetchFiles("checkpoint_000001", t.TempDir(), missing)
+	must.ErrorIs(t, err, objstore.ErrNotFound)
 }

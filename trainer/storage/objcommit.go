@@ -21,9 +21,10 @@ const (
 	pointUnmanifestd  = "unmanifested"  // retention deleted a manifest, not its files
 )
 
-// uploadParallel bounds the files of one checkpoint uploaded at once
-// (each big file is also uploaded in parallel parts).
-const uploadParallel = 4
+// filesParallel bounds the files of one checkpoint uploaded or
+// downloaded at once (each big file also goes in parallel parts or
+// ranges).
+const filesParallel = 4
 
 // Stage starts a checkpoint in a local staging directory.
 func (r *ObjectRun) Stage() (*Staged, error) {

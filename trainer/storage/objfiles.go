@@ -64,7 +64,7 @@ func listCheckpointFiles(dir string) ([]FileSum, error) {
 func (o objFiles) uploadFiles(dir, name string, files []FileSum, fileDone func()) ([]FileSum, error) {
 	files = slices.Clone(files)
 	errs := make([]error, len(files))
-	sem := make(chan struct{}, uploadParallel)
+	sem := make(chan struct{}, filesParallel)
 	var wg sync.WaitGroup
 	for i := range files {
 		sem <- struct{}{}
@@ -158,17 +158,55 @@ func (o objFiles) download(name, into string, check func(Manifest) []string) err
 	if err != nil {
 		return err
 	}
-	for _, f := range m.Files {
+	fetched, err := o.fetchFiles(name, into, m.Files)
+	if err != nil {
+		return err
+	}
+	return finishCopy(name, into, m, doc, append(sums, fetched...))
+}
+
+// fetchFiles downloads the files of checkpoint name that are objects of
+// their own (not inline) into into, a few at a time, as they went up;
+// the first failure stops the rest.
+func (o objFiles) fetchFiles(name, into string, files []FileSum) ([]FileSum, error) {
+	ctx, cancel := context.WithCancelCause(o.ctx)
+	defer cancel(nil)
+	oc := o
+	oc.ctx = ctx
+	var (
+		mu   sync.Mutex
+		sums []FileSum
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, filesParallel)
+	for _, f := range files {
 		if f.Inline {
 			continue
 		}
-		sum, err := o.fetchFile(name, into, f.Path)
-		if err != nil {
-			return err
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
 		}
-		sums = append(sums, sum)
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sum, err := oc.fetchFile(name, into, f.Path)
+			if err != nil {
+				cancel(err)
+				return
+			}
+			mu.Lock()
+			sums = append(sums, sum)
+			mu.Unlock()
+		})
 	}
-	return finishCopy(name, into, m, doc, sums)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return sums, nil
 }
 
 // vetted reads checkpoint name's manifest object and checks it (with
