@@ -41,7 +41,7 @@ func downloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return exitSpec
 		}
 	}
-	location, err := console.Download(ctx, spec, pos[0], pos[1])
+	location, err := console.Download(ctx, spec, pos[0], pos[1], terminal(stderr))
 	if err != nil {
 		return fail(stderr, "download", err)
 	}

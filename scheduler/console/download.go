@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -14,7 +15,8 @@ import (
 // checkpoint's location (s3:// or a directory), or, with a spec, also
 // latest, best (by the spec's checkpoint policy) or a checkpoint's name in
 // the spec's run; the spec's storage block then gives the S3 options.
-func Download(ctx context.Context, spec *trainspec.Spec, what, dir string) (string, error) {
+// live, when not nil (a terminal), shows how much has come down.
+func Download(ctx context.Context, spec *trainspec.Spec, what, dir string, live *Live) (string, error) {
 	byResult := what == "latest" || what == "best"
 	named := byResult || storage.IsCheckpointName(what)
 	var opts []storage.Option
@@ -45,5 +47,65 @@ func Download(ctx context.Context, spec *trainspec.Spec, what, dir string) (stri
 	case named:
 		location = storage.CheckpointLocation(spec.Run.StoragePath, spec.Name, what)
 	}
+	if live != nil {
+		var p storage.Progress
+		opts = append(opts, storage.WithProgress(&p))
+		defer showProgress(live, location, &p)()
+	}
 	return location, storage.DownloadCheckpoint(ctx, location, dir, opts...)
+}
+
+// progressEvery is how often a download's progress is redrawn.
+const progressEvery = 250 * time.Millisecond
+
+// showProgress draws what has come down of the checkpoint at location on
+// live until the returned function is called, which removes it.
+func showProgress(live *Live, location string, p *storage.Progress) (stop func()) {
+	start := time.Now()
+	draw := func() {
+		line := "downloading " + location
+		if total := p.Total(); total > 0 {
+			done := p.Done()
+			line += fmt.Sprintf(": %s of %s", byteSize(done), byteSize(total))
+			if s := time.Since(start).Seconds(); s >= 1 {
+				line += fmt.Sprintf(", %s/s", byteSize(int64(float64(done)/s)))
+			}
+		}
+		live.Set(line)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			draw()
+			select {
+			case <-t.C:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		live.Finish(false)
+	}
+}
+
+// byteSize writes n bytes in the largest binary unit that keeps a whole
+// number in front: 512 B, 3.4 MiB, 1.2 GiB.
+func byteSize(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }

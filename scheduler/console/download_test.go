@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -44,7 +45,7 @@ train "qs" {
 	ctx := context.Background()
 	for what, want := range map[string]string{"best": "b", "latest": "c", "checkpoint_000000": "a"} {
 		dir := filepath.Join(t.TempDir(), "out")
-		loc, err := Download(ctx, spec, what, dir)
+		loc, err := Download(ctx, spec, what, dir, nil)
 		must.NoError(t, err, must.Sprint(what))
 		must.StrHasSuffix(t, "/qs/checkpoint_00000"+string(rune('0'+want[0]-'a')), loc)
 		got, err := os.ReadFile(filepath.Join(dir, "model.bin"))
@@ -52,11 +53,23 @@ train "qs" {
 		must.EqOp(t, want, string(got), must.Sprint(what))
 	}
 
-	_, err = Download(ctx, nil, "best", filepath.Join(t.TempDir(), "out"))
+	_, err = Download(ctx, nil, "best", filepath.Join(t.TempDir(), "out"), nil)
 	must.ErrorContains(t, err, "add -spec")
-	_, err = Download(ctx, spec, "checkpoint_000007", filepath.Join(t.TempDir(), "out"))
+	_, err = Download(ctx, spec, "checkpoint_000007", filepath.Join(t.TempDir(), "out"), nil)
 	must.ErrorIs(t, err, storage.ErrNoCheckpoint)
-	loc, err := Download(ctx, nil, storage.CheckpointLocation(root, "qs", "checkpoint_000001"), filepath.Join(t.TempDir(), "out"))
+	// On a terminal the download shows its progress, and removes it at
+	// the end.
+	var screen bytes.Buffer
+	loc, err := Download(ctx, nil, storage.CheckpointLocation(root, "qs", "checkpoint_000001"), filepath.Join(t.TempDir(), "out"),
+		NewLive(&screen, func() (int, int) { return 200, 24 }))
 	must.NoError(t, err)
 	must.EqOp(t, filepath.Join(root, "qs", "checkpoint_000001"), loc)
+	must.StrContains(t, screen.String(), "downloading "+loc)
+}
+
+func TestByteSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3565158: "3.4 MiB",
+		1288490189: "1.2 GiB", 5 << 40: "5.0 TiB"} {
+		must.EqOp(t, want, byteSize(n))
+	}
 }

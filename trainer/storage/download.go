@@ -49,7 +49,7 @@ func DownloadCheckpoint(ctx context.Context, location, dir string, opts ...Optio
 	} else if src, lerr := LocalDir(location); lerr != nil {
 		err = lerr
 	} else {
-		err = copyCheckpointDir(ctx, src, scratch)
+		err = copyCheckpointDir(ctx, src, scratch, optionsOf(opts).progress)
 	}
 	if err != nil {
 		return err
@@ -100,7 +100,7 @@ func downloadObject(ctx context.Context, location, into string, opts []Option) e
 	if err != nil {
 		return err
 	}
-	files := objFiles{ctx: ctx, st: st, run: run}
+	files := objFiles{ctx: ctx, st: st, run: run, progress: optionsOf(opts).progress}
 	if err := files.download(name, into, nil); err != nil {
 		return fmt.Errorf("downloading %s: %w", location, err)
 	}
@@ -136,7 +136,7 @@ func SplitCheckpointLocation(location string) (root, run, name string, err error
 // copied, then the manifest. A checkpoint that does not match its
 // manifest, by its files' names and sizes before the copy or by their
 // SHA-256 after it, is a *CheckpointError.
-func copyCheckpointDir(ctx context.Context, src, into string) error {
+func copyCheckpointDir(ctx context.Context, src, into string, progress *Progress) error {
 	name := filepath.Base(filepath.Clean(src))
 	fi, err := os.Stat(src)
 	switch {
@@ -157,12 +157,13 @@ func copyCheckpointDir(ctx context.Context, src, into string) error {
 	if _, err := checkListing(src, name, m); err != nil {
 		return err
 	}
+	progress.start(m)
 	sums := make([]FileSum, 0, len(m.Files))
 	for _, f := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		sum, err := copyCheckedFile(src, into, f.Path)
+		sum, err := copyCheckedFile(src, into, f.Path, progress)
 		if err != nil {
 			return err
 		}
@@ -172,7 +173,7 @@ func copyCheckpointDir(ctx context.Context, src, into string) error {
 }
 
 // copyCheckedFile copies the regular file src/rel to into/rel, hashing it.
-func copyCheckedFile(src, into, rel string) (FileSum, error) {
+func copyCheckedFile(src, into, rel string, progress *Progress) (FileSum, error) {
 	if err := checkManifestPath(rel); err != nil {
 		return FileSum{}, err
 	}
@@ -181,7 +182,7 @@ func copyCheckedFile(src, into, rel string) (FileSum, error) {
 		return FileSum{}, fmt.Errorf("copying %s: %w", rel, err)
 	}
 	defer f.Close()
-	return writeFileFrom(into, rel, f)
+	return writeFileFrom(into, rel, progress.reader(f))
 }
 
 // startPrefix names the copy FetchStartCheckpoint makes of a checkpoint

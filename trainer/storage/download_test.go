@@ -39,8 +39,15 @@ func TestConformanceDownloadCheckpoint(t *testing.T) {
 		b.settle(t, w)
 
 		out := filepath.Join(t.TempDir(), "model")
-		must.NoError(t, DownloadCheckpoint(ctx, b.location(first), out, b.opts...))
+		var p Progress
+		must.NoError(t, DownloadCheckpoint(ctx, b.location(first), out, append(b.opts, WithProgress(&p))...))
 		must.Eq(t, files, readTree(t, out))
+		var size int64
+		for _, f := range files {
+			size += int64(len(f))
+		}
+		must.EqOp(t, size, p.Total(), must.Sprint("what the download said it would write"))
+		must.EqOp(t, size, p.Done(), must.Sprint("what it counted as written"))
 		m, ok, err := ReadManifest(out)
 		must.NoError(t, err)
 		must.True(t, ok)

@@ -21,9 +21,10 @@ import (
 // (RankStore) use it: each rank uploads its own files, and each node
 // downloads a checkpoint once for all its ranks.
 type objFiles struct {
-	ctx context.Context
-	st  *objstore.Store
-	run string
+	ctx      context.Context
+	st       *objstore.Store
+	run      string
+	progress *Progress // counts a download's bytes; nil for none
 }
 
 // prefix returns the key prefix of a checkpoint's objects.
@@ -154,9 +155,13 @@ func (o objFiles) download(name, into string, check func(Manifest) []string) err
 	if err != nil {
 		return err
 	}
+	o.progress.start(m)
 	sums, err := copyInline(m, carried, into)
 	if err != nil {
 		return err
+	}
+	for _, f := range sums {
+		o.progress.add(f.Size)
 	}
 	fetched, err := o.fetchFiles(name, into, m.Files)
 	if err != nil {
@@ -289,7 +294,7 @@ func (o objFiles) fetchFile(name, dir, rel string) (FileSum, error) {
 		return FileSum{}, err
 	}
 	defer rc.Close()
-	sum, err := writeFileFrom(dir, rel, rc)
+	sum, err := writeFileFrom(dir, rel, o.progress.reader(rc))
 	if err != nil {
 		return FileSum{}, fmt.Errorf("checkpoint %s: %w", name, err)
 	}

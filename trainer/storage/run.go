@@ -42,6 +42,7 @@ type options struct {
 	owner    *int          // FailedForGood on a directory: whose marks count (WithMarkOwner)
 	attempt  string        // ObjectRun only: the writer's attempt (WithWriter)
 	gen      uint64        // ObjectRun only: the writer's generation (WithWriter)
+	progress *Progress     // DownloadCheckpoint only (WithProgress)
 }
 
 // WithLogger sets the logger for recovery and retention messages.
