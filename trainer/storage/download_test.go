@@ -244,3 +244,29 @@ func TestFetchFiles(t *testing.T) {
 	_, err = o.fetchFiles("checkpoint_000001", t.TempDir(), missing)
 	must.ErrorIs(t, err, objstore.ErrNotFound)
 }
+
+// A restore reads a file of several parts in ranges and gets it whole:
+// a worker's LatestIntact on another node (an empty local directory).
+func TestRestoreInRanges(t *testing.T) {
+	srv := s3test.Start(t)
+	st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.Bucket, Prefix: "runs"},
+		objstore.Config{PartSize: objstore.MinPartSize, Concurrency: 2})
+	must.NoError(t, err)
+	ctx := context.Background()
+	big := make([]byte, 3*objstore.MinPartSize+123)
+	_, _ = rand.NewChaCha8([32]byte{7}).Read(big)
+	files := map[string]string{"model.bin": string(big), "meta.json": `{"epoch":1}`}
+	w, err := OpenObject(ctx, st, "r", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	name := commitRS(t, w, files, Record{Step: 1})
+	must.NoError(t, w.Close())
+
+	r, err := OpenObjectReadOnly(ctx, st, "r", Policy{}, WithLocalDir(t.TempDir()))
+	must.NoError(t, err)
+	defer r.Close()
+	res, err := r.LatestIntact()
+	must.NoError(t, err)
+	must.True(t, res.OK)
+	must.EqOp(t, name, res.Name)
+	must.Eq(t, files, readTree(t, res.Path))
+}
