@@ -13,7 +13,7 @@
 //
 //   - Put streams a body: a body of at most one part goes up in one
 //     PutObject, a bigger one as a multipart upload with parts in
-//     parallel. It returns the SHA-256 of the bytes it read, computed in
+//     parallel, bigger parts where S3's 10,000 would not hold it. It returns the SHA-256 of the bytes it read, computed in
 //     the same pass (see sign.go for why that costs no extra pass over
 //     the data). A failed multipart upload is aborted.
 //   - PutIfAbsent writes with If-None-Match: "*" (on PutObject, or on
@@ -26,9 +26,12 @@
 //     only while it is the object the writer read (a lease's takeover and
 //     renewal). ErrChanged when it was replaced or deleted. DeleteIfMatch
 //     is the same condition on DeleteObject (a lease's release).
-//   - Get (whole or a byte range), Head, Delete, DeleteMany.
+//   - Get (whole or a byte range), GetRanged (a big object in ranges,
+//     several at once, read in order), Head, Delete, DeleteMany.
 //   - Copy: the server copies an object (CopyObject, If-Match the source
-//     as described); one bigger than S3's 5 GiB limit streams through.
+//     as described); one bigger than S3's 5 GiB limit in parts copied
+//     from ranges of it (UploadPartCopy), or, on a server without those,
+//     streamed through.
 //   - List: keys under a prefix in byte order after a StartAfter cursor,
 //     paginated, so a reader that keeps its last key reads only what is
 //     new.
