@@ -156,6 +156,9 @@ func (b *rangedBody) fetch(off int64) rangeChunk {
 }
 
 func (b *rangedBody) Read(p []byte) (int, error) {
+	if len(p) == 0 && b.err == nil {
+		return 0, nil
+	}
 	for b.err == nil {
 		if b.first != nil {
 			n, err := b.first.Read(p)
