@@ -79,6 +79,11 @@ func TestGetRanged(t *testing.T) {
 			must.NoError(t, err)
 			must.EqOp(t, int64(tc.size), info.Size)
 			must.EqOp(t, tc.size, rc.(interface{ Len() int }).Len())
+			n, err := rc.Read(nil) // returns, with nothing (and EOF if that is all)
+			must.Zero(t, n)
+			if tc.size > 0 {
+				must.NoError(t, err)
+			}
 			got, err := io.ReadAll(iotest.HalfReader(rc))
 			must.NoError(t, err)
 			must.True(t, bytes.Equal(data, got), must.Sprintf("%d bytes differ", tc.size))
