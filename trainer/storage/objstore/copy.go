@@ -132,19 +132,9 @@ func (s *Store) copyInParts(ctx context.Context, src, dst string, info ObjectInf
 		return ObjectInfo{}, s.abortAfter(ctx, dst, id, err)
 	}
 	slices.SortFunc(parts, func(a, b types.CompletedPart) int { return int(*a.PartNumber - *b.PartNumber) })
-	in := &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.objectKey(dst)), UploadId: aws.String(id),
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
-	}
-	out, err := s.client.CompleteMultipartUpload(s.workingOn(ctx, info.Size), in)
-	var etag string
-	if err == nil {
-		etag = aws.ToString(out.ETag)
-	} else {
-		var found bool
-		if etag, found = s.completedAfter(ctx, dst, parts, info.Size, err); !found {
-			return ObjectInfo{}, s.abortAfter(ctx, dst, id, fmt.Errorf("copy %s to %s: complete multipart upload: %w", src, dst, err))
-		}
+	etag, err := s.complete(ctx, dst, id, parts, info.Size, false)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return ObjectInfo{Key: dst, Size: info.Size, ETag: etag}, nil
 }

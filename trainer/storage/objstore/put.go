@@ -379,26 +379,35 @@ func (s *Store) putMultipart(ctx context.Context, key string, first []byte, rest
 	if err != nil {
 		return s.abortAfter(ctx, key, id, err)
 	}
+	etag, err := s.complete(ctx, key, id, parts, size, ifAbsent)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	res.Size, res.Parts, res.ETag = size, len(parts), etag
+	h.Sum(res.SHA256[:0])
+	return nil
+}
+
+// complete completes multipart upload id of key from parts (in order,
+// size bytes in all), If-None-Match when ifAbsent, and returns the
+// object's ETag. A completion whose answer was lost is recognised
+// (completedAfter); one that failed is aborted.
+func (s *Store) complete(ctx context.Context, key, id string, parts []types.CompletedPart, size int64, ifAbsent bool) (string, error) {
 	in := &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(s.loc.Bucket), Key: aws.String(objKey), UploadId: aws.String(id),
+		Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.objectKey(key)), UploadId: aws.String(id),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 	}
 	if ifAbsent {
 		in.IfNoneMatch = aws.String("*")
 	}
-	var etag string
 	out, err := s.client.CompleteMultipartUpload(s.workingOn(ctx, size), in)
 	if err == nil {
-		etag = aws.ToString(out.ETag)
-	} else {
-		var found bool
-		if etag, found = s.completedAfter(ctx, key, parts, size, err); !found {
-			return s.abortAfter(ctx, key, id, fmt.Errorf("put %s: complete multipart upload: %w", key, conditional(err)))
-		}
+		return aws.ToString(out.ETag), nil
 	}
-	res.Size, res.Parts, res.ETag = size, len(parts), etag
-	h.Sum(res.SHA256[:0])
-	return nil
+	if etag, found := s.completedAfter(ctx, key, parts, size, err); found {
+		return etag, nil
+	}
+	return "", s.abortAfter(ctx, key, id, fmt.Errorf("complete multipart upload: %w", conditional(err)))
 }
 
 // completedAfter says whether a completion that failed with NoSuchUpload
