@@ -300,9 +300,14 @@ func pbtOnProcesses(t *testing.T, run, where string, so workerenv.StorageOptions
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// lr 10 is the worst whatever the epoch (its loss 10/(epoch+1) stays
-	// above 0.1/1), so it is in the bottom quantile at its first decision
-	// that sees the others' results, however the trials interleave.
-	g, err := New(b, map[string]any{"lr": GridSearch(0.1, 0.2, 0.3, 10), "epochs": 10, "sleep_ms": 60},
+	// above 0.3/1 for 30 epochs), so it is in the bottom quantile at its
+	// first decision that sees the others' results, however the trials
+	// interleave. 30 epochs leave it time to be stopped for the clone
+	// after that decision: the tuner reads a trial's reports up to a
+	// second late on S3 under the race detector, and a trial of 10
+	// epochs could end first.
+	const epochs = 30
+	g, err := New(b, map[string]any{"lr": GridSearch(0.1, 0.2, 0.3, 10), "epochs": epochs, "sleep_ms": 60},
 		Config{Name: "pbt", StoragePath: where, StorageOptions: so, MaxConcurrentTrials: 4, Metric: "loss", Mode: ModeMin,
 			Seed: 5, PollInterval: 10 * time.Millisecond,
 			Scheduler: PBTSettings{PerturbationInterval: 3,
@@ -320,7 +325,7 @@ func pbtOnProcesses(t *testing.T, run, where string, so workerenv.StorageOptions
 		recs, _, err := f.NextRecords()
 		f.Close()
 		must.NoError(t, err)
-		must.EqOp(t, int64(10), recs[len(recs)-1].Step)
+		must.EqOp(t, int64(epochs), recs[len(recs)-1].Step)
 		for i, x := range ts.Exploits {
 			exploited++
 			// The restart after the i-th clone resumes after the donor's epoch.
@@ -328,7 +333,7 @@ func pbtOnProcesses(t *testing.T, run, where string, so workerenv.StorageOptions
 		}
 	}
 	must.Positive(t, exploited, must.Sprint(out.String()))
-	must.Positive(t, len(st.Trials[3].Exploits))
+	must.Positive(t, len(st.Trials[3].Exploits), must.Sprint(out.String()))
 	must.NotEq(t, 10, st.Trials[3].Config["lr"]) // explored away from its own lr
 }
 
