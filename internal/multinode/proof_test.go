@@ -161,7 +161,7 @@ func TestNodeLoss(t *testing.T) {
 		}
 		return false, nil
 	})
-	tDown := nodeDownEvent(t, c, victimID, tDownSeen)
+	tDown := nodeDownEvent(t, c, victimID, tKill, tDownSeen)
 	// The gang is broken until the replacements join: the latest
 	// checkpoint now (the newest with a manifest: its record may not be
 	// written yet) is the one the run must resume from.
@@ -448,14 +448,16 @@ func nodeID(t *testing.T, c *cluster, name string) string {
 	return ""
 }
 
-// nodeDownEvent is when the server marked the node down, from its node
-// events; seen when it has no such event.
-func nodeDownEvent(t *testing.T, c *cluster, id string, seen time.Time) time.Time {
+// nodeDownEvent is when the server marked the node down after the kill,
+// from its node events; seen when it has no such event. A node of a
+// loaded machine may have missed a heartbeat before (and come back):
+// that event is not this one.
+func nodeDownEvent(t *testing.T, c *cluster, id string, kill, seen time.Time) time.Time {
 	t.Helper()
 	n, _, err := c.api.Nodes().Info(id, nil)
 	must.NoError(t, err)
 	for _, ev := range n.Events {
-		if strings.Contains(strings.ToLower(ev.Message), "heartbeat missed") {
+		if strings.Contains(strings.ToLower(ev.Message), "heartbeat missed") && !ev.Timestamp.Before(kill) {
 			return ev.Timestamp
 		}
 	}
