@@ -178,33 +178,23 @@ func (o objFiles) fetchFiles(name, into string, files []FileSum) ([]FileSum, err
 	defer cancel(nil)
 	oc := o
 	oc.ctx = ctx
-	var (
-		mu   sync.Mutex
-		sums []FileSum
-		wg   sync.WaitGroup
-	)
-	sem := make(chan struct{}, filesParallel)
+	var own []FileSum
 	for _, f := range files {
-		if f.Inline {
-			continue
+		if !f.Inline {
+			own = append(own, f)
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	}
+	sums := make([]FileSum, len(own))
+	sem := make(chan struct{}, filesParallel)
+	var wg sync.WaitGroup
+	for i, f := range own {
+		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			sum, err := oc.fetchFile(name, into, f.Path)
-			if err != nil {
-				cancel(err)
-				return
+			var err error
+			if sums[i], err = oc.fetchFile(name, into, f.Path); err != nil {
+				cancel(err) // the files still to start fail at once
 			}
-			mu.Lock()
-			sums = append(sums, sum)
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
