@@ -35,6 +35,19 @@ type Tune struct {
 	// SearchAlg is the search_alg: a searcher's type and settings; its
 	// Type is Searcher when the tune block names none.
 	SearchAlg TuneSearcher
+	// Stop is the stop = {...} map: a trial ends at its first report that
+	// meets any of its criteria. Sorted by metric.
+	Stop []TuneStop `json:",omitempty"`
+}
+
+// TuneStop is one criterion of the tune block's stop map: a trial stops
+// once Metric is at least Value (a bare number, as in Ray's stop dict),
+// or at most Value ({ at_most = 0.05 }, for a loss). training_iteration
+// is the report's step.
+type TuneStop struct {
+	Metric string
+	Value  float64
+	AtMost bool `json:",omitempty"`
 }
 
 // TuneScheduler is the tune block's scheduler {} block: the scheduler's
@@ -154,7 +167,7 @@ var (
 		Attributes: []hcl.AttributeSchema{
 			{Name: "num_samples"}, {Name: "max_concurrent_trials"}, {Name: "metric"}, {Name: "mode"},
 			{Name: "time_attr"}, {Name: "time_budget"}, {Name: "searcher"}, {Name: "seed"}, {Name: "max_failures"},
-			{Name: "search_alg"},
+			{Name: "search_alg"}, {Name: "stop"},
 		},
 		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}, {Type: "search_alg"}},
 	}
@@ -191,7 +204,83 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 		t.Scheduler = d.tuneScheduler(sb, t.Metric)
 	}
 	t.SearchAlg = d.tuneSearchAlg(c, t.Metric, a["searcher"], &t.Searcher)
+	t.Stop = d.tuneStop(a["stop"])
 	return t
+}
+
+// stopExample shows the stop map's two forms.
+const stopExample = "stop = { training_iteration = 20, loss = { at_most = 0.05 } }"
+
+// tuneStop decodes the stop map: metric names to a number (at least) or
+// to { at_least = n } or { at_most = n }.
+func (d *decoder) tuneStop(attr *hcl.Attribute) []TuneStop {
+	if attr == nil {
+		return nil
+	}
+	val, diags := attr.Expr.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+	if diags.HasErrors() || val.IsNull() || !val.IsWhollyKnown() {
+		return nil
+	}
+	if ty := val.Type(); !ty.IsObjectType() && !ty.IsMapType() {
+		d.errorf(attr, "Invalid stop", "stop maps a reported metric to where a trial stops, such as %s; got %s.",
+			stopExample, val.Type().FriendlyName())
+		return nil
+	}
+	var out []TuneStop
+	for it := val.ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		name := k.AsString()
+		c := TuneStop{Metric: name}
+		var why string
+		switch {
+		case strings.TrimSpace(name) == "":
+			why = "has no metric name"
+		case v.IsNull():
+			why = "is null"
+		case v.Type() == cty.Number:
+			c.Value, _ = v.AsBigFloat().Float64()
+		case v.Type().IsObjectType() || v.Type().IsMapType():
+			c, why = stopBound(name, v)
+		default:
+			why = "is a " + v.Type().FriendlyName()
+		}
+		if why != "" {
+			d.keyErrorf(attr, name, "Invalid stop criterion", "The criterion %q %s: give a number (the trial stops once "+
+				"%s is at least it) or { at_most = <number> } (once it is at most it), as in %s.", name, why, name, stopExample)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// stopBound reads a stop criterion written { at_least = n } or
+// { at_most = n }; why says what is wrong, or is empty.
+func stopBound(name string, v cty.Value) (c TuneStop, why string) {
+	c.Metric = name
+	switch v.LengthInt() {
+	case 0:
+		return c, "is empty"
+	case 1:
+	default:
+		return c, "holds more than one bound"
+	}
+	it := v.ElementIterator()
+	it.Next()
+	k, n := it.Element()
+	switch k.AsString() {
+	case "at_least":
+	case "at_most":
+		c.AtMost = true
+	default:
+		return c, fmt.Sprintf("holds %q, which is neither at_least nor at_most", k.AsString())
+	}
+	if n.IsNull() || n.Type() != cty.Number {
+		return c, fmt.Sprintf("has %s, which is not a number", k.AsString())
+	}
+	c.Value, _ = n.AsBigFloat().Float64()
+	return c, ""
 }
 
 // tuneScheduler decodes a scheduler block: its type, and its other

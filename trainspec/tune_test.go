@@ -30,6 +30,11 @@ train "qs-tune" {
     time_budget           = "30m"
     seed                  = 7
     max_failures          = 1
+    stop = {
+      training_iteration = 20
+      loss               = { at_most = 0.05 }
+      "val/acc"          = { at_least = 0.9 }
+    }
     scheduler {
       type             = "asha"
       max_t            = 9
@@ -54,6 +59,8 @@ func TestTuneBlock(t *testing.T) {
 	must.EqOp(t, 1, tu.MaxFailures)
 	must.EqOp(t, "random", tu.Searcher)
 	must.EqOp(t, "asha", tu.Scheduler.Type)
+	must.Eq(t, []TuneStop{{Metric: "loss", Value: 0.05, AtMost: true}, {Metric: "training_iteration", Value: 20},
+		{Metric: "val/acc", Value: 0.9}}, tu.Stop)
 	must.EqOp(t, `{"grace_period":1,"max_t":9,"reduction_factor":3}`, string(tu.Scheduler.SettingsJSON))
 	must.EqOp(t, `{"batch_size":{"choice":[16,32,64]},"epochs":9,"layers":{"grid_search":[1,2]},`+
 		`"lr":{"loguniform":[0.0001,0.1]},"momentum":{"uniform":[0.5,0.99]},"seed":{"randint":[0,1000]},`+
@@ -100,6 +107,8 @@ func TestTuneBlockErrors(t *testing.T) {
 		{"scheduler without type", `tune {` + "\n" + `scheduler { max_t = 3 }` + "\n" + `}`, "Missing required argument"},
 		{"scheduler with a block", `tune {` + "\n" + `scheduler {` + "\n" + `type = "asha"` + "\n" + `x {}` + "\n" + `}` + "\n" + `}`, "Unexpected \"x\" block"},
 		{"zero samples", `tune { num_samples = 0 }`, "Invalid value"},
+		{"stop not a map", `tune { stop = 10 }`, "Invalid stop"},
+		{"stop as a string", `tune { stop = { loss = "0.05" } }`, "Invalid stop criterion"},
 		{"loguniform at zero", `config = { lr = loguniform(0, 1) }`, "Invalid function argument"},
 		{"uniform reversed", `config = { lr = uniform(1, 0) }`, "Invalid function argument"},
 		{"choice of a number", `config = { lr = choice(3) }`, "Invalid function argument"},
@@ -198,4 +207,36 @@ func TestCompileTrial(t *testing.T) {
 	must.EqOp(t, before, spec.SHA256())
 	other, _ := CompileTrial(spec, "trial_0003", "/mnt/shared/results/qs-tune", []byte(`{"lr":0.02}`))
 	must.NotEq(t, job.Meta[MetaSpecSHA256], other.Meta[MetaSpecSHA256]) // a changed config is a changed job
+}
+
+// A wrong stop criterion is reported at its key, saying what is wrong and
+// what the two forms are; the others are still read.
+func TestTuneStopErrors(t *testing.T) {
+	src := `train "x" {
+  entrypoint { builtin = "quickstart" }
+  tune {
+    stop = {
+      training_iteration = 20
+      loss     = { below = 0.05 }
+      acc      = { at_least = 0.9, at_most = 1 }
+      val_loss = { at_most = "low" }
+      epochs   = [3]
+    }
+  }
+}
+`
+	_, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+	var got []string
+	for _, d := range diags {
+		got = append(got, d.Subject.String()+": "+d.Summary+"; "+d.Detail)
+	}
+	const forms = ": give a number (the trial stops once %s is at least it) or { at_most = <number> } (once it is at most it), " +
+		"as in stop = { training_iteration = 20, loss = { at_most = 0.05 } }."
+	f := func(name string) string { return strings.ReplaceAll(forms, "%s", name) }
+	must.Eq(t, []string{
+		`train.hcl:7,7-10: Invalid stop criterion; The criterion "acc" holds more than one bound` + f("acc"),
+		`train.hcl:9,7-13: Invalid stop criterion; The criterion "epochs" is a tuple` + f("epochs"),
+		`train.hcl:6,7-11: Invalid stop criterion; The criterion "loss" holds "below", which is neither at_least nor at_most` + f("loss"),
+		`train.hcl:8,7-15: Invalid stop criterion; The criterion "val_loss" has at_most, which is not a number` + f("val_loss"),
+	}, got)
 }

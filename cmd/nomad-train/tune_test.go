@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,11 +56,7 @@ train "qs-tune" {
 	// The best trial's config reads like the CLI's other key=value lines,
 	// not like a Go map.
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^==> best trial trial_000\d: loss [0-9.e-]+, config batch_size=(16|64) epochs=4 lr=[0-9.e-]+ samples=500$`), text)
-	f, err := os.Open(filepath.Join(dir, "results", "qs-tune", "results.csv"))
-	must.NoError(t, err)
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	must.NoError(t, err)
+	rows := readCSV(t, filepath.Join(dir, "results", "qs-tune", "results.csv"))
 	must.Len(t, 5, rows)
 	must.Eq(t, []string{"trial", "status", "iterations", "config/batch_size", "config/lr"}, rows[0][:5])
 	must.FileExists(t, filepath.Join(dir, "results", "qs-tune", "results.json"))
@@ -202,6 +199,38 @@ train "typo" {
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^== typo: warning: metric "los" is not among the reported metrics \(.*\bloss\b.*\)$`), text)
 	must.RegexMatch(t, regexp.MustCompile(`(?m)^nomad-train tune: metric "los" is not among the reported metrics \(.*\bloss\b.*\)$`), text)
 	must.StrNotContains(t, text, "best trial")
+}
+
+// A tune block's stop map ends each trial at its first report that meets
+// a criterion (Ray's stop): the trials are worker processes, so one may
+// have reported past it before its stop reached it, but none runs its 40
+// epochs, and each ends TERMINATED saying which criterion stopped it.
+func TestTuneStopCriteria(t *testing.T) {
+	bin := buildCLI(t)
+	dir, spec := hclSpec(t, `
+train "qs-stop" {
+  entrypoint { builtin = "quickstart" }
+  config = { lr = grid_search([0.01, 0.05]), epochs = 40, samples = 64 }
+  run { storage_path = "./results" }
+  tune {
+    max_concurrent_trials = 2
+    metric                = "loss"
+    mode                  = "min"
+    stop                  = { training_iteration = 3 }
+  }
+}`)
+	cmd := localTune(bin, dir, spec)
+	out, err := cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	rows := readCSV(t, filepath.Join(dir, "results", "qs-stop", "results.csv"))
+	must.Len(t, 3, rows)
+	for _, row := range rows[1:] {
+		must.EqOp(t, "TERMINATED", row[1], must.Sprint(row))
+		must.EqOp(t, "reached stop training_iteration >= 3", row[len(row)-1], must.Sprint(row))
+		n, err := strconv.Atoi(row[2])
+		must.NoError(t, err)
+		must.Between(t, 3, n, 39, must.Sprint(row))
+	}
 }
 
 // `nomad-train tune train.hcl` reads the tune block and the search-space
@@ -362,11 +391,7 @@ train %q {
 	must.NoError(t, err, must.Sprint(string(out)))
 	must.StrContains(t, string(out), "trials as Nomad jobs")
 	must.StrContains(t, string(out), "==> best trial trial_0000")
-	f, err := os.Open(filepath.Join(shared, name, "results.csv"))
-	must.NoError(t, err)
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	must.NoError(t, err)
+	rows := readCSV(t, filepath.Join(shared, name, "results.csv"))
 	list, err := exec.CommandContext(ctx, bin, "list").CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(list)))
 	stopped := 0
@@ -410,4 +435,15 @@ read -r reply <&"$NOMAD_TRAIN_REPLY_FD"
 	must.NoError(t, err, must.Sprint(string(out)))
 	must.StrContains(t, string(out), "== sh-tune: 2 trials (2 TERMINATED)")
 	must.StrContains(t, string(out), "==> best trial trial_000")
+}
+
+// readCSV reads a whole CSV file, such as an experiment's results.csv.
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	must.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	must.NoError(t, err)
+	return rows
 }

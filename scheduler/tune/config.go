@@ -41,6 +41,9 @@ type Config struct {
 	// TimeBudget ends the experiment after this long: running trials are
 	// stopped, pending ones not started. Zero is no limit.
 	TimeBudget time.Duration
+	// Stop ends a trial, TERMINATED, at its first report that meets any of
+	// these criteria (Ray's RunConfig stop).
+	Stop []StopCriterion
 	// Searcher is SearchRandom (default) or SearchGrid; Seed makes it and
 	// the scheduler reproducible.
 	Searcher string
@@ -110,5 +113,5 @@ func (c *Config) validate() error {
 	if (c.Metric == "") != (c.Mode == "") {
 		return fmt.Errorf("tune: metric and mode go together")
 	}
-	return nil
+	return validateStop(c.Stop)
 }

@@ -46,6 +46,9 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 		Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
 		Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched, Search: search,
 		Checkpoint: run.Checkpoint}
+	for _, c := range t.Stop {
+		cfg.Stop = append(cfg.Stop, StopCriterion{Metric: c.Metric, Value: c.Value, AtMost: c.AtMost})
+	}
 	if cfg.StoragePath == "" {
 		cfg.StoragePath = "./results"
 	}

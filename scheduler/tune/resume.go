@@ -143,7 +143,8 @@ func (e *experiment) resume() {
 // replay feeds every trial's recorded results to the fresh scheduler in the
 // order they were written, so that it decides from the same history as
 // before the restart. Decisions for finished trials are ignored; an
-// unfinished trial the scheduler stops is marked stopped.
+// unfinished trial the scheduler stops is marked stopped, or terminated
+// when it reached its end (max_t, a stop criterion).
 func (e *experiment) replay() error {
 	type item struct {
 		ts  *TrialState
@@ -172,6 +173,11 @@ func (e *experiment) replay() error {
 	for _, it := range all {
 		_, held := it.rec.Metrics[e.cfg.Metric]
 		e.metricSeen = e.metricSeen || held
+		for _, c := range e.cfg.Stop {
+			if _, held := it.rec.Metrics[c.Metric]; held {
+				e.stopSeen[c.Metric] = true
+			}
+		}
 	}
 	if len(all) > 0 {
 		e.checkMetric(all[0].ts.ID, all[0].rec.Metrics)
@@ -182,7 +188,7 @@ func (e *experiment) replay() error {
 			continue
 		}
 		r := e.result(it.ts.ID, it.rec)
-		d := e.sched.OnResult(r)
+		d := e.decide(r, it.rec)
 		e.rt[it.ts.ID].last = r
 		e.search.OnResult(it.ts.ID, r)
 		if d.Action == Stop {

@@ -29,6 +29,7 @@ func (e *experiment) poll(id string) {
 		ts.Iterations++
 		ts.LastResult = rec.Metrics
 		e.checkMetric(id, rec.Metrics)
+		e.checkStop(rec.Metrics)
 		if rt.stopping || rt.cancel == nil {
 			continue
 		}
@@ -36,7 +37,7 @@ func (e *experiment) poll(id string) {
 			return
 		}
 		r := e.result(id, rec)
-		d := e.sched.OnResult(r)
+		d := e.decide(r, rec)
 		rt.last, rt.reported = r, true
 		e.search.OnResult(id, r)
 		switch d.Action {

@@ -92,7 +92,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	}
 	e := &experiment{cfg: cfg, backend: t.backend, where: storage.RunLocation(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
-		events: make(chan event)}
+		events: make(chan event), stopSeen: map[string]bool{}, stopWarned: map[string]bool{}}
 	e.trials = newTrialStore(e.where, cfg.StorageOptions)
 	e.trials.opts = tunerStorage(e.trials) // the tuner follows its trials through outages too
 	// The trials' records and the experiment's state outlive an
@@ -186,6 +186,9 @@ type experiment struct {
 	// metricMissing is set when every running trial has reported without
 	// the metric: the experiment stops, naming the metrics reported.
 	metricMissing *MetricError
+	// stopSeen holds the stop criteria's metrics a report held; stopWarned
+	// those the user was told a report lacked, before any held them.
+	stopSeen, stopWarned map[string]bool
 }
 
 type trialRuntime struct {

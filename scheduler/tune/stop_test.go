@@ -1,0 +1,146 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-train/nomad-train/trainer"
+	"github.com/nomad-train/nomad-train/trainer/storage"
+)
+
+func TestStopCriterion(t *testing.T) {
+	rec := storage.Record{Step: 4, Metrics: map[string]any{"loss": 0.25, "acc": 0.9, "nan": "NaN"}}
+	for _, tc := range []struct {
+		c    StopCriterion
+		text string
+		met  bool
+	}{
+		{StopCriterion{Metric: TrainingIteration, Value: 4}, "training_iteration >= 4", true},
+		{StopCriterion{Metric: TrainingIteration, Value: 5}, "training_iteration >= 5", false},
+		{StopCriterion{Metric: "loss", Value: 0.25, AtMost: true}, "loss <= 0.25", true},
+		{StopCriterion{Metric: "loss", Value: 0.2, AtMost: true}, "loss <= 0.2", false},
+		{StopCriterion{Metric: "loss", Value: 0.2}, "loss >= 0.2", true},
+		{StopCriterion{Metric: "acc", Value: 0.95}, "acc >= 0.95", false},
+		{StopCriterion{Metric: "missing", Value: -1}, "missing >= -1", false},
+		{StopCriterion{Metric: "nan", Value: 0, AtMost: true}, "nan <= 0", false},
+	} {
+		must.EqOp(t, tc.text, tc.c.String())
+		must.EqOp(t, tc.met, tc.c.met(rec), must.Sprint(tc.text))
+	}
+	c, ok := stopMet([]StopCriterion{{Metric: "acc", Value: 0.95}, {Metric: "loss", Value: 0.3, AtMost: true},
+		{Metric: TrainingIteration, Value: 1}}, rec)
+	must.True(t, ok)
+	must.EqOp(t, "loss <= 0.3", c.String(), must.Sprint("the first met, in order"))
+
+	_, err := New(&InProcess{Fn: synthetic(0, false, nil)}, lrSpace(1), Config{Name: "x", StoragePath: t.TempDir(),
+		Stop: []StopCriterion{{Value: 1}}}).Fit(context.Background())
+	must.ErrorContains(t, err, "a stop criterion needs a metric")
+}
+
+// Each trial ends TERMINATED at its first report that meets a stop
+// criterion, whichever criterion that is; the scheduler still sees that
+// report, and a trial that meets none runs to its end.
+func TestStopCriteriaEndTrials(t *testing.T) {
+	rec := &recorder{}
+	var progress bytes.Buffer
+	// synthLoss: lr 0.01 reports 1, 0.5, 0.333, 0.25, ...; lr 1 reports
+	// 3, 2.5, ...; lr 0.1 1 + 1/(epoch+1).
+	space := map[string]any{"lr": GridSearch(0.01, 0.1, 1.0), "epochs": 9}
+	g, err := New(&InProcess{Fn: synthetic(0, false, nil)}, space, Config{Name: "stop", StoragePath: t.TempDir(),
+		Metric: "loss", Mode: ModeMin, Scheduler: fixedScheduler{rec}, Progress: &progress,
+		Stop: []StopCriterion{{Metric: "loss", Value: 0.3, AtMost: true}, {Metric: TrainingIteration, Value: 6},
+			{Metric: "loss", Value: 2.6}}}).Fit(context.Background())
+	must.NoError(t, err)
+	type end struct {
+		status     string
+		iterations int
+		reason     string
+	}
+	var got []end
+	for _, tr := range g.Trials {
+		got = append(got, end{tr.Status, tr.Iterations, tr.Reason})
+	}
+	must.Eq(t, []end{
+		{StatusTerminated, 4, "reached stop loss <= 0.3"},
+		{StatusTerminated, 6, "reached stop training_iteration >= 6"},
+		{StatusTerminated, 1, "reached stop loss >= 2.6"},
+	}, got)
+	must.SliceContains(t, rec.seen, "trial_0000@4=0.25")
+	must.SliceContains(t, rec.seen, fmt.Sprintf("trial_0001@6=%v", synthLoss(0.1, 5)))
+	must.StrNotContains(t, progress.String(), "warning")
+}
+
+// A trial whose reports met a stop criterion before the tuner stopped
+// (here: the criterion was added since) ends TERMINATED on resume, from
+// its records, without running again; one that did not runs on to it.
+func TestStopCriteriaOnResume(t *testing.T) {
+	dir := t.TempDir()
+	var starts sync.Map
+	ctx, cancel := context.WithCancel(context.Background())
+	fn := synthetic(0, true, &starts)
+	space := map[string]any{"lr": GridSearch(0.01, 0.1), "epochs": 9}
+	cfg := Config{Name: "exp", StoragePath: dir, MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin}
+	interrupt := func(c context.Context, tr *Trial) error {
+		var sc synthConfig
+		must.NoError(t, tr.DecodeConfig(&sc))
+		n, _ := starts.LoadOrStore(tr.ID(), new(int))
+		*n.(*int)++
+		reports := 2
+		if sc.LR == 0.01 {
+			reports = 5
+		}
+		for epoch := tr.Iteration(); epoch < int64(reports); epoch++ {
+			d, err := tr.NewCheckpointDir()
+			must.NoError(t, err)
+			if err := tr.Report(c, trainer.Metrics{"loss": synthLoss(sc.LR, epoch), "epoch": epoch}, d); err != nil {
+				return err
+			}
+		}
+		if sc.LR == 0.01 {
+			cancel()
+		}
+		<-c.Done()
+		return c.Err()
+	}
+	_, err := New(&InProcess{Fn: interrupt}, space, cfg).Fit(ctx)
+	must.ErrorIs(t, err, context.Canceled)
+
+	cfg.Stop = []StopCriterion{{Metric: TrainingIteration, Value: 4}}
+	g, err := Restore(filepath.Join(dir, "exp"), &InProcess{Fn: fn}, cfg).Fit(context.Background())
+	must.NoError(t, err)
+	for i, want := range []struct {
+		iterations, starts int
+	}{{5, 1}, {4, 2}} {
+		tr := g.Trials[i]
+		must.EqOp(t, StatusTerminated, tr.Status, must.Sprint(tr.ID))
+		must.EqOp(t, "reached stop training_iteration >= 4", tr.Reason, must.Sprint(tr.ID))
+		must.EqOp(t, want.iterations, tr.Iterations, must.Sprint(tr.ID))
+		n, _ := starts.Load(tr.ID)
+		must.EqOp(t, want.starts, *n.(*int), must.Sprint(tr.ID))
+	}
+}
+
+// A stop criterion on a metric no report holds stops nothing: the user is
+// told once, and the trials run to their end.
+func TestStopCriterionNotReported(t *testing.T) {
+	var progress bytes.Buffer
+	g, err := New(&InProcess{Fn: synthetic(0, false, nil)}, map[string]any{"lr": GridSearch(0.01, 0.1), "epochs": 3},
+		Config{Name: "typo", StoragePath: t.TempDir(), MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin,
+			Progress: &progress, Stop: []StopCriterion{{Metric: "acc", Value: 0.9}}}).Fit(context.Background())
+	must.NoError(t, err)
+	const warning = `== typo: warning: stop criterion acc >= 0.9: metric "acc" is not among the reported metrics (epoch, loss); ` +
+		"no trial stops on it until one does\n"
+	must.EqOp(t, 1, strings.Count(progress.String(), warning), must.Sprint(progress.String()))
+	for _, tr := range g.Trials {
+		must.EqOp(t, StatusTerminated, tr.Status)
+		must.EqOp(t, 3, tr.Iterations)
+		must.EqOp(t, "", tr.Reason)
+	}
+}
