@@ -144,3 +144,43 @@ func TestStopCriterionNotReported(t *testing.T) {
 		must.EqOp(t, "", tr.Reason)
 	}
 }
+
+// exploitAtEnd is a scheduler that exploits every trial at its eighth
+// report, as PBT may at a trial's last one.
+type exploitAtEnd struct {
+	FIFO
+	decided int
+}
+
+func (x *exploitAtEnd) OnResult(r Result) Decision {
+	if r.Time < 8 {
+		return Decision{Action: Continue}
+	}
+	x.decided++
+	donor := "trial_0000"
+	if r.Trial == donor {
+		donor = "trial_0001"
+	}
+	return Decision{Action: Exploit, Donor: donor, Config: map[string]any{"lr": 0.5, "epochs": 8}}
+}
+
+// Ray's PBT examples stop each trial at its last iteration: a trial that
+// reaches it ends TERMINATED there, whatever the scheduler decided (PBT
+// would clone a donor into it, only for it to train again from the
+// donor's step).
+func TestStopCriterionOverridesTheScheduler(t *testing.T) {
+	sched := &exploitAtEnd{}
+	g, err := New(&InProcess{Fn: synthetic(0, true, nil)}, map[string]any{"lr": GridSearch(0.01, 0.1), "epochs": 8},
+		Config{Name: "end", StoragePath: t.TempDir(), MaxConcurrentTrials: 2, Metric: "loss", Mode: ModeMin,
+			Scheduler: fixedScheduler{sched}, Stop: []StopCriterion{{Metric: TrainingIteration, Value: 8}}}).Fit(context.Background())
+	must.NoError(t, err)
+	must.EqOp(t, 2, sched.decided)
+	st, _, err := LoadState(context.Background(), g.Path)
+	must.NoError(t, err)
+	for _, ts := range st.Trials {
+		must.EqOp(t, StatusTerminated, ts.Status)
+		must.EqOp(t, "reached stop training_iteration >= 8", ts.Reason)
+		must.SliceEmpty(t, ts.Exploits)
+		must.EqOp(t, 8, ts.Iterations)
+	}
+}
