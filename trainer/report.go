@@ -243,7 +243,11 @@ func (s *Session) settle(ctx context.Context) error {
 // (name, reserved, when the ranks upload their files; otherwise made of
 // every rank's files, moved into a staged checkpoint here).
 func (s *Session) record(ctx context.Context, metrics Metrics, msgs []reportMsg, name string, results map[int]uploadResult) reportAck {
-	e := &entry{rec: storage.Record{Step: s.step, Time: s.now(), Metrics: metrics, Generation: s.generation, Attempt: s.recordAttempt}}
+	now := s.now()
+	e := &entry{rec: storage.Record{Step: s.step, Time: now, Metrics: metrics, Generation: s.generation, Attempt: s.recordAttempt}}
+	if !s.began.IsZero() {
+		e.rec.TimeTotal = s.trainedBefore + now.Sub(s.began)
+	}
 	if name != "" {
 		e.ckpt, e.waiting = name, map[int]bool{}
 		for r, m := range msgs {

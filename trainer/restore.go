@@ -103,7 +103,7 @@ func (s *Session) restore(ctx context.Context, env workerenv.Env) error {
 	if s.scratch == "" {
 		s.scratch = filepath.Join(s.runDir, scratchDir)
 	}
-	s.step, s.resumed = rp.Step, true
+	s.step, s.resumed, s.began = rp.Step, true, s.now()
 	if rp.Checkpoint != "" {
 		s.latest = CheckpointFromDirectory(rp.Checkpoint)
 	}
@@ -181,13 +181,14 @@ func (s *Session) openStorage(ctx context.Context, env workerenv.Env) resumePoin
 	// reports made after it are rolled back: the history then reads as if
 	// the run had never failed.
 	rp := resumePoint{RunDir: runDir, Probe: probe, Name: name}
+	s.trainedBefore = 0
 	if ok {
 		if rp.Checkpoint, err = filepath.Abs(latest.Path); err != nil {
 			return resumePoint{Err: err.Error()}
 		}
 		for _, r := range recs {
 			if r.Checkpoint == name {
-				rp.Step, rp.CheckpointTime = r.Step, r.Time
+				rp.Step, rp.CheckpointTime, s.trainedBefore = r.Step, r.Time, r.TimeTotal
 			}
 		}
 	} else if from := env.Checkpoint.ResumeFrom; from != "" {

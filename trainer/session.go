@@ -57,6 +57,12 @@ type Session struct {
 	ledger     ledger  // rank 0: reports not yet handed to writes
 	up         *upload // this rank's latest upload (object store)
 	nextName   string  // rank 0: checkpoint name reserved for the next report with one
+
+	// began is when restore handed over to the training function, and
+	// trainedBefore (rank 0) what the checkpoint it resumed from had
+	// trained: a record's TimeTotal is their sum with the time since.
+	began         time.Time
+	trainedBefore time.Duration
 }
 
 // ShouldCheckpoint reports whether any worker of the gang has been asked to

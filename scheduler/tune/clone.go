@@ -73,7 +73,7 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 	// so that an exploit that fails leaves the trial its own work, and
 	// before the commit, so that the clone's record does not go back in
 	// steps (readers refuse a history that does). The Cloner does both.
-	rec := storage.Record{Step: src.Step, Metrics: metrics}
+	rec := storage.Record{Step: src.Step, Metrics: metrics, TimeTotal: src.TimeTotal} // the donor's, as Ray restores it
 	if byServer {
 		_, err = cloner.CloneCheckpoint(d.Donor, src.Checkpoint, rec)
 	} else if err = st.TruncateAfter(src.Step); err != nil {

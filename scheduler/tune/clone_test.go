@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -62,7 +63,8 @@ func failedExploit(t *testing.T, where string, so workerenv.StorageOptions, brea
 		s, err := st.Stage()
 		must.NoError(t, err)
 		must.NoError(t, os.WriteFile(filepath.Join(s.Dir(), "model.bin"), []byte(body), 0o644))
-		name, err := st.Commit(s, storage.Record{Step: step, Metrics: map[string]any{"loss": 1 / float64(step)}})
+		name, err := st.Commit(s, storage.Record{Step: step, Metrics: map[string]any{"loss": 1 / float64(step)},
+			TimeTotal: time.Duration(step) * 10 * time.Second})
 		must.NoError(t, err)
 		return name
 	}
@@ -81,6 +83,7 @@ func failedExploit(t *testing.T, where string, so workerenv.StorageOptions, brea
 	ts := &TrialState{ID: "recv"}
 	breakDonor(ckpt, true)
 	must.Error(t, e.cloneInto(ts, &Decision{Donor: "donor"}))
+	var trained time.Duration // the latest checkpoint's TimeTotal
 	latest := func() (int64, int64, string) {
 		st, err := trials.open(ctx, "recv", storage.Policy{})
 		must.NoError(t, err)
@@ -92,6 +95,8 @@ func failedExploit(t *testing.T, where string, so workerenv.StorageOptions, brea
 		must.True(t, res.OK)
 		b, err := os.ReadFile(filepath.Join(res.Path, "model.bin"))
 		must.NoError(t, err)
+		must.EqOp(t, res.Record.TimeTotal, recs[len(recs)-1].TimeTotal)
+		trained = res.Record.TimeTotal
 		return recs[len(recs)-1].Step, res.Record.Step, string(b)
 	}
 	last, at, body := latest()
@@ -106,5 +111,6 @@ func failedExploit(t *testing.T, where string, so workerenv.StorageOptions, brea
 	must.EqOp(t, int64(2), last)
 	must.EqOp(t, int64(2), at)
 	must.EqOp(t, "donor weights", body)
+	must.EqOp(t, 20*time.Second, trained, must.Sprint("the clone carries the time the donor's checkpoint had trained, as Ray restores it"))
 	must.Len(t, 1, ts.Exploits)
 }

@@ -28,6 +28,9 @@ type TrialResult struct {
 	// out); Iterations is its length.
 	History    []map[string]any `json:"history,omitempty"`
 	Iterations int              `json:"iterations"`
+	// TimeTotal is the seconds the trial had trained at its last report
+	// (Ray's time_total_s); 0 when its records do not say.
+	TimeTotal float64 `json:"time_total_s,omitempty"`
 	// Path is the trial's run directory; BestCheckpoint the directory of
 	// its best kept checkpoint by the grid's metric and mode (the latest
 	// when there is no metric), "" when it has none.
@@ -124,6 +127,7 @@ func loadResultGrid(ctx context.Context, where string, trials trialStore, metric
 			}
 			tr.History = append(tr.History, rec.Metrics)
 			tr.Metrics = rec.Metrics
+			tr.TimeTotal, _ = attr(rec, TimeTotal)
 		}
 		tr.Iterations = len(tr.History)
 		if best != nil {
@@ -215,8 +219,8 @@ func (g *ResultGrid) WriteJSON(w io.Writer) error {
 }
 
 // WriteCSV writes one row per trial: id, status, iterations, the sampled
-// params (config/<path>), the last metrics (metric/<name>), the best
-// checkpoint and the reason.
+// params (config/<path>), the last metrics (metric/<name>), the seconds it
+// trained (time_total_s), the best checkpoint and the reason.
 func (g *ResultGrid) WriteCSV(w io.Writer) error {
 	params, metrics := map[string]bool{}, map[string]bool{}
 	for _, t := range g.Trials {
@@ -236,7 +240,7 @@ func (g *ResultGrid) WriteCSV(w io.Writer) error {
 	for _, k := range mk {
 		head = append(head, "metric/"+k)
 	}
-	head = append(head, "best_checkpoint", "reason")
+	head = append(head, "time_total_s", "best_checkpoint", "reason")
 	if err := cw.Write(head); err != nil {
 		return err
 	}
@@ -249,7 +253,11 @@ func (g *ResultGrid) WriteCSV(w io.Writer) error {
 		for _, k := range mk {
 			row = append(row, cell(t.Metrics[k]))
 		}
-		row = append(row, t.BestCheckpoint, t.Reason)
+		trained := ""
+		if t.TimeTotal > 0 {
+			trained = cell(t.TimeTotal)
+		}
+		row = append(row, trained, t.BestCheckpoint, t.Reason)
 		if err := cw.Write(row); err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -107,6 +108,10 @@ type Trial struct {
 	step     int64
 	latest   string
 	reported func(ctx context.Context) error
+	// began is when the trainable was called, trainedBefore what the
+	// checkpoint it resumed from had trained (Record.TimeTotal).
+	began         time.Time
+	trainedBefore time.Duration
 }
 
 // ID is the trial's name ("trial_0003").
@@ -149,7 +154,8 @@ func (t *Trial) NewCheckpointDir() (string, error) {
 // an error when the trial must stop.
 func (t *Trial) Report(ctx context.Context, metrics trainer.Metrics, dir string) error {
 	t.step++
-	rec := storage.Record{Step: t.step, Metrics: metrics}
+	now := time.Now()
+	rec := storage.Record{Step: t.step, Time: now, Metrics: metrics, TimeTotal: t.trainedBefore + now.Sub(t.began)}
 	if dir == "" {
 		if err := t.run.Append(rec); err != nil {
 			return fmt.Errorf("report step %d: %w", t.step, err)
@@ -198,13 +204,14 @@ func (b *InProcess) Run(ctx context.Context, spec TrialSpec) error {
 		}
 		for _, r := range recs {
 			if r.Checkpoint == name {
-				t.step = r.Step
+				t.step, t.trainedBefore = r.Step, r.TimeTotal
 			}
 		}
 	}
 	if err := st.TruncateAfter(t.step); err != nil {
 		return fmt.Errorf("roll back trial progress: %w", err)
 	}
+	t.began = time.Now()
 	if err := b.Fn(ctx, t); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: %w", errStopped, ctx.Err())

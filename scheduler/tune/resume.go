@@ -165,6 +165,7 @@ func (e *experiment) replay() error {
 			}
 			ts.Iterations++
 			ts.LastResult = rec.Metrics
+			ts.TimeTotal, _ = attr(rec, TimeTotal)
 			all = append(all, item{ts, rec})
 		}
 	}
@@ -173,9 +174,9 @@ func (e *experiment) replay() error {
 	for _, it := range all {
 		_, held := it.rec.Metrics[e.cfg.Metric]
 		e.metricSeen = e.metricSeen || held
-		for _, c := range e.cfg.Stop {
-			if _, held := it.rec.Metrics[c.Metric]; held {
-				e.stopSeen[c.Metric] = true
+		for _, a := range e.watchedAttrs() {
+			if _, held := it.rec.Metrics[a.name]; held {
+				e.attrSeen[a.name] = true
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // Modes of the metric.
@@ -15,6 +17,30 @@ const (
 // TrainingIteration is the default time attribute: the report's step, which
 // counts reports across restarts of a trial.
 const TrainingIteration = "training_iteration"
+
+// TimeTotal is the attribute of the seconds a trial had trained when it
+// reported (storage.Record.TimeTotal), as Ray's results carry it: for
+// time_attr (Ray's PBT measures its perturbation interval in it) and
+// stop criteria. A trial restarted from a checkpoint, its own or a PBT
+// donor's, goes on from the time the checkpoint had trained.
+const TimeTotal = "time_total_s"
+
+// attr reads attribute name off a report: TrainingIteration and
+// TimeTotal from the record itself (TimeTotal from the metrics when the
+// record has none: a writer of an earlier version), any other from its
+// metrics.
+func attr(rec storage.Record, name string) (float64, bool) {
+	switch {
+	case name == TrainingIteration:
+		return float64(rec.Step), true
+	case name == TimeTotal && rec.TimeTotal > 0:
+		return rec.TimeTotal.Seconds(), true
+	}
+	return storage.Score(rec, name)
+}
+
+// builtinAttr says whether every report has attribute name.
+func builtinAttr(name string) bool { return name == TrainingIteration || name == TimeTotal }
 
 // Result is one report of a trial as a scheduler sees it.
 type Result struct {

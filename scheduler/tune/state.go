@@ -51,6 +51,9 @@ type TrialState struct {
 	Iterations int `json:"iterations"`
 	// LastResult is the latest reported metrics.
 	LastResult map[string]any `json:"last_result,omitempty"`
+	// TimeTotal is the seconds the trial had trained at its latest report
+	// (Record.TimeTotal); 0 when the report did not say.
+	TimeTotal float64 `json:"time_total_s,omitempty"`
 	// Exploits lists the PBT exploits, oldest first.
 	Exploits []ExploitRecord `json:"exploits,omitempty"`
 }

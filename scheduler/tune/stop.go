@@ -13,8 +13,8 @@ import (
 
 // StopCriterion ends a trial at its first report whose Metric has reached
 // Value: at least Value (the meaning of Ray's stop dict), or, with AtMost,
-// at most Value (a loss). Metric TrainingIteration is the report's step,
-// which every report has.
+// at most Value (a loss). Metric TrainingIteration is the report's step
+// and TimeTotal the seconds the trial had trained, which every report has.
 type StopCriterion struct {
 	Metric string
 	Value  float64
@@ -29,18 +29,10 @@ func (c StopCriterion) String() string {
 	return c.Metric + " " + op + " " + strconv.FormatFloat(c.Value, 'g', -1, 64)
 }
 
-// value reads the criterion's metric off a report.
-func (c StopCriterion) value(rec storage.Record) (float64, bool) {
-	if c.Metric == TrainingIteration {
-		return float64(rec.Step), true
-	}
-	return storage.Score(rec, c.Metric)
-}
-
 // met says whether rec meets the criterion; a report without the metric,
 // or with NaN, meets none.
 func (c StopCriterion) met(rec storage.Record) bool {
-	v, ok := c.value(rec)
+	v, ok := attr(rec, c.Metric)
 	if !ok || math.IsNaN(v) {
 		return false
 	}
@@ -84,23 +76,47 @@ func (e *experiment) decide(r Result, rec storage.Record) Decision {
 	return d
 }
 
-// checkStop warns, once for each, when a report lacks a stop criterion's
-// metric and no report held it before: a misspelt criterion would never
-// stop a trial.
-func (e *experiment) checkStop(metrics map[string]any) {
+// watchedAttr is an attribute a setting reads off every report (other
+// than the metric, which checkMetric watches): the scheduler's time
+// attribute, a stop criterion's metric.
+type watchedAttr struct {
+	name    string
+	setting string // the setting that names it, for the warning
+	without string // what happens while no report holds it
+}
+
+// watchedAttrs lists the attributes the experiment's settings read that a
+// trial must report itself.
+func (e *experiment) watchedAttrs() []watchedAttr {
+	var w []watchedAttr
+	if !builtinAttr(e.cfg.TimeAttr) {
+		w = append(w, watchedAttr{e.cfg.TimeAttr, "time_attr", "the scheduler sees every report at time 0"})
+	}
 	for _, c := range e.cfg.Stop {
-		if c.Metric == TrainingIteration || e.stopSeen[c.Metric] {
+		if !builtinAttr(c.Metric) {
+			w = append(w, watchedAttr{c.Metric, "stop criterion " + c.String(), "no trial stops on it until one does"})
+		}
+	}
+	return w
+}
+
+// checkAttrs warns, once for each, when a report lacks an attribute the
+// settings read and no report held it before: a misspelt time_attr or
+// stop criterion would otherwise silently do nothing.
+func (e *experiment) checkAttrs(metrics map[string]any) {
+	for _, a := range e.watchedAttrs() {
+		if e.attrSeen[a.name] {
 			continue
 		}
-		if _, ok := metrics[c.Metric]; ok {
-			e.stopSeen[c.Metric] = true
+		if _, ok := metrics[a.name]; ok {
+			e.attrSeen[a.name] = true
 			continue
 		}
-		if !e.stopWarned[c.Metric] {
-			e.stopWarned[c.Metric] = true
-			err := &MetricError{Metric: c.Metric, Reported: sortedTrials(metrics)}
-			e.log.Warn("a trial reported results without a stop criterion's metric", "error", err)
-			e.note("warning: stop criterion %s: %v; no trial stops on it until one does", c, err)
+		if !e.attrWarned[a.setting] {
+			e.attrWarned[a.setting] = true
+			err := &MetricError{Metric: a.name, Reported: sortedTrials(metrics)}
+			e.log.Warn("a trial reported results without an attribute the settings read", "setting", a.setting, "error", err)
+			e.note("warning: %s: %v; %s", a.setting, err, a.without)
 		}
 	}
 }

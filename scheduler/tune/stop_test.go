@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -183,4 +184,49 @@ func TestStopCriterionOverridesTheScheduler(t *testing.T) {
 		must.SliceEmpty(t, ts.Exploits)
 		must.EqOp(t, 8, ts.Iterations)
 	}
+}
+
+// time_total_s, the seconds a trial had trained, is on every report: as
+// the scheduler's time attribute and in a stop criterion (a trial's time
+// budget).
+func TestTimeTotalAttribute(t *testing.T) {
+	rec := &timeRecorder{}
+	g, err := New(&InProcess{Fn: synthetic(40*time.Millisecond, false, nil)}, map[string]any{"lr": 0.01, "epochs": 100},
+		Config{Name: "timed", StoragePath: t.TempDir(), Metric: "loss", Mode: ModeMin, TimeAttr: TimeTotal,
+			Scheduler: fixedScheduler{rec}, Stop: []StopCriterion{{Metric: TimeTotal, Value: 0.15}}}).Fit(context.Background())
+	must.NoError(t, err)
+	tr := g.Trials[0]
+	must.EqOp(t, StatusTerminated, tr.Status)
+	must.EqOp(t, "reached stop time_total_s >= 0.15", tr.Reason)
+	must.Between(t, 4, tr.Iterations, 10) // 40 ms an epoch
+	must.SliceLen(t, tr.Iterations, rec.times)
+	for i, at := range rec.times {
+		must.Greater(t, 0.04*float64(i+1)-0.001, at, must.Sprint(rec.times))
+	}
+	must.GreaterEq(t, 0.15, rec.times[len(rec.times)-1])
+	must.Less(t, 0.15, rec.times[len(rec.times)-2])
+}
+
+// timeRecorder is a FIFO scheduler that keeps the times it is fed.
+type timeRecorder struct {
+	FIFO
+	times []float64
+}
+
+func (r *timeRecorder) OnResult(res Result) Decision {
+	r.times = append(r.times, res.Time)
+	return Decision{Action: Continue}
+}
+
+// A time attribute no report holds is warned about once: the scheduler
+// would see every report at time 0.
+func TestTimeAttrNotReported(t *testing.T) {
+	var progress bytes.Buffer
+	_, err := New(&InProcess{Fn: synthetic(0, false, nil)}, map[string]any{"lr": GridSearch(0.01, 0.1), "epochs": 3},
+		Config{Name: "typo", StoragePath: t.TempDir(), Metric: "loss", Mode: ModeMin, TimeAttr: "time_total",
+			Progress: &progress, Scheduler: ASHASettings{MaxT: 3, GracePeriod: 1, ReductionFactor: 2}}).Fit(context.Background())
+	must.NoError(t, err)
+	const warning = `== typo: warning: time_attr: metric "time_total" is not among the reported metrics (epoch, loss); ` +
+		"the scheduler sees every report at time 0\n"
+	must.EqOp(t, 1, strings.Count(progress.String(), warning), must.Sprint(progress.String()))
 }

@@ -17,7 +17,8 @@ type Framer interface {
 }
 
 // WriteTable writes the live trial table: trial, status, sampled params,
-// iterations and the latest value of metric, with a status summary line.
+// iterations, the time trained and the latest value of metric, with a
+// status summary line.
 // A w that is a Framer gets it as one frame.
 func WriteTable(w io.Writer, st *ExperimentState, metric string) {
 	var b strings.Builder
@@ -48,7 +49,7 @@ func writeTable(w io.Writer, st *ExperimentState, metric string) {
 	keys := sortedTrials(params)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := append([]string{"trial", "status"}, keys...)
-	head = append(head, "iter")
+	head = append(head, "iter", "total time (s)")
 	if metric != "" {
 		head = append(head, metric)
 	}
@@ -59,13 +60,22 @@ func writeTable(w io.Writer, st *ExperimentState, metric string) {
 		for _, k := range keys {
 			row = append(row, short(params[k]))
 		}
-		row = append(row, strconv.Itoa(t.Iterations))
+		row = append(row, strconv.Itoa(t.Iterations), seconds(t.TimeTotal))
 		if metric != "" {
 			row = append(row, short(t.LastResult[metric]))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+}
+
+// seconds shows a time trained in seconds as the table shows metrics,
+// or "-" for none.
+func seconds(s float64) string {
+	if s <= 0 {
+		return "-"
+	}
+	return short(s)
 }
 
 func short(v any) string {

@@ -20,15 +20,15 @@ func (f *frames) Frame(table string) { f.got = append(f.got, table) }
 func TestWriteTableFrames(t *testing.T) {
 	st := &ExperimentState{Name: "sweep", Trials: []*TrialState{
 		{ID: "trial_0000", Status: StatusRunning, Params: map[string]any{"lr": 0.1}, Iterations: 3,
-			LastResult: map[string]any{"loss": 0.5}},
+			LastResult: map[string]any{"loss": 0.5}, TimeTotal: 12.345678},
 		{ID: "trial_0001", Status: StatusPending, Params: map[string]any{"lr": 0.01}},
 	}}
 	var plain bytes.Buffer
 	WriteTable(&plain, st, "loss")
 	want := "== sweep: 2 trials (1 RUNNING, 1 PENDING)\n" +
-		"trial       status   lr    iter  loss\n" +
-		"trial_0000  RUNNING  0.1   3     0.5\n" +
-		"trial_0001  PENDING  0.01  0     -\n"
+		"trial       status   lr    iter  total time (s)  loss\n" +
+		"trial_0000  RUNNING  0.1   3     12.346          0.5\n" +
+		"trial_0001  PENDING  0.01  0     -               -\n"
 	must.Eq(t, want, plain.String())
 	var f frames
 	WriteTable(&f, st, "loss")

@@ -28,8 +28,9 @@ func (e *experiment) poll(id string) {
 		}
 		ts.Iterations++
 		ts.LastResult = rec.Metrics
+		ts.TimeTotal, _ = attr(rec, TimeTotal)
 		e.checkMetric(id, rec.Metrics)
-		e.checkStop(rec.Metrics)
+		e.checkAttrs(rec.Metrics)
 		if rt.stopping || rt.cancel == nil {
 			continue
 		}

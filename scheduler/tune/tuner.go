@@ -92,7 +92,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	}
 	e := &experiment{cfg: cfg, backend: t.backend, where: storage.RunLocation(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
-		events: make(chan event), stopSeen: map[string]bool{}, stopWarned: map[string]bool{}}
+		events: make(chan event), attrSeen: map[string]bool{}, attrWarned: map[string]bool{}}
 	e.trials = newTrialStore(e.where, cfg.StorageOptions)
 	e.trials.opts = tunerStorage(e.trials) // the tuner follows its trials through outages too
 	// The trials' records and the experiment's state outlive an
@@ -186,9 +186,10 @@ type experiment struct {
 	// metricMissing is set when every running trial has reported without
 	// the metric: the experiment stops, naming the metrics reported.
 	metricMissing *MetricError
-	// stopSeen holds the stop criteria's metrics a report held; stopWarned
-	// those the user was told a report lacked, before any held them.
-	stopSeen, stopWarned map[string]bool
+	// attrSeen holds the attributes of watchedAttrs a report held;
+	// attrWarned the settings whose attribute the user was told a report
+	// lacked, before any held it.
+	attrSeen, attrWarned map[string]bool
 }
 
 type trialRuntime struct {
@@ -238,9 +239,7 @@ func (e *experiment) makeTrialDir(id string) error {
 // result turns a record into the scheduler's view.
 func (e *experiment) result(id string, rec storage.Record) Result {
 	r := Result{Trial: id, Value: math.NaN(), Checkpoint: rec.Checkpoint != ""}
-	if e.obj.TimeAttr == TrainingIteration {
-		r.Time = float64(rec.Step)
-	} else if v, ok := storage.Score(rec, e.obj.TimeAttr); ok {
+	if v, ok := attr(rec, e.obj.TimeAttr); ok {
 		r.Time = v
 	}
 	if v, ok := storage.Score(rec, e.obj.Metric); ok {

@@ -141,7 +141,7 @@ func TestTuneInProcessASHAAgainstFIFO(t *testing.T) {
 	must.Greater(t, 8, stopped)
 	var csv bytes.Buffer
 	must.NoError(t, asha.WriteCSV(&csv))
-	must.StrHasPrefix(t, "trial,status,iterations,config/lr,metric/epoch,metric/loss,best_checkpoint,reason\n", csv.String())
+	must.StrHasPrefix(t, "trial,status,iterations,config/lr,metric/epoch,metric/loss,time_total_s,best_checkpoint,reason\n", csv.String())
 	must.Eq(t, 17, strings.Count(csv.String(), "\n"))
 	var js bytes.Buffer
 	must.NoError(t, asha.WriteJSON(&js))

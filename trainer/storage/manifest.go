@@ -67,6 +67,7 @@ type wireManifest struct {
 	Metrics    map[string]any `json:"metrics"`
 	Generation uint64         `json:"generation"`
 	Attempt    int            `json:"attempt"`
+	TimeTotal  float64        `json:"time_total_s,omitempty"`
 	Files      []FileSum      `json:"files"`
 }
 
@@ -81,7 +82,7 @@ func EncodeManifest(m Manifest) ([]byte, error) {
 	v := manifestVersion
 	w := wireManifest{
 		Version: &v, Step: &m.Record.Step, Time: &m.Record.Time, Metrics: m.Record.Metrics,
-		Generation: m.Record.Generation, Attempt: m.Record.Attempt, Files: files,
+		Generation: m.Record.Generation, Attempt: m.Record.Attempt, TimeTotal: seconds(m.Record.TimeTotal), Files: files,
 	}
 	if w.Metrics == nil {
 		w.Metrics = map[string]any{}
@@ -126,8 +127,9 @@ func DecodeManifest(b []byte) (Manifest, error) {
 		return Manifest{}, err
 	}
 	return Manifest{
-		Record: Record{Step: *w.Step, Time: *w.Time, Metrics: w.Metrics, Generation: w.Generation, Attempt: w.Attempt},
-		Files:  w.Files,
+		Record: Record{Step: *w.Step, Time: *w.Time, Metrics: w.Metrics, Generation: w.Generation, Attempt: w.Attempt,
+			TimeTotal: duration(w.TimeTotal)},
+		Files: w.Files,
 	}, nil
 }
 

@@ -17,8 +17,9 @@ const (
 
 func sampleManifest() Manifest {
 	return Manifest{
-		Record: Record{Step: 12, Time: time.Date(2026, 12, 2, 15, 4, 5, 0, time.UTC), Metrics: map[string]any{"loss": 0.25}, Generation: 2, Attempt: 1},
-		Files:  []FileSum{{Path: "optim/state.bin", Size: 3, SHA256: sumB}, {Path: "model.bin", Size: 4, SHA256: sumA}},
+		Record: Record{Step: 12, Time: time.Date(2026, 12, 2, 15, 4, 5, 0, time.UTC), Metrics: map[string]any{"loss": 0.25}, Generation: 2, Attempt: 1,
+			TimeTotal: 3 * time.Second},
+		Files: []FileSum{{Path: "optim/state.bin", Size: 3, SHA256: sumB}, {Path: "model.bin", Size: 4, SHA256: sumA}},
 	}
 }
 
@@ -34,6 +35,7 @@ func TestManifestRoundTrip(t *testing.T) {
 	must.Eq(t, map[string]any{"loss": 0.25}, m.Record.Metrics)
 	must.Eq(t, uint64(2), m.Record.Generation)
 	must.Eq(t, 1, m.Record.Attempt)
+	must.Eq(t, 3*time.Second, m.Record.TimeTotal)
 	must.StrContains(t, string(b), `"format_version": 1`)
 }
 

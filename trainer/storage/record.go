@@ -15,7 +15,7 @@ const ProgressFile = "progress.jsonl"
 // On the wire it is a JSON object:
 //
 //	{"step":12,"time":"2026-12-02T15:04:05.123456789Z","metrics":{"loss":0.25},
-//	 "checkpoint":"checkpoint_000004","generation":2,"attempt":1}
+//	 "checkpoint":"checkpoint_000004","generation":2,"attempt":1,"time_total_s":31.5}
 //
 // Metrics hold any JSON; numbers read back from a file are float64.
 type Record struct {
@@ -38,6 +38,11 @@ type Record struct {
 	// thus shows where each start's reports begin even where the
 	// rendezvous generation starts over (a new submission).
 	Attempt int
+	// TimeTotal is how long the run had trained when it reported (Ray's
+	// time_total_s): from the start of the training to the report, plus
+	// what the checkpoint the start resumed from had trained. Zero when the
+	// writer did not say (records of earlier versions).
+	TimeTotal time.Duration
 }
 
 // NextAttempt is the Attempt of the records a new start of a run with
@@ -61,6 +66,18 @@ type wireRecord struct {
 	Checkpoint string         `json:"checkpoint,omitempty"`
 	Generation uint64         `json:"generation"`
 	Attempt    int            `json:"attempt"`
+	TimeTotal  float64        `json:"time_total_s,omitempty"`
+}
+
+// seconds and duration convert TimeTotal to and from its wire form. A
+// negative or absurd time reads as none.
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func duration(s float64) time.Duration {
+	if !(s > 0 && s < 1e9) {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 // encodeRecord renders rec as one newline-terminated line. encoding/json
@@ -74,6 +91,7 @@ func encodeRecord(rec Record) ([]byte, error) {
 		Checkpoint: rec.Checkpoint,
 		Generation: rec.Generation,
 		Attempt:    rec.Attempt,
+		TimeTotal:  seconds(rec.TimeTotal),
 	}
 	if w.Metrics == nil {
 		w.Metrics = map[string]any{}
@@ -124,6 +142,7 @@ func decodeRecord(line []byte) (Record, error) {
 		Checkpoint: w.Checkpoint,
 		Generation: w.Generation,
 		Attempt:    w.Attempt,
+		TimeTotal:  duration(w.TimeTotal),
 	}, nil
 }
 

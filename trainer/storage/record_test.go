@@ -22,7 +22,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	in := []Record{
 		{Step: -1, Time: time.Unix(0, 1).UTC(), Checkpoint: "checkpoint_1234567"},
 		{Step: 0, Time: time.Date(2026, 12, 2, 15, 0, 0, 123456789, time.UTC), Metrics: map[string]any{"loss": 0.5, "name": "a\nb", "nested": map[string]any{"x": []any{1.0, "y"}}}},
-		{Step: 7, Time: time.Date(2026, 12, 2, 16, 0, 0, 0, time.FixedZone("x", 3600)), Checkpoint: "checkpoint_000012", Generation: 3, Attempt: 2},
+		{Step: 7, Time: time.Date(2026, 12, 2, 16, 0, 0, 0, time.FixedZone("x", 3600)), Checkpoint: "checkpoint_000012", Generation: 3, Attempt: 2,
+			TimeTotal: 90*time.Second + 250*time.Millisecond},
 	}
 	var buf bytes.Buffer
 	for _, rec := range in {
@@ -40,6 +41,18 @@ func TestRecordRoundTrip(t *testing.T) {
 		must.Eq(t, in[i].Checkpoint, out[i].Checkpoint)
 		must.Eq(t, in[i].Generation, out[i].Generation)
 		must.Eq(t, in[i].Attempt, out[i].Attempt)
+		must.Eq(t, in[i].TimeTotal, out[i].TimeTotal)
+	}
+	line, err := encodeRecord(in[2])
+	must.NoError(t, err)
+	must.StrContains(t, string(line), `"time_total_s":90.25`)
+	line, err = encodeRecord(in[1])
+	must.NoError(t, err)
+	must.StrNotContains(t, string(line), "time_total_s", must.Sprint("a record without it is written as before"))
+	for _, bad := range []string{"-1", "1e300"} { // read as none
+		out, err := ReadProgress(strings.NewReader(`{"step":1,"time":"2026-12-02T15:00:00Z","metrics":{},"time_total_s":` + bad + "}\n"))
+		must.NoError(t, err)
+		must.Eq(t, 0, out[0].TimeTotal)
 	}
 	must.Eq(t, map[string]any{"loss": 0.5, "name": "a\nb", "nested": map[string]any{"x": []any{1.0, "y"}}}, out[1].Metrics)
 	must.Eq(t, map[string]any{}, out[2].Metrics)
