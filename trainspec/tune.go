@@ -30,7 +30,8 @@ type Tune struct {
 	TimeBudget          time.Duration
 	Searcher            string // "random" (default) or "grid"
 	Seed                int
-	MaxFailures         int // per trial; -1 unlimited
+	MaxFailures         int  // per trial; -1 unlimited
+	FailFast            bool `json:",omitempty"`
 	Scheduler           TuneScheduler
 	// SearchAlg is the search_alg: a searcher's type and settings; its
 	// Type is Searcher when the tune block names none.
@@ -166,7 +167,7 @@ var (
 	tuneSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
 			{Name: "num_samples"}, {Name: "max_concurrent_trials"}, {Name: "metric"}, {Name: "mode"},
-			{Name: "time_attr"}, {Name: "time_budget"}, {Name: "searcher"}, {Name: "seed"}, {Name: "max_failures"},
+			{Name: "time_attr"}, {Name: "time_budget"}, {Name: "searcher"}, {Name: "seed"}, {Name: "max_failures"}, {Name: "fail_fast"},
 			{Name: "search_alg"}, {Name: "stop"},
 		},
 		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}, {Type: "search_alg"}},
@@ -186,6 +187,7 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 	d.enum(a["searcher"], &t.Searcher, "random", "grid")
 	d.integer(a["seed"], &t.Seed, 0, math.MaxInt32)
 	d.integer(a["max_failures"], &t.MaxFailures, -1, math.MaxInt32)
+	d.boolean(a["fail_fast"], &t.FailFast)
 	if attr := a["time_budget"]; attr != nil {
 		var s string
 		if d.str(attr, &s) {

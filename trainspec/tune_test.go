@@ -30,6 +30,7 @@ train "qs-tune" {
     time_budget           = "30m"
     seed                  = 7
     max_failures          = 1
+    fail_fast             = true
     stop = {
       training_iteration = 20
       loss               = { at_most = 0.05 }
@@ -57,6 +58,7 @@ func TestTuneBlock(t *testing.T) {
 	must.EqOp(t, 30*time.Minute, tu.TimeBudget)
 	must.EqOp(t, 7, tu.Seed)
 	must.EqOp(t, 1, tu.MaxFailures)
+	must.True(t, tu.FailFast)
 	must.EqOp(t, "random", tu.Searcher)
 	must.EqOp(t, "asha", tu.Scheduler.Type)
 	must.Eq(t, []TuneStop{{Metric: "loss", Value: 0.05, AtMost: true}, {Metric: "training_iteration", Value: 20},

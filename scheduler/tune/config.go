@@ -60,6 +60,12 @@ type Config struct {
 	// MaxFailures is each trial's failure budget: how many failed attempts
 	// are restarted (from the trial's latest checkpoint); -1 is unlimited.
 	MaxFailures int
+	// FailFast ends the experiment at the first trial that fails beyond
+	// its MaxFailures (Ray's FailureConfig fail_fast; with MaxFailures 0,
+	// at its first failure): no more trials start, the running ones are
+	// stopped unfinished, to resume on the next Fit, and Fit returns a
+	// *TrialFailedError.
+	FailFast bool
 	// KeepErrored makes a resumed experiment leave its ERROR trials as
 	// they are (Ray's resume_errored=False): a detached tuner that Nomad
 	// restarts must not run them again each time.

@@ -70,7 +70,8 @@
 //     is copied into the recipient's storage as a committed checkpoint, on
 //     S3 by the server, and the recipient restarts with the mutated
 //     config), restarts failed trials
-//     within their failure budget, and persists the experiment state
+//     within their failure budget (with FailFast, the first to fail
+//     beyond it ends the experiment), and persists the experiment state
 //     (experiment_state.json) atomically after every change, through a
 //     background writer, once per round of the loop after the round's
 //     trials have started. A Fit on an experiment directory that holds a

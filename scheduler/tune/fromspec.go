@@ -44,7 +44,7 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 	cfg := Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 		NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,
 		Metric: t.Metric, Mode: t.Mode, TimeAttr: t.TimeAttr, TimeBudget: t.TimeBudget,
-		Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, Scheduler: sched, Search: search,
+		Searcher: t.Searcher, Seed: uint64(t.Seed), MaxFailures: t.MaxFailures, FailFast: t.FailFast, Scheduler: sched, Search: search,
 		Checkpoint: run.Checkpoint}
 	for _, c := range t.Stop {
 		cfg.Stop = append(cfg.Stop, StopCriterion{Metric: c.Metric, Value: c.Value, AtMost: c.AtMost})

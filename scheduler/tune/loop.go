@@ -54,7 +54,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 					}
 				}
 			} else {
-				e.stopEverything("tuner stopped")
+				e.stopEverything(stopTuner)
 			}
 			for e.running > 0 {
 				if herr := e.handle(<-e.events); herr != nil && err == nil {
@@ -99,7 +99,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			e.log.Info("time budget spent, stopping trials")
 			e.stopEverything("time budget spent")
 		case <-ctx.Done():
-			e.stopAll = "interrupted"
+			e.stopAll = stopInterrupted
 			return ctx.Err()
 		}
 	}
@@ -114,9 +114,17 @@ func (e *experiment) pollRunning() {
 	}
 }
 
+// Reasons for stopping every trial that leave them unfinished, to resume;
+// any other (the time budget spent) ends them STOPPED.
+const (
+	stopInterrupted = "interrupted"
+	stopTuner       = "tuner stopped"
+	stopFailFast    = "a trial failed and fail_fast is set"
+)
+
 // stopEverything stops every running trial and starts no more. Trials
-// stopped for the budget end as STOPPED; on interruption they stay
-// unfinished, to resume.
+// stopped for the budget end as STOPPED; on interruption, or for
+// fail_fast, they stay unfinished, to resume.
 func (e *experiment) stopEverything(reason string) {
 	e.stopAll = reason
 	for _, ts := range e.state.Trials {
@@ -124,7 +132,7 @@ func (e *experiment) stopEverything(reason string) {
 		if rt.cancel == nil {
 			continue
 		}
-		if reason != "interrupted" && reason != "tuner stopped" && !rt.stopping {
+		if reason != stopInterrupted && reason != stopTuner && reason != stopFailFast && !rt.stopping {
 			rt.stopReason = reason
 		}
 		rt.stopping = true
@@ -296,6 +304,12 @@ func (e *experiment) handle(ev event) error {
 			ts.Status = StatusError
 			e.sched.OnTrialComplete(ts.ID)
 			e.search.OnTrialComplete(ts.ID, Outcome{Last: rt.last, Failed: true})
+			if e.cfg.FailFast && e.failedFast == nil {
+				e.failedFast = &TrialFailedError{Trial: ts.ID, Reason: ts.Reason}
+				e.log.Error("a trial failed, stopping the experiment (fail_fast)", "trial", ts.ID, "error", ev.err)
+				e.note("stopping: %v", e.failedFast)
+				e.stopEverything(stopFailFast)
+			}
 		}
 	}
 	e.changed()

@@ -61,6 +61,16 @@ func New(backend Backend, space map[string]any, cfg Config) *Tuner {
 	return &Tuner{backend: backend, space: space, cfg: cfg}
 }
 
+// TrialFailedError is Fit's error when a trial failed beyond its failure
+// budget and Config.FailFast stopped the experiment.
+type TrialFailedError struct {
+	Trial, Reason string
+}
+
+func (e *TrialFailedError) Error() string {
+	return fmt.Sprintf("%s failed and fail_fast is set: %s", e.Trial, e.Reason)
+}
+
 // ErrLocked is returned when another tuner runs the same experiment.
 var ErrLocked = errors.New("experiment is being run by another tuner")
 
@@ -140,6 +150,9 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	} else if e.metricMissing != nil {
 		runErr = errors.Join(runErr, e.metricMissing)
 	}
+	if e.failedFast != nil {
+		runErr = errors.Join(runErr, e.failedFast)
+	}
 	if e.cfg.Progress != nil {
 		WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
 	}
@@ -186,6 +199,9 @@ type experiment struct {
 	// metricMissing is set when every running trial has reported without
 	// the metric: the experiment stops, naming the metrics reported.
 	metricMissing *MetricError
+	// failedFast is set when a trial failed for good and FailFast stopped
+	// the experiment.
+	failedFast *TrialFailedError
 	// attrSeen holds the attributes of watchedAttrs a report held;
 	// attrWarned the settings whose attribute the user was told a report
 	// lacked, before any held it.
