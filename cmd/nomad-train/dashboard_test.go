@@ -308,6 +308,12 @@ train "exp" {
 		}
 		asc, desc := order(), order()
 		must.NotEq(t, asc, desc)
+		// Each trial shows the seconds it trained (time_total_s).
+		times := pagePoints[[]float64](t, ctx, `[...document.querySelectorAll('#trials tr[data-trial] td.time')].map((td) => parseFloat(td.textContent))`)
+		must.SliceLen(t, 2, times)
+		for _, s := range times {
+			must.Positive(t, s, must.Sprint(times))
+		}
 		must.EqOp(t, "trial_0000,trial_0001", asc, must.Sprint("lr 0.01 reaches the lower loss"))
 		best := pagePoints[string](t, ctx, `document.querySelector('.best') ? document.querySelector('.best').textContent : ""`)
 		must.True(t, strings.Contains(best, `"lr"`), must.Sprint(best))

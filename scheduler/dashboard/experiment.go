@@ -18,6 +18,7 @@ type Trial struct {
 	Config     map[string]any       `json:"config"`
 	Params     map[string]any       `json:"params,omitempty"`
 	Iterations int                  `json:"iterations"`
+	TimeTotal  float64              `json:"time_total_s,omitempty"` // seconds trained at the latest report
 	Failures   int                  `json:"failures,omitempty"`
 	Exploits   []tune.ExploitRecord `json:"exploits,omitempty"`
 }
@@ -81,7 +82,7 @@ func (ew *expWatch) update(ctx context.Context) (*ExperimentUpdate, error) {
 	trials := make([]Trial, len(st.Trials))
 	for i, t := range st.Trials {
 		trials[i] = Trial{ID: t.ID, Status: t.Status, Reason: t.Reason, Config: t.Config, Params: t.ParamsNow(),
-			Iterations: t.Iterations, Failures: t.Failures, Exploits: t.Exploits}
+			Iterations: t.Iterations, TimeTotal: t.TimeTotal, Failures: t.Failures, Exploits: t.Exploits}
 		f := ew.follow[t.ID]
 		if f == nil {
 			if f, err = storage.Follow(ctx, root, t.ID, opts...); err != nil {

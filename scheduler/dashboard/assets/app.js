@@ -275,7 +275,8 @@ function expPage(params) {
     msel.value = st.metric;
     modesel.value = st.mode || "min";
     const rows = st.trials.map((t) => ({ t, best: bestOf(t.id) }));
-    const val = (r) => st.sort === "best" ? r.best : st.sort === "status" ? r.t.status : st.sort === "iterations" ? r.t.iterations : r.t.id;
+    const val = (r) => st.sort === "best" ? r.best : st.sort === "status" ? r.t.status : st.sort === "iterations" ? r.t.iterations :
+      st.sort === "time" ? r.t.time_total_s : r.t.id;
     rows.sort((a, b) => {
       const x = val(a), y = val(b);
       const c = x == null ? 1 : y == null ? -1 : x < y ? -1 : x > y ? 1 : 0;
@@ -285,10 +286,10 @@ function expPage(params) {
       st.desc = st.sort === k ? !st.desc : false; st.sort = k; draw(); } }, label + (st.sort === k ? (st.desc ? " ▾" : " ▴") : ""));
     fill(tbl, el("table", { id: "trials" },
       el("tr", {}, sortTh("id", "trial"), sortTh("status", "status"), el("th", {}, "config"), sortTh("iterations", "iterations"),
-        sortTh("best", "best " + st.metric), el("th", {}, "reason")),
+        sortTh("time", "total time (s)"), sortTh("best", "best " + st.metric), el("th", {}, "reason")),
       rows.map(({ t, best }) => el("tr", { "data-trial": t.id }, el("td", {}, t.id), el("td", { class: "status-" + t.status }, t.status),
         el("td", {}, metricsText(t.params || t.config)), el("td", { class: "num" }, t.iterations),
-        el("td", { class: "num" }, fmt(best)), el("td", {}, t.reason || "")))));
+        el("td", { class: "num time" }, t.time_total_s ? fmt(t.time_total_s) : "-"), el("td", { class: "num" }, fmt(best)), el("td", {}, t.reason || "")))));
     const top = rows.filter((r) => r.best != null).sort((a, b) => st.mode === "max" ? b.best - a.best : a.best - b.best)[0];
     fill(best, top ? el("div", { class: "best" }, top.t.id + ": " + st.metric + " " + fmt(top.best) + "\n" +
       JSON.stringify(top.t.config, null, 2)) : el("p", { class: "muted" }, "no results yet"));
