@@ -19,7 +19,15 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/internal/s3test"
+	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
+
+// A worker's default stall timeout is this package's: workerenv, a leaf
+// the spec compiler imports, keeps its own copy rather than import the
+// S3 client, and the two must not drift apart.
+func TestWorkersDefaultStallTimeoutIsTheStores(t *testing.T) {
+	must.EqOp(t, DefaultStallTimeout, workerenv.DefaultStorageStallTimeout)
+}
 
 // A server lost behind a silent network (the relay cut: nothing refused,
 // nothing answered) holds a request without StallTimeout for as long as
