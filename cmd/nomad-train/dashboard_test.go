@@ -308,12 +308,15 @@ train "exp" {
 		}
 		asc, desc := order(), order()
 		must.NotEq(t, asc, desc)
-		// Each trial shows the seconds it trained (time_total_s).
-		times := pagePoints[[]float64](t, ctx, `[...document.querySelectorAll('#trials tr[data-trial] td.time')].map((td) => parseFloat(td.textContent))`)
-		must.SliceLen(t, 2, times)
-		for _, s := range times {
-			must.Positive(t, s, must.Sprint(times))
-		}
+		// Each trial shows the seconds it trained (time_total_s), once the
+		// tuner's last state has reached the page.
+		eventually(t, "each trial's total time", func() string {
+			times := pagePoints[[]float64](t, ctx, `[...document.querySelectorAll('#trials tr[data-trial] td.time')].map((td) => parseFloat(td.textContent) || 0)`)
+			if len(times) != 2 || times[0] <= 0 || times[1] <= 0 {
+				return fmt.Sprintf("times %v", times)
+			}
+			return ""
+		})
 		must.EqOp(t, "trial_0000,trial_0001", asc, must.Sprint("lr 0.01 reaches the lower loss"))
 		best := pagePoints[string](t, ctx, `document.querySelector('.best') ? document.querySelector('.best').textContent : ""`)
 		must.True(t, strings.Contains(best, `"lr"`), must.Sprint(best))

@@ -198,13 +198,17 @@ func TestTimeTotalAttribute(t *testing.T) {
 	tr := g.Trials[0]
 	must.EqOp(t, StatusTerminated, tr.Status)
 	must.EqOp(t, "reached stop time_total_s >= 0.15", tr.Reason)
-	must.Between(t, 4, tr.Iterations, 10) // 40 ms an epoch
+	// An epoch takes at least 40 ms, so the fourth report is past 0.15 s
+	// at the latest (fewer on a slow machine).
+	must.Between(t, 1, tr.Iterations, 4)
 	must.SliceLen(t, tr.Iterations, rec.times)
 	for i, at := range rec.times {
 		must.Greater(t, 0.04*float64(i+1)-0.001, at, must.Sprint(rec.times))
+		if i < len(rec.times)-1 {
+			must.Less(t, 0.15, at, must.Sprint("stopped after the first report past 0.15 s: ", rec.times))
+		}
 	}
 	must.GreaterEq(t, 0.15, rec.times[len(rec.times)-1])
-	must.Less(t, 0.15, rec.times[len(rec.times)-2])
 }
 
 // timeRecorder is a FIFO scheduler that keeps the times it is fed.
