@@ -39,6 +39,19 @@ type Tune struct {
 	// Stop is the stop = {...} map: a trial ends at its first report that
 	// meets any of its criteria. Sorted by metric.
 	Stop []TuneStop `json:",omitempty"`
+	// Plateau is the stop_on_plateau {} block, or nil.
+	Plateau *TunePlateau `json:",omitempty"`
+}
+
+// TunePlateau is the tune block's stop_on_plateau {} block (Ray's
+// TrialPlateauStopper): a trial stops once the standard deviation of its
+// last NumResults values of Metric is below Std, from its GracePeriod-th
+// report on. Metric is the tune block's metric unless the block names one.
+type TunePlateau struct {
+	Metric      string
+	Std         float64
+	NumResults  int
+	GracePeriod int
 }
 
 // TuneStop is one criterion of the tune block's stop map: a trial stops
@@ -170,7 +183,10 @@ var (
 			{Name: "time_attr"}, {Name: "time_budget"}, {Name: "searcher"}, {Name: "seed"}, {Name: "max_failures"}, {Name: "fail_fast"},
 			{Name: "search_alg"}, {Name: "stop"},
 		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}, {Type: "search_alg"}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "scheduler"}, {Type: "search_alg"}, {Type: "stop_on_plateau"}},
+	}
+	plateauSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "metric"}, {Name: "std"}, {Name: "num_results"}, {Name: "grace_period"}},
 	}
 )
 
@@ -207,7 +223,34 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 	}
 	t.SearchAlg = d.tuneSearchAlg(c, t.Metric, a["searcher"], &t.Searcher)
 	t.Stop = d.tuneStop(a["stop"])
+	if pb := d.single(c, "stop_on_plateau"); pb != nil {
+		t.Plateau = d.tunePlateau(pb, t.Metric)
+	}
 	return t
+}
+
+// tunePlateau decodes a stop_on_plateau block, with Ray's defaults: std
+// 0.01, num_results 4, grace_period 4.
+func (d *decoder) tunePlateau(b *hcl.Block, metric string) *TunePlateau {
+	p := &TunePlateau{Metric: metric, Std: 0.01, NumResults: 4, GracePeriod: 4}
+	a := d.content(b.Body, plateauSchema).Attributes
+	d.nonEmpty(a["metric"], &p.Metric)
+	d.integer(a["num_results"], &p.NumResults, 2, 100000)
+	d.integer(a["grace_period"], &p.GracePeriod, 0, math.MaxInt32)
+	if attr := a["std"]; attr != nil {
+		if v, ok := d.value(attr, cty.Number); ok {
+			if f, _ := v.AsBigFloat().Float64(); f > 0 && !math.IsInf(f, 0) {
+				p.Std = f
+			} else {
+				d.errorf(attr, "Invalid value", "std must be a positive number, the spread under which a trial's last num_results values count as a plateau; got %s.",
+					v.AsBigFloat().Text('g', 10))
+			}
+		}
+	}
+	if p.Metric == "" {
+		d.rangeErrorf(b.DefRange, "Missing metric", "stop_on_plateau watches a metric: set metric here, or metric and mode in the tune block.")
+	}
+	return p
 }
 
 // stopExample shows the stop map's two forms.

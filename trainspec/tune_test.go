@@ -242,3 +242,30 @@ func TestTuneStopErrors(t *testing.T) {
 		`train.hcl:8,7-15: Invalid stop criterion; The criterion "val_loss" has at_most, which is not a number` + f("val_loss"),
 	}, got)
 }
+
+// stop_on_plateau takes Ray's TrialPlateauStopper defaults and the tune
+// block's metric unless it says otherwise; wrong settings are reported
+// where they are.
+func TestTunePlateauBlock(t *testing.T) {
+	parse := func(tune string) (*Spec, hcl.Diagnostics) {
+		return Parse([]byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\ntune {\n"+tune+"\n}\n}\n"), "train.hcl", ParseOptions{})
+	}
+	spec, diags := parse("metric = \"loss\"\nmode = \"min\"\nstop_on_plateau {}")
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.Eq(t, &TunePlateau{Metric: "loss", Std: 0.01, NumResults: 4, GracePeriod: 4}, spec.Tune.Plateau)
+	spec, diags = parse("stop_on_plateau {\nmetric = \"val_loss\"\nstd = 0.001\nnum_results = 8\ngrace_period = 0\n}")
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.Eq(t, &TunePlateau{Metric: "val_loss", Std: 0.001, NumResults: 8, GracePeriod: 0}, spec.Tune.Plateau)
+
+	for _, tc := range []struct{ body, want string }{
+		{"stop_on_plateau {}", "train.hcl:4,1-16: Missing metric; stop_on_plateau watches a metric: set metric here, or metric and mode in the tune block."},
+		{"stop_on_plateau {\nmetric = \"loss\"\nstd = 0\n}", "train.hcl:6,7-8: Invalid value; std must be a positive number, " +
+			"the spread under which a trial's last num_results values count as a plateau; got 0."},
+		{"stop_on_plateau {\nmetric = \"loss\"\nnum_results = 1\n}", "train.hcl:6,15-16: Invalid value; num_results must be between 2 and 100000; got 1."},
+	} {
+		_, diags := parse(tc.body)
+		must.True(t, diags.HasErrors())
+		d := diags.Errs()[0].(*hcl.Diagnostic)
+		must.EqOp(t, tc.want, d.Subject.String()+": "+d.Summary+"; "+d.Detail)
+	}
+}

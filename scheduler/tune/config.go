@@ -44,6 +44,9 @@ type Config struct {
 	// Stop ends a trial, TERMINATED, at its first report that meets any of
 	// these criteria (Ray's RunConfig stop).
 	Stop []StopCriterion
+	// Plateau, when set, also ends a trial, TERMINATED, once its metric
+	// has stopped moving (Ray's TrialPlateauStopper).
+	Plateau *PlateauStop
 	// Searcher is SearchRandom (default) or SearchGrid; Seed makes it and
 	// the scheduler reproducible.
 	Searcher string
@@ -119,5 +122,8 @@ func (c *Config) validate() error {
 	if (c.Metric == "") != (c.Mode == "") {
 		return fmt.Errorf("tune: metric and mode go together")
 	}
-	return validateStop(c.Stop)
+	if err := validateStop(c.Stop); err != nil {
+		return err
+	}
+	return c.Plateau.validate()
 }

@@ -65,8 +65,8 @@
 //     follows each trial's records (storage.Follow) as they are written
 //     (woken by inotify on Linux; polled too, for storage that other
 //     machines write), asks the scheduler, then checks the stop criteria
-//     (stop.go: one met ends the trial TERMINATED, whatever the scheduler
-//     said), stops trials through their backend, performs PBT exploits (the donor's latest intact checkpoint
+//     and the plateau stop (stop.go: either ends the trial TERMINATED,
+//     whatever the scheduler said), stops trials through their backend, performs PBT exploits (the donor's latest intact checkpoint
 //     is copied into the recipient's storage as a committed checkpoint, on
 //     S3 by the server, and the recipient restarts with the mutated
 //     config), restarts failed trials

@@ -49,6 +49,9 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 	for _, c := range t.Stop {
 		cfg.Stop = append(cfg.Stop, StopCriterion{Metric: c.Metric, Value: c.Value, AtMost: c.AtMost})
 	}
+	if p := t.Plateau; p != nil {
+		cfg.Plateau = &PlateauStop{Metric: p.Metric, Std: p.Std, NumResults: p.NumResults, GracePeriod: p.GracePeriod}
+	}
 	if cfg.StoragePath == "" {
 		cfg.StoragePath = "./results"
 	}

@@ -8,9 +8,9 @@ import (
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
-// A tune block's stop map, time_attr and fail_fast reach the tuner's
-// Config as written.
-func TestFromSpecStopAndFailFast(t *testing.T) {
+// A tune block's stop map, stop_on_plateau, time_attr and fail_fast
+// reach the tuner's Config as written.
+func TestFromSpecStopPlateauAndFailFast(t *testing.T) {
 	spec, diags := trainspec.Parse([]byte(`
 train "x" {
   entrypoint { builtin = "quickstart" }
@@ -21,6 +21,9 @@ train "x" {
     time_attr = "time_total_s"
     fail_fast = true
     stop      = { time_total_s = 600, loss = { at_most = 0.05 } }
+    stop_on_plateau {
+      std = 0.001
+    }
   }
 }
 `), "train.hcl", trainspec.ParseOptions{})
@@ -30,4 +33,5 @@ train "x" {
 	must.EqOp(t, TimeTotal, x.Config.TimeAttr)
 	must.True(t, x.Config.FailFast)
 	must.Eq(t, []StopCriterion{{Metric: "loss", Value: 0.05, AtMost: true}, {Metric: TimeTotal, Value: 600}}, x.Config.Stop)
+	must.Eq(t, &PlateauStop{Metric: "loss", Std: 0.001, NumResults: 4, GracePeriod: 4}, x.Config.Plateau)
 }

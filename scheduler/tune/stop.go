@@ -3,6 +3,7 @@ package tune
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/nomad-train/nomad-train/trainer/storage"
@@ -64,14 +65,90 @@ func validateStop(crit []StopCriterion) error {
 	return nil
 }
 
+// PlateauStop ends a trial once its metric has stopped moving (Ray's
+// TrialPlateauStopper): from its GracePeriod-th report on, when the
+// standard deviation of the last NumResults values of Metric is below
+// Std.
+type PlateauStop struct {
+	Metric      string
+	Std         float64
+	NumResults  int
+	GracePeriod int
+}
+
+func (p *PlateauStop) validate() error {
+	switch {
+	case p == nil:
+		return nil
+	case p.Metric == "":
+		return fmt.Errorf("tune: the plateau stop needs a metric")
+	case !(p.Std > 0):
+		return fmt.Errorf("tune: the plateau stop's std must be positive, got %v", p.Std)
+	case p.NumResults < 2:
+		return fmt.Errorf("tune: the plateau stop needs at least 2 results to compare, got %d", p.NumResults)
+	}
+	return nil
+}
+
+// plateau is one trial's record for a PlateauStop: how many values of the
+// metric it reported, and the last NumResults of them.
+type plateau struct {
+	seen int
+	last []float64
+}
+
+// add takes a value and says whether the trial has plateaued, with the
+// spread it found.
+func (pl *plateau) add(p *PlateauStop, v float64) (float64, bool) {
+	pl.seen++
+	pl.last = append(pl.last, v)
+	if len(pl.last) > p.NumResults {
+		pl.last = pl.last[1:]
+	}
+	if pl.seen < p.GracePeriod || len(pl.last) < p.NumResults {
+		return 0, false
+	}
+	sd := stddev(pl.last)
+	return sd, sd < p.Std
+}
+
+// stddev is the population standard deviation of xs (numpy's std, which
+// Ray's stopper uses).
+func stddev(xs []float64) float64 {
+	var mean float64
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(ss / float64(len(xs)))
+}
+
 // decide asks the scheduler about a trial's result, then stops the trial
-// as finished when its report meets a stop criterion. The scheduler sees
-// the result either way, so that it counts in its rungs and medians as
-// Ray's schedulers count a trial's last result.
+// as finished when its report meets a stop criterion, or its metric has
+// plateaued. The scheduler sees the result either way, so that it counts
+// in its rungs and medians as Ray's schedulers count a trial's last
+// result.
 func (e *experiment) decide(r Result, rec storage.Record) Decision {
 	d := e.sched.OnResult(r)
 	if c, ok := stopMet(e.cfg.Stop, rec); ok {
 		return Decision{Action: Stop, Finished: true, Reason: "reached stop " + c.String()}
+	}
+	if p := e.cfg.Plateau; p != nil {
+		if v, ok := attr(rec, p.Metric); ok && !math.IsNaN(v) {
+			pl := e.plateaus[r.Trial]
+			if pl == nil {
+				pl = &plateau{}
+				e.plateaus[r.Trial] = pl
+			}
+			if sd, flat := pl.add(p, v); flat {
+				return Decision{Action: Stop, Finished: true, Reason: fmt.Sprintf("plateaued: %s varied by %.3g (std) over its last %d reports, under %g",
+					p.Metric, sd, p.NumResults, p.Std)}
+			}
+		}
 	}
 	return d
 }
@@ -86,18 +163,16 @@ type watchedAttr struct {
 }
 
 // watchedAttrs lists the attributes the experiment's settings read that a
-// trial must report itself.
+// trial must report itself, other than the metric (checkMetric's).
 func (e *experiment) watchedAttrs() []watchedAttr {
-	var w []watchedAttr
-	if !builtinAttr(e.cfg.TimeAttr) {
-		w = append(w, watchedAttr{e.cfg.TimeAttr, "time_attr", "the scheduler sees every report at time 0"})
-	}
+	w := []watchedAttr{{e.cfg.TimeAttr, "time_attr", "the scheduler sees every report at time 0"}}
 	for _, c := range e.cfg.Stop {
-		if !builtinAttr(c.Metric) {
-			w = append(w, watchedAttr{c.Metric, "stop criterion " + c.String(), "no trial stops on it until one does"})
-		}
+		w = append(w, watchedAttr{c.Metric, "stop criterion " + c.String(), "no trial stops on it until one does"})
 	}
-	return w
+	if p := e.cfg.Plateau; p != nil {
+		w = append(w, watchedAttr{p.Metric, "stop_on_plateau", "no trial stops on a plateau until one does"})
+	}
+	return slices.DeleteFunc(w, func(a watchedAttr) bool { return builtinAttr(a.name) || a.name == e.cfg.Metric })
 }
 
 // checkAttrs warns, once for each, when a report lacks an attribute the

@@ -234,3 +234,88 @@ func TestTimeAttrNotReported(t *testing.T) {
 		"the scheduler sees every report at time 0\n"
 	must.EqOp(t, 1, strings.Count(progress.String(), warning), must.Sprint(progress.String()))
 }
+
+func TestStddev(t *testing.T) {
+	must.EqOp(t, 0.0, stddev([]float64{0.3, 0.3, 0.3}))
+	must.InDelta(t, 2.0, stddev([]float64{2, 4, 4, 4, 5, 5, 7, 9}), 1e-12) // population, as numpy's std
+}
+
+// stop_on_plateau (Ray's TrialPlateauStopper) ends a trial once the
+// spread of its last num_results values is under std, not before its
+// grace_period-th report; a trial still improving runs to its end.
+func TestPlateauStop(t *testing.T) {
+	curves := map[string][]float64{
+		"flat":      {1, 0.5, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3},
+		"improving": {1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1},
+	}
+	fn := func(ctx context.Context, tr *Trial) error {
+		var cfg struct {
+			Curve string `json:"curve"`
+		}
+		if err := tr.DecodeConfig(&cfg); err != nil {
+			return err
+		}
+		for i := tr.Iteration(); i < int64(len(curves[cfg.Curve])); i++ {
+			if err := tr.Report(ctx, trainer.Metrics{"loss": curves[cfg.Curve][i]}, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		grace, flatIters int
+	}{{4, 6}, {8, 8}} {
+		t.Run(fmt.Sprint("grace ", tc.grace), func(t *testing.T) {
+			g, err := New(&InProcess{Fn: fn}, map[string]any{"curve": GridSearch("flat", "improving")}, Config{Name: "p",
+				StoragePath: t.TempDir(), Metric: "loss", Mode: ModeMin,
+				Plateau: &PlateauStop{Metric: "loss", Std: 0.01, NumResults: 4, GracePeriod: tc.grace}}).Fit(context.Background())
+			must.NoError(t, err)
+			flat, improving := g.Trials[0], g.Trials[1]
+			must.EqOp(t, StatusTerminated, flat.Status)
+			must.EqOp(t, tc.flatIters, flat.Iterations)
+			must.EqOp(t, "plateaued: loss varied by 0 (std) over its last 4 reports, under 0.01", flat.Reason)
+			must.EqOp(t, StatusTerminated, improving.Status)
+			must.EqOp(t, 10, improving.Iterations)
+			must.EqOp(t, "", improving.Reason)
+		})
+	}
+	_, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "bad", StoragePath: t.TempDir(),
+		Plateau: &PlateauStop{Metric: "loss", Std: 0.01, NumResults: 1}}).Fit(context.Background())
+	must.ErrorContains(t, err, "at least 2 results")
+}
+
+// A resumed experiment follows a trial's plateau from its whole history
+// (the replay feeds the stopper), not from the reports after the resume.
+func TestPlateauStopOnResume(t *testing.T) {
+	dir := t.TempDir()
+	curve := []float64{1, 0.5, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := func(upTo int64, interrupt bool) Trainable {
+		return func(c context.Context, tr *Trial) error {
+			for i := tr.Iteration(); i < upTo; i++ {
+				d, err := tr.NewCheckpointDir()
+				if err != nil {
+					return err
+				}
+				if err := tr.Report(c, trainer.Metrics{"loss": curve[i]}, d); err != nil {
+					return err
+				}
+			}
+			if interrupt {
+				cancel()
+				<-c.Done()
+				return c.Err()
+			}
+			return nil
+		}
+	}
+	cfg := Config{Name: "p", StoragePath: dir, Metric: "loss", Mode: ModeMin,
+		Plateau: &PlateauStop{Metric: "loss", Std: 0.01, NumResults: 4, GracePeriod: 8}}
+	_, err := New(&InProcess{Fn: run(5, true)}, map[string]any{}, cfg).Fit(ctx)
+	must.ErrorIs(t, err, context.Canceled)
+	g, err := New(&InProcess{Fn: run(10, false)}, map[string]any{}, cfg).Fit(context.Background())
+	must.NoError(t, err)
+	must.EqOp(t, StatusTerminated, g.Trials[0].Status)
+	must.EqOp(t, 8, g.Trials[0].Iterations, must.Sprint("its eighth report, counting the five before the resume"))
+	must.StrHasPrefix(t, "plateaued:", g.Trials[0].Reason)
+}

@@ -102,7 +102,8 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	}
 	e := &experiment{cfg: cfg, backend: t.backend, where: storage.RunLocation(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
-		events: make(chan event), attrSeen: map[string]bool{}, attrWarned: map[string]bool{}}
+		events: make(chan event), attrSeen: map[string]bool{}, attrWarned: map[string]bool{},
+		plateaus: map[string]*plateau{}}
 	e.trials = newTrialStore(e.where, cfg.StorageOptions)
 	e.trials.opts = tunerStorage(e.trials) // the tuner follows its trials through outages too
 	// The trials' records and the experiment's state outlive an
@@ -206,6 +207,8 @@ type experiment struct {
 	// attrWarned the settings whose attribute the user was told a report
 	// lacked, before any held it.
 	attrSeen, attrWarned map[string]bool
+	// plateaus follows each trial's metric for Config.Plateau.
+	plateaus map[string]*plateau
 }
 
 type trialRuntime struct {
