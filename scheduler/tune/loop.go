@@ -95,6 +95,9 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			if e.cfg.Progress != nil {
 				WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
 			}
+			if e.reportedSinceSave {
+				e.changed() // the running trials' iterations and times, for status and the dashboard
+			}
 		case <-budget:
 			e.log.Info("time budget spent, stopping trials")
 			e.stopEverything("time budget spent")

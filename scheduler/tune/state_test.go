@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -142,4 +143,47 @@ func TestTrialRuns(t *testing.T) {
 	root, opts = back.TrialRuns(dir)
 	must.EqOp(t, "s3://bucket/runs/exp", root)
 	must.SliceLen(t, 1, opts)
+}
+
+// The state on storage follows a running trial's reports (its iterations
+// and time trained), within a progress tick, so that `status` and the
+// dashboard show how far it is, not 0 until it ends.
+func TestStateFollowsRunningTrials(t *testing.T) {
+	dir := t.TempDir()
+	release := make(chan struct{})
+	fn := func(ctx context.Context, tr *Trial) error {
+		for range 5 {
+			time.Sleep(5 * time.Millisecond)
+			if err := tr.Report(ctx, trainer.Metrics{"loss": 1.0}, ""); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := New(&InProcess{Fn: fn}, map[string]any{}, Config{Name: "live", StoragePath: dir,
+			ProgressInterval: 20 * time.Millisecond}).Fit(context.Background())
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, ok, err := LoadState(context.Background(), filepath.Join(dir, "live"))
+		must.NoError(t, err)
+		if ok && st.Trials[0].Status == StatusRunning && st.Trials[0].Iterations == 5 {
+			must.Positive(t, st.Trials[0].TimeTotal)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the saved state never showed the running trial's 5 reports: %+v", st.Trials[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	must.NoError(t, <-done)
 }

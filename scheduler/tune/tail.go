@@ -29,6 +29,7 @@ func (e *experiment) poll(id string) {
 		ts.Iterations++
 		ts.LastResult = rec.Metrics
 		ts.TimeTotal, _ = attr(rec, TimeTotal)
+		e.reportedSinceSave = true
 		e.checkMetric(id, rec.Metrics)
 		e.checkAttrs(rec.Metrics)
 		if rt.stopping || rt.cancel == nil {

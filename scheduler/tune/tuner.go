@@ -187,6 +187,10 @@ type experiment struct {
 	// writer; the loop saves once per round, after starting trials, so
 	// that encoding the state is not on a trial hand-over's path.
 	dirty bool
+	// reportedSinceSave is set when a trial's report changed its row
+	// (iterations, time, last result) since the last save: a report alone
+	// does not save the state, but the next progress tick does.
+	reportedSinceSave bool
 	// stopAll is set when the experiment is ending (ctx done, budget spent):
 	// no trial starts any more.
 	stopAll string
@@ -283,7 +287,7 @@ func (e *experiment) changed() { e.dirty = true }
 // save hands a snapshot of the state to the writer (which writes it in
 // the background) and returns the writer's first error so far.
 func (e *experiment) save() error {
-	e.dirty = false
+	e.dirty, e.reportedSinceSave = false, false
 	if !e.started.IsZero() {
 		now := time.Now()
 		e.state.Elapsed += now.Sub(e.started)
