@@ -174,7 +174,7 @@ func (e *experiment) replay() error {
 	for _, it := range all {
 		_, held := it.rec.Metrics[e.cfg.Metric]
 		e.metricSeen = e.metricSeen || held
-		for _, a := range e.watchedAttrs() {
+		for _, a := range e.watched {
 			if _, held := it.rec.Metrics[a.name]; held {
 				e.attrSeen[a.name] = true
 			}

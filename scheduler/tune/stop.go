@@ -162,24 +162,24 @@ type watchedAttr struct {
 	without string // what happens while no report holds it
 }
 
-// watchedAttrs lists the attributes the experiment's settings read that a
-// trial must report itself, other than the metric (checkMetric's).
-func (e *experiment) watchedAttrs() []watchedAttr {
-	w := []watchedAttr{{e.cfg.TimeAttr, "time_attr", "the scheduler sees every report at time 0"}}
-	for _, c := range e.cfg.Stop {
+// watchedAttrs lists the attributes cfg's settings read that a trial must
+// report itself, other than the metric (checkMetric's).
+func watchedAttrs(cfg Config) []watchedAttr {
+	w := []watchedAttr{{cfg.TimeAttr, "time_attr", "the scheduler sees every report at time 0"}}
+	for _, c := range cfg.Stop {
 		w = append(w, watchedAttr{c.Metric, "stop criterion " + c.String(), "no trial stops on it until one does"})
 	}
-	if p := e.cfg.Plateau; p != nil {
+	if p := cfg.Plateau; p != nil {
 		w = append(w, watchedAttr{p.Metric, "stop_on_plateau", "no trial stops on a plateau until one does"})
 	}
-	return slices.DeleteFunc(w, func(a watchedAttr) bool { return builtinAttr(a.name) || a.name == e.cfg.Metric })
+	return slices.DeleteFunc(w, func(a watchedAttr) bool { return builtinAttr(a.name) || a.name == cfg.Metric })
 }
 
 // checkAttrs warns, once for each, when a report lacks an attribute the
 // settings read and no report held it before: a misspelt time_attr or
 // stop criterion would otherwise silently do nothing.
 func (e *experiment) checkAttrs(metrics map[string]any) {
-	for _, a := range e.watchedAttrs() {
+	for _, a := range e.watched {
 		if e.attrSeen[a.name] {
 			continue
 		}

@@ -102,7 +102,7 @@ func (t *Tuner) Fit(ctx context.Context) (*ResultGrid, error) {
 	}
 	e := &experiment{cfg: cfg, backend: t.backend, where: storage.RunLocation(cfg.StoragePath, cfg.Name),
 		log: cfg.Logger.Named("tune").With("experiment", cfg.Name), rt: map[string]*trialRuntime{},
-		events: make(chan event), attrSeen: map[string]bool{}, attrWarned: map[string]bool{},
+		events: make(chan event), watched: watchedAttrs(cfg), attrSeen: map[string]bool{}, attrWarned: map[string]bool{},
 		plateaus: map[string]*plateau{}}
 	e.trials = newTrialStore(e.where, cfg.StorageOptions)
 	e.trials.opts = tunerStorage(e.trials) // the tuner follows its trials through outages too
@@ -207,9 +207,11 @@ type experiment struct {
 	// failedFast is set when a trial failed for good and FailFast stopped
 	// the experiment.
 	failedFast *TrialFailedError
-	// attrSeen holds the attributes of watchedAttrs a report held;
+	// watched are the attributes the settings read that trials report
+	// (watchedAttrs); attrSeen holds those a report held;
 	// attrWarned the settings whose attribute the user was told a report
 	// lacked, before any held it.
+	watched              []watchedAttr
 	attrSeen, attrWarned map[string]bool
 	// plateaus follows each trial's metric for Config.Plateau.
 	plateaus map[string]*plateau

@@ -82,7 +82,7 @@ func EncodeManifest(m Manifest) ([]byte, error) {
 	v := manifestVersion
 	w := wireManifest{
 		Version: &v, Step: &m.Record.Step, Time: &m.Record.Time, Metrics: m.Record.Metrics,
-		Generation: m.Record.Generation, Attempt: m.Record.Attempt, TimeTotal: seconds(m.Record.TimeTotal), Files: files,
+		Generation: m.Record.Generation, Attempt: m.Record.Attempt, TimeTotal: m.Record.TimeTotal.Seconds(), Files: files,
 	}
 	if w.Metrics == nil {
 		w.Metrics = map[string]any{}

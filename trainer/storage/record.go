@@ -69,10 +69,8 @@ type wireRecord struct {
 	TimeTotal  float64        `json:"time_total_s,omitempty"`
 }
 
-// seconds and duration convert TimeTotal to and from its wire form. A
-// negative or absurd time reads as none.
-func seconds(d time.Duration) float64 { return d.Seconds() }
-
+// duration reads TimeTotal's wire form, seconds. A negative or absurd
+// time reads as none.
 func duration(s float64) time.Duration {
 	if !(s > 0 && s < 1e9) {
 		return 0
@@ -91,7 +89,7 @@ func encodeRecord(rec Record) ([]byte, error) {
 		Checkpoint: rec.Checkpoint,
 		Generation: rec.Generation,
 		Attempt:    rec.Attempt,
-		TimeTotal:  seconds(rec.TimeTotal),
+		TimeTotal:  rec.TimeTotal.Seconds(),
 	}
 	if w.Metrics == nil {
 		w.Metrics = map[string]any{}
