@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -22,7 +23,7 @@ import (
 // of values; they reach ConfigJSON in their JSON form, {"loguniform":
 // [0.0001, 0.1]}, which package scheduler/tune reads.
 type Tune struct {
-	NumSamples          int
+	NumSamples          int // or UnlimitedSamples
 	MaxConcurrentTrials int
 	Metric              string `json:",omitempty"`
 	Mode                string `json:",omitempty"` // "min" or "max"
@@ -195,7 +196,7 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 	t := &Tune{NumSamples: 1, MaxConcurrentTrials: 1, Searcher: "random"}
 	c := d.content(b.Body, tuneSchema)
 	a := c.Attributes
-	d.integer(a["num_samples"], &t.NumSamples, 1, 100000)
+	d.numSamples(a["num_samples"], &t.NumSamples)
 	d.integer(a["max_concurrent_trials"], &t.MaxConcurrentTrials, 1, 10000)
 	d.nonEmpty(a["metric"], &t.Metric)
 	d.enum(a["mode"], &t.Mode, "min", "max")
@@ -214,6 +215,10 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 			}
 		}
 	}
+	if t.NumSamples == UnlimitedSamples && a["time_budget"] == nil {
+		d.errorf(a["num_samples"], "Missing time_budget",
+			"num_samples = -1 samples trials until the time budget is spent: set time_budget as well, such as time_budget = \"2h\".")
+	}
 	if (t.Metric == "") != (t.Mode == "") && !d.diags.HasErrors() {
 		d.rangeErrorf(b.DefRange, "Metric and mode go together", "Set both metric and mode (\"min\" or \"max\"), or neither.")
 	}
@@ -227,6 +232,25 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 		t.Plateau = d.tunePlateau(pb, t.Metric)
 	}
 	return t
+}
+
+// UnlimitedSamples is num_samples = -1: trials are sampled until the
+// time budget is spent (Ray's num_samples=-1), which the block must set.
+const UnlimitedSamples = -1
+
+// numSamples decodes num_samples: 1 to 100,000, or UnlimitedSamples.
+func (d *decoder) numSamples(attr *hcl.Attribute, dst *int) {
+	v, ok := d.value(attr, cty.Number)
+	if !ok {
+		return
+	}
+	n, acc := v.AsBigFloat().Int64()
+	if acc != big.Exact || n != UnlimitedSamples && (n < 1 || n > 100000) {
+		d.errorf(attr, "Invalid value", "num_samples must be a whole number from 1 to 100000, or -1 to sample trials until the time budget is spent; got %s.",
+			v.AsBigFloat().Text('g', 10))
+		return
+	}
+	*dst = int(n)
 }
 
 // tunePlateau decodes a stop_on_plateau block, with Ray's defaults: std

@@ -109,6 +109,8 @@ func TestTuneBlockErrors(t *testing.T) {
 		{"scheduler without type", `tune {` + "\n" + `scheduler { max_t = 3 }` + "\n" + `}`, "Missing required argument"},
 		{"scheduler with a block", `tune {` + "\n" + `scheduler {` + "\n" + `type = "asha"` + "\n" + `x {}` + "\n" + `}` + "\n" + `}`, "Unexpected \"x\" block"},
 		{"zero samples", `tune { num_samples = 0 }`, "Invalid value"},
+		{"samples below -1", `tune { num_samples = -2 }`, "Invalid value"},
+		{"unlimited samples without a budget", `tune { num_samples = -1 }`, "Missing time_budget"},
 		{"stop not a map", `tune { stop = 10 }`, "Invalid stop"},
 		{"stop as a string", `tune { stop = { loss = "0.05" } }`, "Invalid stop criterion"},
 		{"loguniform at zero", `config = { lr = loguniform(0, 1) }`, "Invalid function argument"},
@@ -125,6 +127,20 @@ func TestTuneBlockErrors(t *testing.T) {
 			must.EqOp(t, tc.summary, diags.Errs()[0].(*hcl.Diagnostic).Summary, must.Sprint(diags.Error()))
 		})
 	}
+}
+
+func TestTuneUnlimitedSamples(t *testing.T) {
+	src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\ntune {\n  num_samples = -1\n  time_budget = \"90s\"\n}\n}\n"
+	spec, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	must.EqOp(t, UnlimitedSamples, spec.Tune.NumSamples)
+	must.EqOp(t, 90*time.Second, spec.Tune.TimeBudget)
+
+	// Without the budget the error points at num_samples.
+	_, diags = Parse([]byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\ntune {\n  num_samples = -1\n}\n}\n"), "train.hcl", ParseOptions{})
+	must.True(t, diags.HasErrors())
+	must.StrContains(t, diags.Error(), "train.hcl:4,")
+	must.StrContains(t, diags.Error(), `time_budget = "2h"`)
 }
 
 // keyedErr is an error about one setting, as a scheduler reports it.

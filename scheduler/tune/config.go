@@ -8,7 +8,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
+	"github.com/nomad-train/nomad-train/trainspec"
 )
+
+// UnlimitedSamples as NumSamples samples trials until the time budget is
+// spent (Ray's num_samples=-1), repeating a grid as often as it takes. The
+// built-in searchers make at most 100,000 trials.
+const UnlimitedSamples = trainspec.UnlimitedSamples
 
 // Config configures a Tuner: Ray's TuneConfig and RunConfig in one.
 type Config struct {
@@ -28,7 +34,8 @@ type Config struct {
 	// takes it at once (Nomad starts a task again only after it exited);
 	// any other holder is waited for until its lease expires.
 	Instance string
-	// NumSamples is how many times the grid is sampled (default 1).
+	// NumSamples is how many times the grid is sampled (default 1), or
+	// UnlimitedSamples: trials are sampled until TimeBudget is spent.
 	NumSamples int
 	// MaxConcurrentTrials bounds the trials running at once (default 1).
 	MaxConcurrentTrials int
@@ -92,7 +99,7 @@ func (c *Config) defaults() {
 	if c.StoragePath == "" {
 		c.StoragePath = "./results"
 	}
-	if c.NumSamples < 1 {
+	if c.NumSamples == 0 {
 		c.NumSamples = 1
 	}
 	if c.MaxConcurrentTrials < 1 {
@@ -121,6 +128,12 @@ func (c *Config) validate() error {
 	}
 	if (c.Metric == "") != (c.Mode == "") {
 		return fmt.Errorf("tune: metric and mode go together")
+	}
+	if c.NumSamples < UnlimitedSamples {
+		return fmt.Errorf("tune: NumSamples must be at least 1, or UnlimitedSamples (-1); got %d", c.NumSamples)
+	}
+	if c.NumSamples == UnlimitedSamples && c.TimeBudget <= 0 {
+		return fmt.Errorf("tune: UnlimitedSamples samples trials until the time budget is spent: set TimeBudget as well")
 	}
 	if err := validateStop(c.Stop); err != nil {
 		return err

@@ -45,9 +45,10 @@ type Generator struct {
 }
 
 // NewGenerator returns the variant generator of space. searcher is
-// SearchRandom (or "") or SearchGrid; numSamples < 1 counts as 1.
+// SearchRandom (or "") or SearchGrid; numSamples 0 counts as 1, and a
+// negative one (UnlimitedSamples) as many as maxVariants allows.
 func NewGenerator(space map[string]any, searcher string, numSamples int, seed uint64) (*Generator, error) {
-	if numSamples < 1 {
+	if numSamples == 0 {
 		numSamples = 1
 	}
 	switch searcher {
@@ -79,7 +80,9 @@ func NewGenerator(space map[string]any, searcher string, numSamples int, seed ui
 			g.gridSize *= n
 		}
 	}
-	if g.gridSize > maxVariants/numSamples {
+	if numSamples < 0 {
+		g.numSamples = maxVariants / g.gridSize
+	} else if g.gridSize > maxVariants/numSamples {
 		return nil, fmt.Errorf("%w: %d samples of a grid of %d exceed %d variants", ErrSpace, numSamples, g.gridSize, maxVariants)
 	}
 	return g, nil

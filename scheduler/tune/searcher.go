@@ -50,7 +50,9 @@ type SearcherSettings interface {
 	// Kind is the searcher's name, train.hcl's search_alg = "...".
 	Kind() string
 	// Build checks the settings and returns the searcher of space for
-	// objective o, making numSamples trials; seed makes it reproducible.
+	// objective o, making numSamples trials (UnlimitedSamples: as many as
+	// it can until the tuner's time budget ends); seed makes it
+	// reproducible.
 	Build(space map[string]any, o Objective, numSamples int, seed uint64) (Searcher, error)
 }
 
@@ -123,7 +125,7 @@ func init() {
 
 // VariantSettings is the random or grid searcher: Ray's basic variant
 // generator (Generator), which learns nothing from results and lists every
-// trial up front. It has no settings.
+// trial up front (with UnlimitedSamples, as slots free). It has no settings.
 type VariantSettings struct{ kind string }
 
 // Kind is "random" or "grid".
@@ -140,22 +142,30 @@ func (s VariantSettings) Build(space map[string]any, _ Objective, numSamples int
 	if err != nil {
 		return nil, err
 	}
-	return &variantSearcher{g}, nil
+	return &variantSearcher{g: g, unlimited: numSamples < 0}, nil
 }
 
 // variantSearcher hands out the Generator's variants in order.
-type variantSearcher struct{ g *Generator }
+type variantSearcher struct {
+	g         *Generator
+	unlimited bool // UnlimitedSamples: made as slots free, not up front
+}
 
-func (v *variantSearcher) Total() int                      { return v.g.Total() }
-func (v *variantSearcher) Suggest(string) (Variant, bool)  { return v.g.Next() }
-func (v *variantSearcher) Adopt(string, map[string]any)    {}
+func (v *variantSearcher) Total() int                     { return v.g.Total() }
+func (v *variantSearcher) Suggest(string) (Variant, bool) { return v.g.Next() }
+
+// Adopt skips the variant a restored trial was given: trials are made in
+// the generator's order, so the next Suggest continues the sequence
+// rather than repeat its start.
+func (v *variantSearcher) Adopt(string, map[string]any)    { v.g.Next() }
 func (v *variantSearcher) OnResult(string, Result)         {}
 func (v *variantSearcher) OnTrialComplete(string, Outcome) {}
 
 // eager says every trial is made up front (the variant generator learns
 // nothing, so the experiment state lists them all from the start, as
-// before searchers could learn).
-func (v *variantSearcher) eager() bool { return true }
+// before searchers could learn); with UnlimitedSamples they are made as
+// slots free, until the time budget ends.
+func (v *variantSearcher) eager() bool { return !v.unlimited }
 
 // eagerSearcher says whether s makes its trials up front.
 func eagerSearcher(s Searcher) bool {

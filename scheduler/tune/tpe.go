@@ -120,11 +120,20 @@ type searchTrial struct {
 
 func newModelSearch(space map[string]any, o Objective, total int, seed uint64) *modelSearch {
 	t := &modelSearch{obj: o, space: space, sites: sites(space, nil, nil), dims: map[string]dimModel{},
-		total: max(total, 1), rng: rand.New(rand.NewPCG(seed, 0x7470_6521)), byID: map[string]*searchTrial{}}
+		total: samplesTotal(total), rng: rand.New(rand.NewPCG(seed, 0x7470_6521)), byID: map[string]*searchTrial{}}
 	for _, s := range t.sites {
 		t.addDims(s.name(), s.dom)
 	}
 	return t
+}
+
+// samplesTotal is how many trials a model-based searcher makes for
+// numSamples: maxVariants for UnlimitedSamples, at least 1.
+func samplesTotal(numSamples int) int {
+	if numSamples < 0 {
+		return maxVariants
+	}
+	return max(numSamples, 1)
 }
 
 // addDims records d and, for a choice, the functions nested in its values.
