@@ -92,6 +92,23 @@ train "qs-s3" {
 	must.Eq(t, []string{filepath.Join(dir, "train.hcl")}, local, must.Sprint("the experiment is on S3, nothing of it here"))
 	checkDashboardOnS3(t, bin, dir, env, srv, url)
 
+	// status and list read the experiment from the bucket, with the AWS
+	// environment.
+	s3env := append(slices.Clone(env), "AWS_ENDPOINT_URL_S3="+srv.Endpoint, "AWS_REGION="+srv.Region)
+	for _, args := range [][]string{{"status", url + "/qs-s3"}, {"list", url}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir, cmd.Env = dir, s3env
+		got, err := cmd.CombinedOutput()
+		must.NoError(t, err, must.Sprint(string(got)))
+		if args[0] == "status" {
+			must.StrContains(t, string(got), "experiment qs-s3: kept at "+url+"/qs-s3, state of ")
+			must.StrContains(t, string(got), "== qs-s3: 2 trials (2 TERMINATED)\n")
+			must.StrContains(t, string(got), "best trial "+best[1]+": loss "+best[2]+", config ")
+		} else {
+			must.RegexMatch(t, regexp.MustCompile(`^EXPERIMENT\s+TRIALS\s+STATUS\s+BEST\s+UPDATED\nqs-s3\s+2\s+2 TERMINATED\s+`+best[1]+` loss=`), string(got))
+		}
+	}
+
 	again := tuneOnce()
 	must.StrContains(t, again, "== qs-s3: 2 trials (2 TERMINATED)")
 	must.StrContains(t, again, "==> best trial "+best[1]+": loss "+best[2]+",")

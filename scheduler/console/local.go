@@ -25,7 +25,8 @@ var ErrNoLocalRun = errors.New("no local run")
 
 // PrintLocalStatus prints the local run in dir: its launcher's state, its
 // workers, and its last report. dir may be a run's s3:// location
-// (LocalRunDir), whose records and checkpoints it prints.
+// (LocalRunDir), whose records and checkpoints it prints, or an
+// experiment's, whose trial table it prints.
 func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 	if storage.IsObjectPath(dir) {
 		return printObjectStatus(ctx, w, dir)
@@ -33,7 +34,10 @@ func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 	st, stErr := launch.ReadState(dir)
 	last, hasLast := LastRecord(dir)
 	if stErr != nil && !hasLast {
-		return fmt.Errorf("%w in %s (no %s, no %s)", ErrNoLocalRun, dir, launch.StateFile, storage.ProgressFile)
+		if ok, err := printExperimentStatus(ctx, w, dir); ok || err != nil {
+			return err
+		}
+		return fmt.Errorf("%w in %s (no %s, no %s, no %s)", ErrNoLocalRun, dir, launch.StateFile, storage.ProgressFile, storage.ExperimentStateFile)
 	}
 	if stErr != nil {
 		fmt.Fprintf(w, "run %s: no launcher state (%v)\n", filepath.Base(dir), stErr)
@@ -110,7 +114,7 @@ func LastRecord(dir string) (storage.Record, bool) {
 
 // PrintLocalRuns lists the runs under the local storage path root
 // (DefaultStorage when ""): the directories that hold a launcher state or
-// reports.
+// reports; then the experiments there, if any.
 func PrintLocalRuns(ctx context.Context, w io.Writer, root string) error {
 	if root == "" {
 		root = DefaultStorage
@@ -126,7 +130,9 @@ func PrintLocalRuns(ctx context.Context, w io.Writer, root string) error {
 	if err != nil {
 		return fmt.Errorf("no local runs: %w", err)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var runs strings.Builder
+	rows := 0
+	tw := tabwriter.NewWriter(&runs, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tRESTARTS\tUPDATED")
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -150,9 +156,10 @@ func PrintLocalRuns(ctx context.Context, w io.Writer, root string) error {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Name(), status, step, restarts, updated.Local().Format(time.DateTime))
+		rows++
 	}
 	tw.Flush()
-	return nil
+	return printRunsAndExperiments(ctx, w, runs.String(), rows, dir)
 }
 
 // CopyLogs writes the saved output of rank in the local run in dir

@@ -71,7 +71,8 @@ func readObjectRun(ctx context.Context, root, run string, opts ...storage.Option
 }
 
 // printObjectStatus prints the run at loc (s3://bucket/prefix/<run>): its
-// last report and its kept checkpoints, the newest by its location.
+// last report and its kept checkpoints, the newest by its location; or
+// the experiment there.
 func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 	root, run, err := splitRunLocation(loc)
 	if err != nil {
@@ -82,7 +83,10 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 		return err
 	}
 	if !o.reported {
-		return fmt.Errorf("%w at %s (no progress records)", ErrNoLocalRun, loc)
+		if ok, err := printExperimentStatus(ctx, w, loc); ok || err != nil {
+			return err
+		}
+		return fmt.Errorf("%w at %s (no progress records, no experiment state)", ErrNoLocalRun, loc)
 	}
 	if dir := launch.RunDir(root, run); dir == "" {
 		fmt.Fprintf(w, "run %s: kept at %s\n", run, storage.RunLocation(root, run))
@@ -107,13 +111,15 @@ func (o objectRun) printCheckpoints(w io.Writer, root, run string) {
 	}
 }
 
-// printObjectRuns lists the runs under the s3:// storage path root.
+// printObjectRuns lists the runs under the s3:// storage path root, then
+// the experiments there.
 func printObjectRuns(ctx context.Context, w io.Writer, root string) error {
 	runs, err := storage.ListRuns(ctx, root)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tRESTARTS\tUPDATED")
 	for _, run := range runs {
 		o, err := readObjectRun(ctx, root, run)
@@ -138,5 +144,6 @@ func printObjectRuns(ctx context.Context, w io.Writer, root string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", run, status, step, restarts, when)
 	}
-	return tw.Flush()
+	tw.Flush()
+	return printRunsAndExperiments(ctx, w, table.String(), len(runs), root)
 }

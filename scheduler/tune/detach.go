@@ -226,6 +226,7 @@ func (d *Detached) Write(w io.Writer) {
 		fmt.Fprintf(w, "no trial table yet in %s\n", storage.RunLocation(d.Job.Meta[trainspec.MetaStoragePath], name))
 	default:
 		WriteTable(w, d.State, d.Job.Meta[MetaTunerMetric])
+		WriteBest(w, d.State)
 	}
 }
 

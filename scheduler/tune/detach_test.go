@@ -130,7 +130,8 @@ func TestReadDetached(t *testing.T) {
 	d.Write(&text)
 	must.EqOp(t, "experiment exp: tuner job exp-tuner running, 0 restarts\nno trial table yet in "+filepath.Join(storage, "exp")+"\n", text.String())
 
-	st := &ExperimentState{Version: stateVersion, Name: "exp", Trials: []*TrialState{{ID: "trial_0000", Status: StatusRunning}}}
+	st := &ExperimentState{Version: stateVersion, Name: "exp", Metric: "loss", Mode: ModeMin, Trials: []*TrialState{
+		{ID: "trial_0000", Status: StatusRunning, Config: map[string]any{"lr": 0.1}, LastResult: map[string]any{"loss": 0.25}}}}
 	b, err := st.encode()
 	must.NoError(t, err)
 	must.NoError(t, os.MkdirAll(filepath.Join(storage, "exp"), 0o755))
@@ -142,6 +143,7 @@ func TestReadDetached(t *testing.T) {
 	d.Write(&text)
 	must.StrContains(t, text.String(), "== exp: 1 trial (1 RUNNING)")
 	must.StrContains(t, text.String(), "loss") // the metric's column
+	must.StrContains(t, text.String(), "\nbest trial trial_0000: loss 0.25, config lr=0.1\n")
 }
 
 func newNomadClient(t *testing.T, addr string) *nomad.Client {

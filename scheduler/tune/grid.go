@@ -187,28 +187,36 @@ func (g *ResultGrid) BestOf(metric, mode, scope string) (*TrialResult, error) {
 	if scope != ScopeLast && scope != ScopeAll {
 		return nil, fmt.Errorf("best result scope must be %q or %q, got %q", ScopeLast, ScopeAll, scope)
 	}
+	i := bestTrial(len(g.Trials), metric, mode, func(i int) []map[string]any {
+		if scope == ScopeAll {
+			return g.Trials[i].History
+		}
+		return []map[string]any{g.Trials[i].Metrics}
+	})
+	if i < 0 {
+		return nil, fmt.Errorf("%w %q", ErrNoResult, metric)
+	}
+	return &g.Trials[i], nil
+}
+
+// bestTrial returns the index of the one of n trials with the best value of
+// metric under mode among the reports of each, or -1 when none reported
+// it. The first of equals wins.
+func bestTrial(n int, metric, mode string, reports func(i int) []map[string]any) int {
 	sign := 1.0
 	if mode == ModeMin {
 		sign = -1
 	}
-	var best *TrialResult
-	bestScore := math.Inf(-1)
-	for i := range g.Trials {
-		reports := []map[string]any{g.Trials[i].Metrics}
-		if scope == ScopeAll {
-			reports = g.Trials[i].History
-		}
-		for _, m := range reports {
+	best, bestScore := -1, math.Inf(-1)
+	for i := range n {
+		for _, m := range reports(i) {
 			v, ok := storage.Score(storage.Record{Metrics: m}, metric)
-			if ok && (best == nil || sign*v > bestScore) {
-				best, bestScore = &g.Trials[i], sign*v
+			if ok && (best < 0 || sign*v > bestScore) {
+				best, bestScore = i, sign*v
 			}
 		}
 	}
-	if best == nil {
-		return nil, fmt.Errorf("%w %q", ErrNoResult, metric)
-	}
-	return best, nil
+	return best
 }
 
 // WriteJSON writes the grid as indented JSON.

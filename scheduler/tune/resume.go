@@ -70,6 +70,7 @@ func (e *experiment) setup(space map[string]any, mustExist bool) error {
 	}
 	// The state names where its trials are, with the store's options, so
 	// that a reader (the dashboard) finds them from the state alone.
+	e.state.Metric, e.state.Mode = e.cfg.Metric, e.cfg.Mode
 	e.state.TrialStorage, e.state.TrialStorageOptions = "", nil
 	if e.trials.remote() {
 		o := e.cfg.StorageOptions

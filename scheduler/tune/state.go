@@ -71,6 +71,10 @@ type ExperimentState struct {
 	Name    string        `json:"name"`
 	Elapsed time.Duration `json:"elapsed_ns"` // time spent in earlier Fit calls
 	Trials  []*TrialState `json:"trials"`
+	// Metric and Mode are the experiment's, as its last tuner had them:
+	// a reader of the state (status) ranks the trials by them.
+	Metric string `json:"metric,omitempty"`
+	Mode   string `json:"mode,omitempty"`
 	// TrialStorage is where the trials keep their runs when on an object
 	// store (the experiment's s3:// location), and TrialStorageOptions the
 	// store's non-secret options: a reader of the state (the dashboard)
@@ -154,6 +158,23 @@ func (t *TrialState) validate() error {
 			t.ID, t.Failures, t.FailuresForgiven, t.Iterations)
 	}
 	return nil
+}
+
+// Best returns the trial whose last result is best by the state's metric
+// and mode, as the state last recorded it (ResultGrid.Best, scope last,
+// reads the trials' own records); ok is false when the state names no
+// metric or no trial reported it.
+func (s *ExperimentState) Best() (t *TrialState, ok bool) {
+	if s.Metric == "" || (s.Mode != ModeMin && s.Mode != ModeMax) {
+		return nil, false
+	}
+	i := bestTrial(len(s.Trials), s.Metric, s.Mode, func(i int) []map[string]any {
+		return []map[string]any{s.Trials[i].LastResult}
+	})
+	if i < 0 {
+		return nil, false
+	}
+	return s.Trials[i], true
 }
 
 // encode renders the state as the file's contents.

@@ -31,21 +31,13 @@ func WriteTable(w io.Writer, st *ExperimentState, metric string) {
 }
 
 func writeTable(w io.Writer, st *ExperimentState, metric string) {
-	counts := map[string]int{}
 	params := map[string]bool{}
 	for _, t := range st.Trials {
-		counts[t.Status]++
 		for k := range t.Params {
 			params[k] = true
 		}
 	}
-	var summary []string
-	for _, s := range []string{StatusRunning, StatusPending, StatusTerminated, StatusStopped, StatusError} {
-		if counts[s] > 0 {
-			summary = append(summary, fmt.Sprintf("%d %s", counts[s], s))
-		}
-	}
-	fmt.Fprintf(w, "== %s: %s (%s)\n", st.Name, english.Count(len(st.Trials), "trial", "trials"), strings.Join(summary, ", "))
+	fmt.Fprintf(w, "== %s: %s (%s)\n", st.Name, english.Count(len(st.Trials), "trial", "trials"), StatusCounts(st))
 	keys := sortedTrials(params)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := append([]string{"trial", "status"}, keys...)
@@ -58,15 +50,41 @@ func writeTable(w io.Writer, st *ExperimentState, metric string) {
 		row := []string{t.ID, t.Status}
 		params := t.ParamsNow()
 		for _, k := range keys {
-			row = append(row, short(params[k]))
+			row = append(row, FormatValue(params[k]))
 		}
 		row = append(row, strconv.Itoa(t.Iterations), seconds(t.TimeTotal))
 		if metric != "" {
-			row = append(row, short(t.LastResult[metric]))
+			row = append(row, FormatValue(t.LastResult[metric]))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+}
+
+// WriteBest writes the line of st's best trial by its last result (see
+// ExperimentState.Best); ok is false, and nothing written, when there is
+// none.
+func WriteBest(w io.Writer, st *ExperimentState) (best *TrialState, ok bool) {
+	if best, ok = st.Best(); ok {
+		fmt.Fprintf(w, "best trial %s: %s %v, config %s\n", best.ID, st.Metric, best.LastResult[st.Metric], FormatConfig(best.Config))
+	}
+	return best, ok
+}
+
+// StatusCounts says how many of st's trials are in each status, running
+// first: "2 RUNNING, 5 TERMINATED".
+func StatusCounts(st *ExperimentState) string {
+	counts := map[string]int{}
+	for _, t := range st.Trials {
+		counts[t.Status]++
+	}
+	var summary []string
+	for _, s := range []string{StatusRunning, StatusPending, StatusTerminated, StatusStopped, StatusError} {
+		if counts[s] > 0 {
+			summary = append(summary, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	return strings.Join(summary, ", ")
 }
 
 // seconds shows a time trained in seconds as the table shows metrics,
@@ -75,10 +93,12 @@ func seconds(s float64) string {
 	if s <= 0 {
 		return "-"
 	}
-	return short(s)
+	return FormatValue(s)
 }
 
-func short(v any) string {
+// FormatValue shows a param or metric as the trial table does: numbers
+// to 5 significant digits, "-" for none.
+func FormatValue(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "-"
