@@ -43,6 +43,8 @@ func TestLocalStatusListLogs(t *testing.T) {
 			must.StrContains(t, stdout, "exited (0)")
 			must.StrContains(t, stdout, launch.LogPath(runDir, 1))
 			must.StrContains(t, stdout, "last report: step 3 epoch 2 loss=")
+			must.RegexMatch(t, regexp.MustCompile(`(?m)^checkpoints: \d+ kept; the latest, of step 3: `+
+				regexp.QuoteMeta(filepath.Join(runDir, "checkpoint_000002"))+`$`), stdout)
 		})
 	}
 	t.Run("list", func(t *testing.T) {

@@ -24,7 +24,7 @@ import (
 var ErrNoLocalRun = errors.New("no local run")
 
 // PrintLocalStatus prints the local run in dir: its launcher's state, its
-// workers, and its last report. dir may be a run's s3:// location
+// workers, its last report and its checkpoints. dir may be a run's s3:// location
 // (LocalRunDir), whose records and checkpoints it prints, or an
 // experiment's, whose trial table it prints.
 func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
@@ -44,10 +44,14 @@ func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 	} else {
 		printLauncherState(w, dir, st)
 	}
+	root, run := filepath.Dir(dir), filepath.Base(dir)
 	if hasLast {
 		fmt.Fprintf(w, "last report: %s\n", FormatRecord(last))
 	}
-	printStart(ctx, w, filepath.Dir(dir), filepath.Base(dir))
+	printStart(ctx, w, root, run)
+	if o, err := readStoredRun(ctx, root, run); err == nil {
+		o.printCheckpoints(w, root, run)
+	}
 	return nil
 }
 

@@ -265,7 +265,7 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string
 	}
 	if storage.IsObjectPath(root) { // any machine reaches it: say where to download from
 		printStart(ctx, w, root, run, sopt)
-		if o, err := readObjectRun(ctx, root, run, sopt); err == nil {
+		if o, err := readStoredRun(ctx, root, run, sopt); err == nil {
 			o.printCheckpoints(w, root, run)
 		}
 	} else if filepath.IsAbs(root) {

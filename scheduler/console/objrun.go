@@ -34,8 +34,9 @@ func splitRunLocation(loc string) (root, run string, err error) {
 	return l.String(), run, nil
 }
 
-// objectRun is what status and list show of a run on an object store.
-type objectRun struct {
+// storedRun is what status and list show of a run's records and
+// checkpoints, on an object store or in a directory.
+type storedRun struct {
 	last      storage.Record
 	reported  bool
 	kept      int
@@ -43,21 +44,21 @@ type objectRun struct {
 	hasLatest bool
 }
 
-func readObjectRun(ctx context.Context, root, run string, opts ...storage.Option) (objectRun, error) {
+func readStoredRun(ctx context.Context, root, run string, opts ...storage.Option) (storedRun, error) {
 	st, err := storage.OpenStoreReadOnly(ctx, root, run, storage.Policy{}, opts...)
 	if err != nil {
-		return objectRun{}, err
+		return storedRun{}, err
 	}
 	defer st.Close()
 	recs, err := st.Records()
 	if err != nil {
-		return objectRun{}, err
+		return storedRun{}, err
 	}
 	live, err := st.Best(0)
 	if err != nil {
-		return objectRun{}, err
+		return storedRun{}, err
 	}
-	var o objectRun
+	var o storedRun
 	if n := len(recs); n > 0 {
 		o.last, o.reported = recs[n-1], true
 	}
@@ -78,7 +79,7 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 	if err != nil {
 		return err
 	}
-	o, err := readObjectRun(ctx, root, run)
+	o, err := readStoredRun(ctx, root, run)
 	if err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 
 // printCheckpoints says how many checkpoints the run keeps, and where the
 // latest is (the location download takes).
-func (o objectRun) printCheckpoints(w io.Writer, root, run string) {
+func (o storedRun) printCheckpoints(w io.Writer, root, run string) {
 	if o.hasLatest {
 		fmt.Fprintf(w, "checkpoints: %d kept; the latest, of step %d: %s\n", o.kept, o.latest.Step,
 			storage.CheckpointLocation(root, run, o.latest.Checkpoint))
@@ -122,7 +123,7 @@ func printObjectRuns(ctx context.Context, w io.Writer, root string) error {
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tRESTARTS\tUPDATED")
 	for _, run := range runs {
-		o, err := readObjectRun(ctx, root, run)
+		o, err := readStoredRun(ctx, root, run)
 		if err != nil {
 			return fmt.Errorf("reading run %s: %w", run, err)
 		}
