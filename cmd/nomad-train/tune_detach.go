@@ -24,7 +24,7 @@ type detachFlags struct {
 }
 
 func (d *detachFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&d.detach, "detach", false, "run the tuner itself on Nomad, as the job <name>-tuner, and return; `nomad-train status <name>` follows it")
+	fs.BoolVar(&d.detach, "detach", false, "run the tuner itself on Nomad, as the job <name>-tuner, and return; nomad-train status <name> follows it")
 	fs.StringVar(&d.driver, "tuner-driver", "exec", "with -detach: the tuner task's driver, exec or raw_exec")
 	fs.StringVar(&d.command, "tuner-command", tune.DefaultTunerCommand, "with -detach: nomad-train's path on the Nomad clients")
 	fs.StringVar(&d.consul, "tuner-consul-address", tune.DefaultTunerConsul,
