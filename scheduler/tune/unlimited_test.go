@@ -3,6 +3,7 @@ package tune
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,4 +81,37 @@ func TestUnlimitedSamplesNeedATimeBudget(t *testing.T) {
 	_, err = New(&InProcess{Fn: synthetic(0, false, nil)}, lrSpace(1),
 		Config{Name: "unl", StoragePath: t.TempDir(), NumSamples: -2}).Fit(context.Background())
 	must.ErrorContains(t, err, "got -2")
+}
+
+// Raising num_samples of a finished experiment runs the new trials only,
+// each with a config of its own: the generator goes on past the variants
+// of the trials it restored instead of handing them out again.
+func TestMoreSamplesOnResume(t *testing.T) {
+	cfg := Config{Name: "more", StoragePath: t.TempDir(), NumSamples: 3, Metric: "loss", Mode: ModeMin, Seed: 3}
+	var starts sync.Map
+	tn := func() *Tuner { return New(&InProcess{Fn: synthetic(0, false, &starts)}, lrSpace(2), cfg) }
+	g, err := tn().Fit(context.Background())
+	must.NoError(t, err)
+	must.SliceLen(t, 3, g.Trials)
+
+	cfg.NumSamples = 5
+	g, err = tn().Fit(context.Background())
+	must.NoError(t, err)
+	must.SliceLen(t, 5, g.Trials)
+	lrs := map[any]string{}
+	for _, tr := range g.Trials {
+		must.EqOp(t, StatusTerminated, tr.Status)
+		n, _ := starts.Load(tr.ID)
+		must.EqOp(t, 1, *n.(*int), must.Sprintf("%s started again", tr.ID))
+		must.MapNotContainsKey(t, lrs, tr.Config["lr"], must.Sprintf("%s repeats %s's config", tr.ID, lrs[tr.Config["lr"]]))
+		lrs[tr.Config["lr"]] = tr.ID
+	}
+	// The same as a fresh experiment of 5 would have sampled.
+	fresh := cfg
+	fresh.StoragePath = t.TempDir()
+	g2, err := New(&InProcess{Fn: synthetic(0, false, nil)}, lrSpace(2), fresh).Fit(context.Background())
+	must.NoError(t, err)
+	for i := range g2.Trials {
+		must.Eq(t, g2.Trials[i].Config, g.Trials[i].Config)
+	}
 }
