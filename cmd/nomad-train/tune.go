@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -28,6 +29,7 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cf.RegisterLocal(fs)
 	var df detachFlags
 	df.register(fs)
+	fresh := fs.Bool("fresh", false, "start the experiment over: move its local directory aside to <name>.old-<time> (nothing is deleted)")
 	path, code := parseArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -39,8 +41,17 @@ func tuneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitSpec
 	}
+	if *fresh && df.detach {
+		fmt.Fprintln(stderr, "nomad-train tune: -fresh applies to a tuner on this machine; stop the tuner job and move its storage aside")
+		return exitUsage
+	}
 	if df.detach {
 		return detachTune(ctx, x, path, &sf, &cf, &df, stdout, stderr)
+	}
+	if *fresh {
+		if err := console.TuneFresh(ctx, x, time.Now(), stdout); err != nil {
+			return fail(stderr, "tune", err)
+		}
 	}
 	o := console.TuneRun{Stdout: stdout, Stderr: stderr, Interval: *interval, Verbose: *verbose,
 		Address: cf.Address, Namespace: cf.Namespace, WaitForCapacity: cf.waitForCapacity}

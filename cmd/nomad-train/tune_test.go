@@ -18,6 +18,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // `nomad-train tune train.hcl` tunes the quickstart builtin under ASHA on
@@ -78,6 +79,27 @@ train "qs-tune" {
 	after, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
 	must.NoError(t, err)
 	must.Eq(t, before, after)
+
+	// -fresh is refused while a tuner holds the experiment, and otherwise
+	// moves it aside, whole, and runs every trial again.
+	held, err := storage.OpenExperiment(context.Background(), filepath.Join(dir, "results", "qs-tune"))
+	must.NoError(t, err)
+	out, err = localTune(bin, dir, "-fresh", spec).CombinedOutput()
+	must.Error(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "-fresh: a tuner is running the experiment in results/qs-tune; stop it first")
+	must.NoError(t, held.Close())
+	out, err = localTune(bin, dir, "-fresh", spec).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	m := regexp.MustCompile(`(?m)^==> starting afresh: the previous experiment moved to (\S+/results/qs-tune\.old-\d{8}T\d{6}Z)$`).FindStringSubmatch(string(out))
+	must.SliceLen(t, 2, m, must.Sprint(string(out)))
+	moved, err := os.ReadFile(filepath.Join(m[1], "trial_0000", "progress.jsonl"))
+	must.NoError(t, err)
+	must.Eq(t, before, moved)
+	must.FileExists(t, filepath.Join(m[1], "experiment_state.json"))
+	must.StrContains(t, string(out), "== qs-tune: 4 trials")
+	again, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
+	must.NoError(t, err)
+	must.NotEq(t, before, again) // trained again, at its own times
 }
 
 // Ctrl-C stops every trial and the tuner ends with 130, leaving the trials

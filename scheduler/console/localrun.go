@@ -186,6 +186,12 @@ func StartFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
 	if dir == "" || storage.IsObjectPath(spec.Run.StoragePath) {
 		return fmt.Errorf("-fresh needs a local storage path, not %q: remove the run's objects yourself", spec.Run.StoragePath)
 	}
+	return moveAside(dir, "run", now, stdout)
+}
+
+// moveAside moves dir aside (launch.MoveAside) and says where the
+// previous what (run, experiment) went; nothing when there was none.
+func moveAside(dir, what string, now time.Time, stdout io.Writer) error {
 	aside, err := launch.MoveAside(dir, now)
 	if err != nil || aside == "" {
 		return err
@@ -193,6 +199,6 @@ func StartFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
 	if abs, err := filepath.Abs(aside); err == nil {
 		aside = abs
 	}
-	fmt.Fprintf(stdout, "==> starting afresh: the previous run moved to %s\n", aside)
+	fmt.Fprintf(stdout, "==> starting afresh: the previous %s moved to %s\n", what, aside)
 	return nil
 }

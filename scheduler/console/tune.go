@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
@@ -101,6 +102,29 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 		return 1
 	}
 	return 0
+}
+
+// TuneFresh moves the experiment's directory aside to <dir>.old-<time>,
+// so that tune starts it over; it never deletes a trial. It refuses while
+// a tuner runs the experiment, and says where the old one went.
+func TuneFresh(ctx context.Context, x *tune.Experiment, now time.Time, stdout io.Writer) error {
+	root, name := x.Config.StoragePath, x.Config.Name
+	if storage.IsObjectPath(root) {
+		return fmt.Errorf("-fresh needs a local storage path, not %q: move the experiment's objects aside yourself, or give it another name", root)
+	}
+	where := storage.RunLocation(root, name)
+	if _, err := os.Stat(where); errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing to move
+	}
+	lock, err := storage.OpenExperiment(ctx, where)
+	if errors.Is(err, storage.ErrLocked) {
+		return fmt.Errorf("-fresh: a tuner is running the experiment in %s; stop it first", where)
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Close() // the flock moves with the directory
+	return moveAside(where, "experiment", now, stdout)
 }
 
 // printExperiment prints an experiment's end: its failed trials, where

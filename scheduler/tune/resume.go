@@ -108,7 +108,7 @@ func (e *experiment) refuseEarlierTrials() error {
 	}
 	return fmt.Errorf("%w: %s holds no %s but the runs of %d %s (%s); a fresh experiment would resume "+
 		"them under its own configs and delete their checkpoints. Resuming needs the state; to start "+
-		"over, move %s aside or give the experiment another name (nothing is deleted for you)",
+		"over, move %s aside (tune -fresh does, for a directory) or give the experiment another name (nothing is deleted for you)",
 		ErrEarlierTrials, e.where, storage.ExperimentStateFile, len(runs),
 		english.Plural(len(runs), "trial", "trials"), strings.Join(shown, ", "), e.where)
 }
