@@ -39,19 +39,14 @@ func loadObjectResult(storagePath, run string, policy workerenv.CheckpointPolicy
 	if err != nil {
 		return nil, fmt.Errorf("rank checkpoints: %w", err)
 	}
-	live := map[string]bool{}
 	for _, r := range best {
-		live[r.Checkpoint] = true
 		res.BestCheckpoints = append(res.BestCheckpoints, ScoredCheckpoint{
 			Checkpoint: &Checkpoint{dir: storage.CheckpointLocation(storagePath, run, r.Checkpoint), opts: opts},
 			Metrics:    Metrics(r.Metrics),
 		})
 	}
-	for i := len(recs) - 1; i >= 0; i-- {
-		if live[recs[i].Checkpoint] {
-			res.Checkpoint = &Checkpoint{dir: storage.CheckpointLocation(storagePath, run, recs[i].Checkpoint), opts: opts}
-			break
-		}
+	if r, ok := storage.Newest(best); ok {
+		res.Checkpoint = &Checkpoint{dir: storage.CheckpointLocation(storagePath, run, r.Checkpoint), opts: opts}
 	}
 	return withOutcome(res, out)
 }

@@ -62,12 +62,8 @@ func readStoredRun(ctx context.Context, root, run string, opts ...storage.Option
 	if n := len(recs); n > 0 {
 		o.last, o.reported = recs[n-1], true
 	}
-	for _, r := range live {
-		o.kept++
-		if !o.hasLatest || r.Step > o.latest.Step {
-			o.latest, o.hasLatest = r, true
-		}
-	}
+	o.kept = len(live)
+	o.latest, o.hasLatest = storage.Newest(live)
 	return o, nil
 }
 

@@ -41,12 +41,8 @@ func (e *experiment) cloneInto(ts *TrialState, d *Decision) error {
 		if err != nil {
 			return fmt.Errorf("find donor checkpoint: %w", err)
 		}
-		for _, r := range live {
-			if r.Step >= src.Step {
-				src = r
-			}
-		}
-		if src.Checkpoint == "" {
+		var ok bool
+		if src, ok = storage.Newest(live); !ok {
 			return fmt.Errorf("find donor checkpoint: %s has none", d.Donor)
 		}
 	} else {

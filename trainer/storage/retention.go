@@ -116,6 +116,19 @@ func Score(rec Record, attr string) (float64, bool) {
 	return f, true
 }
 
+// Newest returns the record of the newest checkpoint of live (as Best
+// gives them): the one of the highest step, which is unique among a run's
+// live checkpoints (a restart drops the records after the step it
+// resumes from). ok is false when live is empty.
+func Newest(live []Record) (r Record, ok bool) {
+	for _, l := range live {
+		if !ok || l.Step > r.Step {
+			r, ok = l, true
+		}
+	}
+	return r, ok
+}
+
 // best returns up to n of live ranked best first by Rank (all with
 // n <= 0): what both stores' Best answer.
 func best(live []Record, p Policy, n int) []Record {

@@ -116,3 +116,11 @@ func TestPolicyValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestNewest(t *testing.T) {
+	_, ok := Newest(nil)
+	must.False(t, ok)
+	r, ok := Newest([]Record{{Step: 3, Checkpoint: "c3"}, {Step: 9, Checkpoint: "c9"}, {Step: 5, Checkpoint: "c5"}})
+	must.True(t, ok)
+	must.EqOp(t, "c9", r.Checkpoint)
+}
