@@ -24,8 +24,8 @@ import (
 var ErrNoLocalRun = errors.New("no local run")
 
 // PrintLocalStatus prints the local run in dir: its launcher's state, its
-// workers, its last report and its checkpoints. dir may be a run's s3:// location
-// (LocalRunDir), whose records and checkpoints it prints, or an
+// workers, its last report and its checkpoints. dir may be a run's s3://
+// location (LocalRunDir), whose records and checkpoints it prints, or an
 // experiment's, whose trial table it prints.
 func PrintLocalStatus(ctx context.Context, w io.Writer, dir string) error {
 	if storage.IsObjectPath(dir) {

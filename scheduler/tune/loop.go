@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/nomad-train/nomad-train/trainspec"
 )
 
 // The experiment's loop: it starts trials as slots free up, follows them
@@ -31,6 +33,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 		left := e.cfg.TimeBudget - e.state.Elapsed
 		if left <= 0 {
 			e.stopAll = "time budget spent"
+			e.note("the time budget (%s) was spent by earlier runs: no trial starts", trainspec.FormatDuration(e.cfg.TimeBudget))
 		}
 		tm := time.NewTimer(max(left, 0))
 		defer tm.Stop()
@@ -100,6 +103,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			}
 		case <-budget:
 			e.log.Info("time budget spent, stopping trials")
+			e.note("the time budget (%s) is spent: the running trials stop and no more start", trainspec.FormatDuration(e.cfg.TimeBudget))
 			e.stopEverything("time budget spent")
 		case <-ctx.Done():
 			e.stopAll = stopInterrupted

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -49,9 +50,12 @@ func TestUnlimitedSamples(t *testing.T) {
 				must.NotEq(t, StatusStopped, tr.Status) // interrupted, not spent
 			}
 
+			var progress bytes.Buffer
+			cfg.Progress = &progress
 			g, err = tn().Fit(context.Background())
 			must.NoError(t, err)
 			must.Greater(t, first, len(g.Trials))
+			must.StrContains(t, progress.String(), "== unl: the time budget (1.2s) is spent: the running trials stop and no more start\n")
 			lrs := map[string]string{}
 			for _, tr := range g.Trials {
 				switch tr.Status {
@@ -67,9 +71,11 @@ func TestUnlimitedSamples(t *testing.T) {
 				lrs[key] = tr.ID
 			}
 
+			progress.Reset()
 			g, err = tn().Fit(context.Background())
 			must.NoError(t, err)
 			must.SliceLen(t, len(lrs), g.Trials) // the budget is spent: no more trials
+			must.StrContains(t, progress.String(), "== unl: the time budget (1.2s) was spent by earlier runs: no trial starts\n")
 		})
 	}
 }
