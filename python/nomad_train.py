@@ -40,6 +40,7 @@ says (LOCAL_RANK keeps torchrun's meaning, the worker's rank on its node).
 device() returns the right one: torch.cuda.set_device(nomad_train.device()).
 
     import nomad_train
+    cfg = nomad_train.config()                # train.hcl's config, a trial's sampled values
     ck = nomad_train.latest_checkpoint()      # None on a fresh run
     ...
     d = nomad_train.checkpoint_dir()
@@ -52,13 +53,34 @@ import os
 import sys
 import tempfile
 
-__all__ = ["rank", "world_size", "local_rank", "restart_count", "device_index", "device",
-           "latest_checkpoint", "checkpoint_dir", "report", "should_checkpoint",
-           "NomadTrainError"]
+__all__ = ["config", "run_name", "rank", "world_size", "local_rank", "restart_count",
+           "device_index", "device", "latest_checkpoint", "checkpoint_dir", "report",
+           "should_checkpoint", "NomadTrainError"]
 
 
 class NomadTrainError(RuntimeError):
     """The runtime refused a request (its message says why)."""
+
+
+def config():
+    """The training loop config, train.hcl's config block (a tune trial's
+    with its sampled values) as a dict: what Ray passes to
+    train_loop_per_worker. Empty outside nomad-train. A fresh copy each
+    call, so that changing it changes nothing else."""
+    raw = os.environ.get("NOMAD_TRAIN_CONFIG") or "{}"
+    try:
+        cfg = json.loads(raw)
+    except ValueError as e:
+        raise NomadTrainError("NOMAD_TRAIN_CONFIG is not JSON: %s" % e) from None
+    if not isinstance(cfg, dict):
+        raise NomadTrainError("NOMAD_TRAIN_CONFIG holds a %s, not an object" % type(cfg).__name__)
+    return cfg
+
+
+def run_name():
+    """The run's name: the spec's train block name, or a tune trial's
+    (trial_0003). Empty outside nomad-train."""
+    return os.environ.get("NOMAD_TRAIN_RUN", "")
 
 
 def rank():

@@ -459,6 +459,40 @@ read -r reply <&"$NOMAD_TRAIN_REPLY_FD"
 	must.StrContains(t, string(out), "==> best trial trial_000")
 }
 
+// A Python trial gets its sampled config from nomad_train.config() and
+// its trial's name from run_name(), as Ray's train_loop_per_worker gets
+// its config.
+func TestTunePythonTrialsGetTheirConfig(t *testing.T) {
+	const python = "/usr/bin/python3"
+	if _, err := exec.LookPath(python); err != nil {
+		t.Skipf("%s not found: %v", python, err)
+	}
+	bin := buildCLI(t)
+	dir, spec := hclSpec(t, `
+train "py-tune" {
+  entrypoint {
+    command = "`+python+`"
+    args    = ["train.py"]
+  }
+  config = { lr = grid_search([0.5, 0.25]), epochs = 2 }
+  tune {
+    metric = "loss"
+    mode   = "min"
+  }
+}`)
+	must.NoError(t, os.WriteFile(filepath.Join(dir, "train.py"), []byte(`import nomad_train
+cfg = nomad_train.config()
+if not nomad_train.run_name().startswith("trial_"):
+    raise SystemExit("run_name() is %r" % nomad_train.run_name())
+for epoch in range(cfg["epochs"]):
+    nomad_train.report({"loss": cfg["lr"] * (epoch + 1)})
+`), 0o644))
+	out, err := localTune(bin, dir, spec).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "== py-tune: 2 trials (2 TERMINATED)")
+	must.StrContains(t, string(out), "==> best trial trial_0001: loss 0.5, config epochs=2 lr=0.25\n")
+}
+
 // readCSV reads a whole CSV file, such as an experiment's results.csv.
 func readCSV(t *testing.T, path string) [][]string {
 	t.Helper()

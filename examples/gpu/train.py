@@ -7,13 +7,12 @@ missing the script says so and trains on the CPU with Gloo, so the same
 file runs on a laptop.
 
 The model is a small MLP fitting a synthetic regression (no download). The
-config (train.hcl's config block) arrives as JSON in NOMAD_TRAIN_CONFIG:
+config (train.hcl's config block) comes from nomad_train.config():
 epochs, lr, batch_size. Every epoch is reported with a checkpoint from rank
 0; a stop (Nomad's alloc stop, drain or preemption) is agreed through
 should_checkpoint at an epoch boundary.
 """
 
-import json
 import os
 import sys
 
@@ -27,7 +26,7 @@ SAMPLES, FEATURES = 4096, 32
 
 
 def main():
-    cfg = json.loads(os.environ.get("NOMAD_TRAIN_CONFIG") or "{}") or {}
+    cfg = nomad_train.config()
     if torch.cuda.is_available():
         device = nomad_train.device()
         torch.cuda.set_device(device)

@@ -5,12 +5,11 @@ needs no arguments; nomad_train (the helper the runtime puts on PYTHONPATH)
 reports metrics, commits checkpoints and names the one to resume from.
 
 The model fits y = x·w + noise with Linear(8, 1). The training loop config
-(train.hcl's config block) arrives as JSON in NOMAD_TRAIN_CONFIG:
+(train.hcl's config block) comes from nomad_train.config():
 epochs, lr, and for fault-tolerance tests die_at_epoch / die_rank, which
 make that rank kill itself (SIGKILL) on the first attempt.
 """
 
-import json
 import os
 import signal
 
@@ -24,7 +23,7 @@ SAMPLES, FEATURES, BATCH = 512, 8, 32
 
 
 def main():
-    cfg = json.loads(os.environ.get("NOMAD_TRAIN_CONFIG") or "{}") or {}
+    cfg = nomad_train.config()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
