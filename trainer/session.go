@@ -26,6 +26,7 @@ type Session struct {
 	attempt              string // storage.AttemptID of the run's secret: with generation, names rank 0 as the storage writer
 	recordAttempt        int    // rank 0: the Attempt of the records it writes (storage.NextAttempt)
 	config               json.RawMessage
+	run                  string // the run's name
 	runDir               string
 	scratch              string         // where NewCheckpointDir makes directories: runDir's .scratch, or memory (staging.go)
 	cache                string         // the node's cache of an object store's checkpoints (restore_object.go)
@@ -80,6 +81,10 @@ func (s *Session) ShouldCheckpoint(ctx context.Context) (bool, error) {
 	}
 	return s.stopAgreed, nil
 }
+
+// RunName is the run's name: the spec's, or a tune trial's (trial_0003),
+// as Ray's train context gives its trial name.
+func (s *Session) RunName() string { return s.run }
 
 // WorldRank is this worker's rank in the gang, 0..WorldSize-1.
 func (s *Session) WorldRank() int { return s.rank }

@@ -261,7 +261,8 @@ func TestPanicIsUserError(t *testing.T) {
 	must.StrContains(t, res.Errors[0].Message, "index out of range in my code")
 }
 
-// Ranks, sizes and config reach every worker; output is prefixed by rank.
+// Ranks, sizes, the run's name and config reach every worker; output is
+// prefixed by rank.
 func TestSessionBasics(t *testing.T) {
 	type cfg struct {
 		Greeting string `json:"greeting"`
@@ -271,7 +272,7 @@ func TestSessionBasics(t *testing.T) {
 		if err := s.DecodeConfig(&c); err != nil {
 			return err
 		}
-		fmt.Printf("%s from %d/%d local %d/%d node %d\n", c.Greeting, s.WorldRank(), s.WorldSize(), s.LocalRank(), s.LocalWorldSize(), s.NodeRank())
+		fmt.Printf("%s from %d/%d local %d/%d node %d of %s\n", c.Greeting, s.WorldRank(), s.WorldSize(), s.LocalRank(), s.LocalWorldSize(), s.NodeRank(), s.RunName())
 		if s.GetCheckpoint() != nil {
 			return errors.New("fresh run has a checkpoint")
 		}
@@ -280,6 +281,6 @@ func TestSessionBasics(t *testing.T) {
 	_, out, err := fit(t, fn, 3, trainer.Run{Name: "basics"}, cfg{Greeting: "hello"})
 	must.NoError(t, err, must.Sprint(out))
 	for r := 0; r < 3; r++ {
-		must.StrContains(t, out, fmt.Sprintf("[rank %d] hello from %d/3 local %d/3 node 0", r, r, r))
+		must.StrContains(t, out, fmt.Sprintf("[rank %d] hello from %d/3 local %d/3 node 0 of basics", r, r, r))
 	}
 }

@@ -342,7 +342,7 @@ func (w *worker) generation(ctx context.Context) error {
 
 	s := &Session{
 		rank: a.Rank, size: a.WorldSize, localRank: a.LocalRank, localSize: a.LocalWorldSize,
-		nodeRank: a.NodeRank, generation: a.Generation, attempt: w.attempt, config: env.Config,
+		nodeRank: a.NodeRank, generation: a.Generation, attempt: w.attempt, config: env.Config, run: env.RunName,
 		group: group, storageCtx: sctx,
 		events: w.ev, log: log, now: time.Now, stop: w.stop, wd: wd, hb: w.hb, publish: w.publishProgress,
 		metrics: w.metrics, grow: grow,
