@@ -485,6 +485,10 @@ func findSearchSpace(v any) string {
 // job belongs to (set by CompileTrial).
 const MetaExperiment = ReservedMetaPrefix + "experiment"
 
+// MetaTuner marks the job of a detached experiment's tuner (tune
+// -detach): its value is the experiment's name.
+const MetaTuner = ReservedMetaPrefix + "tuner"
+
 // TrialJobID is the Nomad job ID of one trial of a tune experiment: the
 // experiment's name and the trial's run name ("qs-tune-trial_0003").
 func TrialJobID(experiment, trial string) string { return experiment + "-" + trial }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -274,18 +275,81 @@ func PrintNomadStatus(ctx context.Context, w io.Writer, c nomad.API, name string
 	return nil
 }
 
-// PrintRuns lists the nomad-train runs on Nomad.
+// PrintRuns lists the nomad-train runs on Nomad, then the tune
+// experiments there: a tune's trials are one job each, so they are
+// counted under their experiment, with its detached tuner's job, rather
+// than listed.
 func PrintRuns(ctx context.Context, w io.Writer, c nomad.API) error {
 	runs, err := nomad.ListRuns(ctx, c)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var table strings.Builder
+	n := 0
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tJOB\tSTATUS\tSTORAGE")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.JobID, r.Status, r.StoragePath)
+		if r.Experiment == "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.JobID, r.Status, r.StoragePath)
+			n++
+		}
+	}
+	tw.Flush()
+	exps := nomadExperiments(runs)
+	if n > 0 || len(exps) == 0 {
+		io.WriteString(w, table.String())
+	}
+	if len(exps) == 0 {
+		return nil
+	}
+	if n > 0 {
+		fmt.Fprintln(w)
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXPERIMENT\tTUNER\tTRIAL JOBS\tSTATUS\tSTORAGE")
+	for _, name := range slices.Sorted(maps.Keys(exps)) {
+		e := exps[name]
+		var counts []string
+		for _, st := range slices.Sorted(maps.Keys(e.statuses)) {
+			counts = append(counts, fmt.Sprintf("%d %s", e.statuses[st], st))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", name, e.tuner, e.trials, orDash(strings.Join(counts, ", ")), e.where)
 	}
 	return tw.Flush()
+}
+
+// nomadExperiment is what list shows of a tune experiment on Nomad.
+type nomadExperiment struct {
+	tuner    string         // the detached tuner's job and status, or "-"
+	where    string         // the experiment's place
+	trials   int            // trial jobs
+	statuses map[string]int // trial jobs by status
+}
+
+// nomadExperiments gathers the trial and tuner jobs among runs by
+// experiment.
+func nomadExperiments(runs []nomad.Run) map[string]*nomadExperiment {
+	exps := map[string]*nomadExperiment{}
+	for _, r := range runs {
+		if r.Experiment == "" {
+			continue
+		}
+		e := exps[r.Experiment]
+		if e == nil {
+			e = &nomadExperiment{tuner: "-", statuses: map[string]int{}}
+			exps[r.Experiment] = e
+		}
+		if r.Tuner {
+			e.tuner, e.where = r.JobID+" "+r.Status, storage.RunLocation(r.StoragePath, r.Name)
+			continue
+		}
+		e.trials++
+		e.statuses[r.Status]++
+		if e.where == "" {
+			e.where = r.StoragePath // a trial's storage path is the experiment's place
+		}
+	}
+	return exps
 }
 
 // CopyNomadLogs writes the output (stream: "stdout" or "stderr") of the

@@ -263,15 +263,20 @@ func Stop(ctx context.Context, c API, jobID, namespace string, purge bool) error
 }
 
 // Run is a training run found on the cluster: a job with the
-// nomad_train_run meta key.
+// nomad_train_run meta key; or a detached experiment's tuner job (Tuner).
 type Run struct {
 	Name        string
 	JobID       string
 	Status      string
 	StoragePath string
+	// Experiment names the tune experiment of a trial's job, and of a
+	// tuner's (whose Name it is too).
+	Experiment string
+	Tuner      bool
 }
 
-// ListRuns lists the training runs on the cluster.
+// ListRuns lists the training runs on the cluster, with the tune
+// experiments' trials and tuners.
 func ListRuns(ctx context.Context, c API) ([]Run, error) {
 	jobs, err := c.Jobs(ctx, "")
 	if err != nil {
@@ -279,11 +284,15 @@ func ListRuns(ctx context.Context, c API) ([]Run, error) {
 	}
 	var out []Run
 	for _, j := range jobs {
-		name, ok := j.Meta[trainspec.MetaRun]
-		if !ok {
+		r := Run{JobID: j.ID, Status: listStatus(j), StoragePath: j.Meta[trainspec.MetaStoragePath]}
+		if name, ok := j.Meta[trainspec.MetaRun]; ok {
+			r.Name, r.Experiment = name, j.Meta[trainspec.MetaExperiment]
+		} else if exp, ok := j.Meta[trainspec.MetaTuner]; ok {
+			r.Name, r.Experiment, r.Tuner = exp, exp, true
+		} else {
 			continue
 		}
-		out = append(out, Run{Name: name, JobID: j.ID, Status: listStatus(j), StoragePath: j.Meta[trainspec.MetaStoragePath]})
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -48,7 +48,7 @@ const (
 	TunerGroup = "tuner"
 	TunerTask  = "tuner"
 	// MetaTuner marks the tuner's job: its value is the experiment's name.
-	MetaTuner = trainspec.ReservedMetaPrefix + "tuner"
+	MetaTuner = trainspec.MetaTuner
 	// MetaTunerStarted is when Detach registered the job.
 	MetaTunerStarted = trainspec.ReservedMetaPrefix + "tuner_started"
 	// MetaTunerMetric is the experiment's metric, for status's table.
