@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -128,7 +129,13 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, ok := console.PrintDetachedStatus(ctx, cl, run, stdout, stderr); ok {
 		return code
 	}
-	if err := console.PrintNomadStatus(ctx, stdout, cl, run); err != nil {
+	err := console.PrintNomadStatus(ctx, stdout, cl, run)
+	if errors.Is(err, nomad.ErrNoSuchRun) { // an experiment's name, its tuner elsewhere?
+		if ok, eerr := console.PrintNomadExperiment(ctx, stdout, cl, run); ok || eerr != nil {
+			err = eerr
+		}
+	}
+	if err != nil {
 		return fail(stderr, "status", err)
 	}
 	return 0

@@ -369,6 +369,15 @@ train "qt" {
 	}
 	must.FileExists(t, filepath.Join(storage, "qt", "results.csv"))
 	must.FileExists(t, filepath.Join(storage, "qt", "trial_0000", "progress.jsonl"))
+
+	// status by the experiment's name finds its trial jobs, and the trial
+	// table where they keep it.
+	out.Reset()
+	errb.Reset()
+	code = dispatch(ctx, []string{"status", "-address", node.URL, "qt"}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
+	must.RegexMatch(t, regexp.MustCompile(`^experiment qt: 4 trial jobs on Nomad \([^)]+\), its tuner elsewhere\n== qt: 4 trials \(`), out.String())
+	must.StrContains(t, out.String(), "\nbest trial trial_")
 }
 
 // TestE2ENomadTune tunes the quickstart on a real cluster: a Nomad agent
@@ -418,15 +427,18 @@ train %q {
 	must.NoError(t, err, must.Sprint(string(list)))
 	stopped := 0
 	for _, row := range rows[1:] {
-		id := name + "-" + row[0]
 		if row[1] == "STOPPED" {
 			stopped++
-			must.StrNotContains(t, string(list), id, must.Sprint("ASHA's stop purges the trial's job"))
-		} else {
-			_ = exec.CommandContext(ctx, bin, "stop", "-purge", id).Run()
 		}
 	}
 	must.Positive(t, stopped, must.Sprint(string(out)))
+	// ASHA's stop purges the trial's job: list counts only the others.
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^`+name+`\s+-\s+`+strconv.Itoa(len(rows)-1-stopped)+`\s`), string(list))
+	for _, row := range rows[1:] {
+		if row[1] != "STOPPED" {
+			_ = exec.CommandContext(ctx, bin, "stop", "-purge", name+"-"+row[0]).Run()
+		}
+	}
 }
 
 // A local tune starts a command's workers the way run and the driver do: a

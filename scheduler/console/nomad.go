@@ -15,7 +15,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
@@ -309,11 +311,7 @@ func PrintRuns(ctx context.Context, w io.Writer, c nomad.API) error {
 	fmt.Fprintln(tw, "EXPERIMENT\tTUNER\tTRIAL JOBS\tSTATUS\tSTORAGE")
 	for _, name := range slices.Sorted(maps.Keys(exps)) {
 		e := exps[name]
-		var counts []string
-		for _, st := range slices.Sorted(maps.Keys(e.statuses)) {
-			counts = append(counts, fmt.Sprintf("%d %s", e.statuses[st], st))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", name, e.tuner, e.trials, orDash(strings.Join(counts, ", ")), e.where)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", name, e.tuner, e.trials, orDash(e.counts()), e.where)
 	}
 	return tw.Flush()
 }
@@ -324,6 +322,49 @@ type nomadExperiment struct {
 	where    string         // the experiment's place
 	trials   int            // trial jobs
 	statuses map[string]int // trial jobs by status
+	trialJob string         // one of them
+}
+
+// counts says how many trial jobs are in each status.
+func (e *nomadExperiment) counts() string {
+	var counts []string
+	for _, st := range slices.Sorted(maps.Keys(e.statuses)) {
+		counts = append(counts, fmt.Sprintf("%d %s", e.statuses[st], st))
+	}
+	return strings.Join(counts, ", ")
+}
+
+// PrintNomadExperiment prints the experiment whose trials run as Nomad
+// jobs under a tuner that is no Nomad job (tune -address on a laptop):
+// its trial jobs by status, then its trial table from its storage, read
+// with the trials' storage options. ok is false when no trial job names
+// the experiment.
+func PrintNomadExperiment(ctx context.Context, w io.Writer, c nomad.API, name string) (ok bool, err error) {
+	runs, err := nomad.ListRuns(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	e := nomadExperiments(runs)[name]
+	if e == nil || e.trials == 0 {
+		return false, nil
+	}
+	fmt.Fprintf(w, "experiment %s: %s on Nomad (%s), its tuner elsewhere\n", name,
+		english.Count(e.trials, "trial job", "trial jobs"), e.counts())
+	job, err := c.JobInfo(ctx, e.trialJob)
+	if err != nil {
+		return true, fmt.Errorf("reading trial job %q: %w", e.trialJob, err)
+	}
+	st, ok, err := tune.LoadState(ctx, e.where, storage.WithStorageOptions(trainspec.StorageOptionsOf(job)))
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "no trial table: %v\n", err)
+	case !ok:
+		fmt.Fprintf(w, "no trial table in %s (a directory only the clients see?)\n", e.where)
+	default:
+		tune.WriteTable(w, st, st.Metric)
+		tune.WriteBest(w, st)
+	}
+	return true, nil
 }
 
 // nomadExperiments gathers the trial and tuner jobs among runs by
@@ -345,6 +386,7 @@ func nomadExperiments(runs []nomad.Run) map[string]*nomadExperiment {
 		}
 		e.trials++
 		e.statuses[r.Status]++
+		e.trialJob = r.JobID
 		if e.where == "" {
 			e.where = r.StoragePath // a trial's storage path is the experiment's place
 		}

@@ -3,6 +3,9 @@ package console
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -11,6 +14,8 @@ import (
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
+	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
 
@@ -46,4 +51,39 @@ func TestPrintRunsGroupsExperiments(t *testing.T) {
 	b.Reset()
 	must.NoError(t, PrintRuns(context.Background(), &b, c))
 	must.RegexMatch(t, regexp.MustCompile(`^RUN\s+JOB\s+STATUS\s+STORAGE\nquickstart\s+quickstart\s+pending\s+/srv/results\n\nEXPERIMENT`), b.String())
+}
+
+// status of an experiment whose tuner is no Nomad job (tune -address from
+// a laptop) finds its trial jobs, and its trial table where they keep it.
+func TestPrintNomadExperiment(t *testing.T) {
+	srv := nomadtest.New(t)
+	c, err := (&nomad.Flags{Address: srv.URL}).Client()
+	must.NoError(t, err)
+	where := filepath.Join(t.TempDir(), "qs-tune")
+	must.NoError(t, os.MkdirAll(where, 0o755))
+	st := tune.ExperimentState{Version: 1, Name: "qs-tune", Metric: "loss", Mode: tune.ModeMin, Trials: []*tune.TrialState{
+		{ID: "trial_0000", Status: tune.StatusTerminated, Config: map[string]any{"lr": 0.1}, LastResult: map[string]any{"loss": 0.5}},
+		{ID: "trial_0001", Status: tune.StatusRunning, Config: map[string]any{"lr": 0.01}, LastResult: map[string]any{"loss": 0.25}},
+	}}
+	b, err := json.Marshal(st)
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(where, storage.ExperimentStateFile), b, 0o644))
+	for _, n := range []string{"trial_0000", "trial_0001"} {
+		j := api.NewBatchJob("qs-tune-"+n, "qs-tune-"+n, "", 50)
+		j.Meta = map[string]string{trainspec.MetaRun: n, trainspec.MetaExperiment: "qs-tune", trainspec.MetaStoragePath: where}
+		srv.AddJob(j)
+	}
+	srv.Finish("qs-tune-trial_0000", map[string]api.TaskGroupSummary{"worker": {Complete: 2}})
+
+	var out bytes.Buffer
+	ok, err := PrintNomadExperiment(context.Background(), &out, c, "qs-tune")
+	must.NoError(t, err)
+	must.True(t, ok)
+	must.StrContains(t, out.String(), "experiment qs-tune: 2 trial jobs on Nomad (1 complete, 1 pending), its tuner elsewhere\n")
+	must.StrContains(t, out.String(), "== qs-tune: 2 trials (1 RUNNING, 1 TERMINATED)\n")
+	must.StrContains(t, out.String(), "best trial trial_0001: loss 0.25, config lr=0.01\n")
+
+	ok, err = PrintNomadExperiment(context.Background(), &out, c, "other")
+	must.NoError(t, err)
+	must.False(t, ok)
 }
