@@ -34,21 +34,26 @@ func printExperimentStatus(ctx context.Context, w io.Writer, where string) (ok b
 }
 
 // printRunsAndExperiments writes the table of runs (of rows rows), then
-// that of the experiments under root, if any; the runs' table only when
-// it has rows or there is no experiment, so that a storage path of
-// experiments alone lists those.
+// that of the experiments under root, if any.
 func printRunsAndExperiments(ctx context.Context, w io.Writer, runs string, rows int, root string) error {
 	exps, err := experimentsTable(ctx, root)
 	if err != nil {
 		return err
 	}
+	return writeTables(w, runs, rows, exps)
+}
+
+// writeTables writes a table of runs (of rows rows), then one of
+// experiments ("": none): the runs' only when it has rows or there is no
+// experiment, so that a place of experiments alone lists those.
+func writeTables(w io.Writer, runs string, rows int, exps string) error {
 	if rows > 0 || exps == "" {
 		io.WriteString(w, runs)
 	}
 	if rows > 0 && exps != "" {
 		fmt.Fprintln(w)
 	}
-	_, err = io.WriteString(w, exps)
+	_, err := io.WriteString(w, exps)
 	return err
 }
 

@@ -297,23 +297,17 @@ func PrintRuns(ctx context.Context, w io.Writer, c nomad.API) error {
 		}
 	}
 	tw.Flush()
-	exps := nomadExperiments(runs)
-	if n > 0 || len(exps) == 0 {
-		io.WriteString(w, table.String())
+	var exps strings.Builder
+	if byName := nomadExperiments(runs); len(byName) > 0 {
+		tw = tabwriter.NewWriter(&exps, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EXPERIMENT\tTUNER\tTRIAL JOBS\tSTATUS\tSTORAGE")
+		for _, name := range slices.Sorted(maps.Keys(byName)) {
+			e := byName[name]
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", name, e.tuner, e.trials, orDash(e.counts()), e.where)
+		}
+		tw.Flush()
 	}
-	if len(exps) == 0 {
-		return nil
-	}
-	if n > 0 {
-		fmt.Fprintln(w)
-	}
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EXPERIMENT\tTUNER\tTRIAL JOBS\tSTATUS\tSTORAGE")
-	for _, name := range slices.Sorted(maps.Keys(exps)) {
-		e := exps[name]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", name, e.tuner, e.trials, orDash(e.counts()), e.where)
-	}
-	return tw.Flush()
+	return writeTables(w, table.String(), n, exps.String())
 }
 
 // nomadExperiment is what list shows of a tune experiment on Nomad.
