@@ -115,8 +115,7 @@ train "qs-s3" {
 	must.Eq(t, written, keys())
 
 	// The best trial's checkpoint copies out by the location tune printed,
-	// the server named by the spec's storage block alone; a name in the
-	// spec's run means nothing for an experiment.
+	// the server named by the spec's storage block alone.
 	download := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"download", "-spec", spec}, args...)...)
 		cmd.Dir, cmd.Env = dir, env
@@ -126,9 +125,15 @@ train "qs-s3" {
 	got, err := download(best[3], "model")
 	must.NoError(t, err, must.Sprint(got))
 	must.MapNotEmpty(t, checkpointFiles(t, filepath.Join(dir, "model")))
+	// best of an experiment is its best trial's best checkpoint, the one
+	// tune printed; latest means nothing there.
 	got, err = download("best", "model2")
+	must.NoError(t, err, must.Sprint(got))
+	must.StrContains(t, got, best[3])
+	must.Eq(t, checkpointFiles(t, filepath.Join(dir, "model")), checkpointFiles(t, filepath.Join(dir, "model2")))
+	got, err = download("latest", "model3")
 	must.Error(t, err)
-	must.StrContains(t, got, "is an experiment")
+	must.StrContains(t, got, "is an experiment: best gives its best trial's best checkpoint")
 	must.Eq(t, written, keys())
 }
 

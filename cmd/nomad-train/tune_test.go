@@ -69,6 +69,16 @@ train "qs-tune" {
 
 	t.Log(text)
 
+	// download -spec ... best copies out the checkpoint tune named best.
+	ck := regexp.MustCompile(`(?m)^    checkpoint (\S+)$`).FindStringSubmatch(text)
+	must.SliceLen(t, 2, ck, must.Sprint(text))
+	dl := exec.Command(bin, "download", "-spec", spec, "best", "model")
+	dl.Dir = dir
+	got, err := dl.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(got)))
+	must.StrContains(t, string(got), ck[1]+" -> model")
+	must.DirExists(t, filepath.Join(dir, "model"))
+
 	// A second run finds every trial finished and runs nothing: the
 	// trials' progress files are untouched.
 	before, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainer"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
@@ -14,7 +15,8 @@ import (
 // (storage.DownloadCheckpoint) and returns its location. what is a
 // checkpoint's location (s3:// or a directory), or, with a spec, also
 // latest, best (by the spec's checkpoint policy) or a checkpoint's name in
-// the spec's run; the spec's storage block then gives the S3 options.
+// the spec's run, or best of an experiment's (its best trial's best); the
+// spec's storage block then gives the S3 options.
 // live, when not nil (a terminal), shows how much has come down.
 func Download(ctx context.Context, spec *trainspec.Spec, what, dir string, live *Live) (string, error) {
 	byResult := what == "latest" || what == "best"
@@ -24,13 +26,18 @@ func Download(ctx context.Context, spec *trainspec.Spec, what, dir string, live 
 	case spec == nil && named:
 		return "", fmt.Errorf("%q names a checkpoint in a spec's run: add -spec train.hcl, or give the checkpoint's location", what)
 	case spec == nil:
-	case named && spec.Tune != nil:
-		return "", fmt.Errorf("the spec is an experiment: give the checkpoint's location, as tune prints it")
+	case named && spec.Tune != nil && what != "best":
+		return "", fmt.Errorf("the spec is an experiment: best gives its best trial's best checkpoint; for another, give the checkpoint's location, as tune and status print it")
 	default:
 		opts = append(opts, storage.WithStorageOptions(spec.Run.Storage.Options()))
 	}
 	location := what
 	switch {
+	case byResult && spec.Tune != nil: // best (latest was refused)
+		var err error
+		if location, err = experimentBest(ctx, spec, opts); err != nil {
+			return "", err
+		}
 	case byResult:
 		res, err := trainer.LoadResult(spec.Run.StoragePath, spec.Name, spec.RunSpec().Checkpoint, nil, opts...)
 		if err != nil {
@@ -53,6 +60,27 @@ func Download(ctx context.Context, spec *trainspec.Spec, what, dir string, live 
 		defer showProgress(live, location, &p)()
 	}
 	return location, storage.DownloadCheckpoint(ctx, location, dir, opts...)
+}
+
+// experimentBest is the location of the best checkpoint of the best trial
+// of the spec's experiment, as tune prints it at its end.
+func experimentBest(ctx context.Context, spec *trainspec.Spec, opts []storage.Option) (string, error) {
+	where := storage.RunLocation(spec.Run.StoragePath, spec.Name)
+	if spec.Tune.Metric == "" {
+		return "", fmt.Errorf("experiment %s has no metric to rank its trials by: give the checkpoint's location", where)
+	}
+	grid, err := tune.LoadResultGrid(ctx, where, spec.Tune.Metric, spec.Tune.Mode, opts...)
+	if err != nil {
+		return "", err
+	}
+	best, err := grid.Best("", "")
+	if err != nil {
+		return "", fmt.Errorf("experiment %s: %w", where, err)
+	}
+	if best.BestCheckpoint == "" {
+		return "", fmt.Errorf("experiment %s: its best trial, %s, kept no checkpoint", where, best.ID)
+	}
+	return best.BestCheckpoint, nil
 }
 
 // progressEvery is how often a download's progress is redrawn.
