@@ -96,7 +96,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			e.pollRunning()
 		case <-show.C:
 			if e.cfg.Progress != nil {
-				WriteTable(e.cfg.Progress, e.state, e.cfg.Metric)
+				writeFrame(e.cfg.Progress, e.state, e.cfg.Metric, e.budgetLeft())
 			}
 			if e.reportedSinceSave {
 				e.changed() // the running trials' iterations and times, for status and the dashboard
@@ -110,6 +110,17 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			return ctx.Err()
 		}
 	}
+}
+
+// budgetLeft says how much of the time budget is left, counting the
+// earlier Fits, for the live table; "" without a budget.
+func (e *experiment) budgetLeft() string {
+	if e.cfg.TimeBudget <= 0 {
+		return ""
+	}
+	left := max(e.cfg.TimeBudget-e.state.Elapsed-time.Since(e.started), 0)
+	return fmt.Sprintf("%s of the %s budget left", trainspec.FormatDuration(left.Round(time.Second)),
+		trainspec.FormatDuration(e.cfg.TimeBudget))
 }
 
 // pollRunning reads the new reports of every running trial.

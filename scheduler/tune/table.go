@@ -21,8 +21,14 @@ type Framer interface {
 // status summary line.
 // A w that is a Framer gets it as one frame.
 func WriteTable(w io.Writer, st *ExperimentState, metric string) {
+	writeFrame(w, st, metric, "")
+}
+
+// writeFrame is WriteTable with a note after the summary line ("" for
+// none).
+func writeFrame(w io.Writer, st *ExperimentState, metric, note string) {
 	var b strings.Builder
-	writeTable(&b, st, metric)
+	writeTable(&b, st, metric, note)
 	if f, ok := w.(Framer); ok {
 		f.Frame(b.String())
 		return
@@ -30,14 +36,17 @@ func WriteTable(w io.Writer, st *ExperimentState, metric string) {
 	io.WriteString(w, b.String())
 }
 
-func writeTable(w io.Writer, st *ExperimentState, metric string) {
+func writeTable(w io.Writer, st *ExperimentState, metric, note string) {
 	params := map[string]bool{}
 	for _, t := range st.Trials {
 		for k := range t.Params {
 			params[k] = true
 		}
 	}
-	fmt.Fprintf(w, "== %s: %s (%s)\n", st.Name, english.Count(len(st.Trials), "trial", "trials"), StatusCounts(st))
+	if note != "" {
+		note = "; " + note
+	}
+	fmt.Fprintf(w, "== %s: %s (%s)%s\n", st.Name, english.Count(len(st.Trials), "trial", "trials"), StatusCounts(st), note)
 	keys := sortedTrials(params)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := append([]string{"trial", "status"}, keys...)

@@ -41,7 +41,7 @@ func TestTablesShowTheConfigATrialGoesOnWith(t *testing.T) {
 	}}
 	must.Eq(t, map[string]any{"opt/lr": 0.05}, st.Trials[0].ParamsNow()) // what the dashboard shows
 	var b strings.Builder
-	writeTable(&b, st, "loss")
+	WriteTable(&b, st, "loss")
 	must.StrContains(t, b.String(), "trial_0000  TERMINATED  0.05")
 	must.StrNotContains(t, b.String(), "1e-07")
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -51,11 +52,12 @@ func TestUnlimitedSamples(t *testing.T) {
 			}
 
 			var progress bytes.Buffer
-			cfg.Progress = &progress
+			cfg.Progress, cfg.ProgressInterval = &progress, 100*time.Millisecond
 			g, err = tn().Fit(context.Background())
 			must.NoError(t, err)
 			must.Greater(t, first, len(g.Trials))
 			must.StrContains(t, progress.String(), "== unl: the time budget (1.2s) is spent: the running trials stop and no more start\n")
+			must.RegexMatch(t, regexp.MustCompile(`(?m)^== unl: \d+ trials \([^)]+\); [01]s of the 1.2s budget left$`), progress.String())
 			lrs := map[string]string{}
 			for _, tr := range g.Trials {
 				switch tr.Status {
