@@ -199,6 +199,15 @@ func TestPBTOnCluster(t *testing.T) {
 	must.NoError(t, err, must.Sprint(out))
 	t.Logf("TUNE: %.1fs\n%s", time.Since(began).Seconds(), out)
 
+	// status by the experiment's name, its tuner on this machine: its
+	// trial jobs on Nomad, and its trial table from S3, read with the
+	// options the trials' jobs carry (the environment holds the keys only).
+	status, err := b.cli(keys, "status", "-address", "http://"+b.c.server.http, "pbt")
+	must.NoError(t, err, must.Sprint(status))
+	t.Logf("status:\n%s", status)
+	must.StrContains(t, status, "experiment pbt: 3 trial jobs on Nomad (")
+	must.StrContains(t, status, "== pbt: 3 trials (3 TERMINATED)")
+
 	t.Setenv("AWS_ACCESS_KEY_ID", b.s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", b.s3.SecretKey)
 	opts := []storage.Option{storage.WithStorageOptions(workerenv.StorageOptions{
