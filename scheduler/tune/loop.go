@@ -96,7 +96,7 @@ func (e *experiment) loop(ctx context.Context) (err error) {
 			e.pollRunning()
 		case <-show.C:
 			if e.cfg.Progress != nil {
-				writeFrame(e.cfg.Progress, e.state, e.cfg.Metric, e.budgetLeft())
+				writeFrame(e.cfg.Progress, e.state, e.cfg.Metric, e.budgetLeft(), liveRows)
 			}
 			if e.reportedSinceSave {
 				e.changed() // the running trials' iterations and times, for status and the dashboard

@@ -1,13 +1,17 @@
 package tune
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/nomad-train/nomad-train/internal/english"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // A Framer shows the trial table in place: a terminal redraws it rather
@@ -21,14 +25,19 @@ type Framer interface {
 // status summary line.
 // A w that is a Framer gets it as one frame.
 func WriteTable(w io.Writer, st *ExperimentState, metric string) {
-	writeFrame(w, st, metric, "")
+	writeFrame(w, st, metric, "", 0)
 }
 
+// liveRows bounds the rows of the table the tuner shows while it runs
+// (Ray's max_progress_rows): an experiment of hundreds of trials would
+// otherwise print them all at every tick.
+const liveRows = 20
+
 // writeFrame is WriteTable with a note after the summary line ("" for
-// none).
-func writeFrame(w io.Writer, st *ExperimentState, metric, note string) {
+// none) and at most maxRows trials (0: all; see shownTrials).
+func writeFrame(w io.Writer, st *ExperimentState, metric, note string, maxRows int) {
 	var b strings.Builder
-	writeTable(&b, st, metric, note)
+	writeTable(&b, st, metric, note, maxRows)
 	if f, ok := w.(Framer); ok {
 		f.Frame(b.String())
 		return
@@ -36,7 +45,7 @@ func writeFrame(w io.Writer, st *ExperimentState, metric, note string) {
 	io.WriteString(w, b.String())
 }
 
-func writeTable(w io.Writer, st *ExperimentState, metric, note string) {
+func writeTable(w io.Writer, st *ExperimentState, metric, note string, maxRows int) {
 	params := map[string]bool{}
 	for _, t := range st.Trials {
 		for k := range t.Params {
@@ -55,7 +64,8 @@ func writeTable(w io.Writer, st *ExperimentState, metric, note string) {
 		head = append(head, metric)
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	for _, t := range st.Trials {
+	rows, hidden := shownTrials(st, maxRows)
+	for _, t := range rows {
 		row := []string{t.ID, t.Status}
 		params := t.ParamsNow()
 		for _, k := range keys {
@@ -68,6 +78,61 @@ func writeTable(w io.Writer, st *ExperimentState, metric, note string) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+	if n := len(st.Trials) - len(rows); n > 0 {
+		fmt.Fprintf(w, "... %d more not shown (%s)\n", n, statusList(hidden))
+	}
+}
+
+// shownTrials picks up to maxRows of st's trials for a table (all when
+// maxRows is 0 or they fit): the running first, then the failed, then the
+// finished by their last result (best first, by the state's metric), then
+// the pending; shown in trial order. hidden counts the others by status.
+func shownTrials(st *ExperimentState, maxRows int) (rows []*TrialState, hidden map[string]int) {
+	if maxRows <= 0 || len(st.Trials) <= maxRows {
+		return st.Trials, nil
+	}
+	class := func(t *TrialState) int {
+		switch t.Status {
+		case StatusRunning:
+			return 0
+		case StatusError:
+			return 1
+		case StatusTerminated, StatusStopped:
+			return 2
+		}
+		return 3
+	}
+	sign := 1.0
+	if st.Mode == ModeMax {
+		sign = -1
+	}
+	score := func(t *TrialState) float64 { // lower is shown first; no value last
+		if v, ok := storage.Score(storage.Record{Metrics: t.LastResult}, st.Metric); ok && st.Metric != "" {
+			return sign * v
+		}
+		return math.Inf(1)
+	}
+	order := make([]int, len(st.Trials))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ta, tb := st.Trials[a], st.Trials[b]
+		if c := cmp.Compare(class(ta), class(tb)); c != 0 || class(ta) != 2 {
+			return c
+		}
+		return cmp.Compare(score(ta), score(tb))
+	})
+	chosen := order[:maxRows]
+	slices.Sort(chosen)
+	hidden = map[string]int{}
+	for _, i := range order[maxRows:] {
+		hidden[st.Trials[i].Status]++
+	}
+	for _, i := range chosen {
+		rows = append(rows, st.Trials[i])
+	}
+	return rows, hidden
 }
 
 // WriteBest writes the line of st's best trial by its last result (see
@@ -87,6 +152,11 @@ func StatusCounts(st *ExperimentState) string {
 	for _, t := range st.Trials {
 		counts[t.Status]++
 	}
+	return statusList(counts)
+}
+
+// statusList words counts by status, running first.
+func statusList(counts map[string]int) string {
 	var summary []string
 	for _, s := range []string{StatusRunning, StatusPending, StatusTerminated, StatusStopped, StatusError} {
 		if counts[s] > 0 {

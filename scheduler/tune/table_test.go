@@ -1,6 +1,9 @@
 package tune
 
 import (
+	"fmt"
+	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -50,4 +53,40 @@ func TestTablesShowTheConfigATrialGoesOnWith(t *testing.T) {
 		Config: st.Trials[0].Config}}}
 	must.NoError(t, g.WriteCSV(&csv))
 	must.StrContains(t, csv.String(), "trial_0000,TERMINATED,0,0.05,")
+}
+
+// The live table shows at most so many trials: the running, the failed,
+// then the best finished ones by the state's metric, in trial order, and
+// counts the others by status.
+func TestTableRowsBounded(t *testing.T) {
+	st := &ExperimentState{Name: "big", Metric: "loss", Mode: ModeMin}
+	for i := range 30 {
+		ts := &TrialState{ID: fmt.Sprintf("trial_%04d", i), Status: StatusTerminated,
+			LastResult: map[string]any{"loss": math.Abs(float64(i - 13))}}
+		switch i {
+		case 27:
+			ts.Status = StatusRunning
+		case 28:
+			ts.Status, ts.LastResult = StatusError, nil
+		case 29:
+			ts.Status, ts.LastResult = StatusPending, nil
+		}
+		st.Trials = append(st.Trials, ts)
+	}
+	ids := func(maxRows int) []string {
+		var b strings.Builder
+		writeTable(&b, st, "loss", "", maxRows)
+		var out []string
+		for _, m := range regexp.MustCompile(`(?m)^(trial_\d+)`).FindAllStringSubmatch(b.String(), -1) {
+			out = append(out, m[1])
+		}
+		if maxRows > 0 {
+			must.StrContains(t, b.String(), "\n... 25 more not shown (1 PENDING, 24 TERMINATED)\n")
+		}
+		return out
+	}
+	must.Eq(t, []string{"trial_0012", "trial_0013", "trial_0014", "trial_0027", "trial_0028"}, ids(5))
+	st.Mode = ModeMax
+	must.Eq(t, []string{"trial_0000", "trial_0001", "trial_0026", "trial_0027", "trial_0028"}, ids(5))
+	must.SliceLen(t, 30, ids(0)) // WriteTable's: all of them
 }
