@@ -15,8 +15,9 @@ const (
 	SearchGrid = "grid"
 )
 
-// maxVariants bounds the variants of one experiment: every trial is listed
-// in the experiment state from the start.
+// maxVariants bounds the variants of one experiment, and so its trials:
+// each is listed in the experiment state (from the start, unless
+// num_samples is unlimited).
 const maxVariants = 100_000
 
 // Variant is one trial's resolved config.
