@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -325,6 +326,29 @@ train "exp" {
 			must.NoError(t, err)
 			must.NoError(t, os.WriteFile(*screenshotExp, png, 0o644))
 		}
+		// The page ranks by the experiment's own metric and mode, from its
+		// state, not by a guess from the metric's name (min for a loss).
+		ranking := func() string {
+			return pagePoints[string](t, ctx, `document.querySelector('#metric').value + " " + document.querySelector('#mode').value`)
+		}
+		must.EqOp(t, "loss min", ranking())
+		statePath := filepath.Join(expDir, storage.ExperimentStateFile)
+		b, err := os.ReadFile(statePath)
+		must.NoError(t, err)
+		var raw map[string]any
+		must.NoError(t, json.Unmarshal(b, &raw))
+		raw["mode"] = "max"
+		b, err = json.Marshal(raw)
+		must.NoError(t, err)
+		must.NoError(t, os.WriteFile(statePath, b, 0o644))
+		_, err = chromedp.Run(ctx, chromedp.Reload())
+		must.NoError(t, err)
+		eventually(t, "the experiment's mode from its state", func() string {
+			if got := ranking(); got != "loss max" {
+				return got
+			}
+			return ""
+		})
 	})
 }
 

@@ -32,7 +32,11 @@ type TrialRecords struct {
 // ExperimentUpdate is one event of an experiment page's stream: the
 // trial table when it changed, and each trial's new records.
 type ExperimentUpdate struct {
-	Name    string                   `json:"name,omitempty"`
+	Name string `json:"name,omitempty"`
+	// Metric and Mode are the experiment's own, which the page ranks the
+	// trials by until the user picks another.
+	Metric  string                   `json:"metric,omitempty"`
+	Mode    string                   `json:"mode,omitempty"`
 	Trials  []Trial                  `json:"trials,omitempty"`
 	Records map[string]*TrialRecords `json:"records,omitempty"`
 }
@@ -43,9 +47,9 @@ type expWatch struct {
 	where string
 	opts  []storage.Option // the object store's, for the state
 
-	name   string
-	trials []Trial
-	follow map[string]*storage.Follower
+	name, metric, mode string
+	trials             []Trial
+	follow             map[string]*storage.Follower
 }
 
 // handleExperimentEvents streams the experiment ?key= names.
@@ -78,6 +82,9 @@ func (ew *expWatch) update(ctx context.Context) (*ExperimentUpdate, error) {
 	changed := false
 	if ew.name != st.Name {
 		ew.name, u.Name, changed = st.Name, st.Name, true
+	}
+	if ew.metric != st.Metric || ew.mode != st.Mode {
+		ew.metric, ew.mode, u.Metric, u.Mode, changed = st.Metric, st.Mode, st.Metric, st.Mode, true
 	}
 	trials := make([]Trial, len(st.Trials))
 	for i, t := range st.Trials {

@@ -323,6 +323,7 @@ function expPage(params) {
   es.onmessage = (ev) => {
     const u = JSON.parse(ev.data);
     if (u.name) head.textContent = "Experiment " + u.name;
+    if (u.metric) { st.metric = u.metric; st.mode = u.mode || st.mode; } // the experiment's own, until the user picks
     if (u.trials) st.trials = u.trials;
     for (const [id, tr] of Object.entries(u.records || {})) {
       if (tr.reset || !st.records[id]) st.records[id] = [];
