@@ -178,7 +178,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var purge bool
-	c, code := parseRuns("stop", "stop [flags] <run>", true, args, stderr, func(fs *flag.FlagSet) {
+	c, code := parseRuns("stop", "stop [flags] <run or experiment>", true, args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&purge, "purge", false, "also remove the job and its secret from Nomad")
 	})
 	if code >= 0 {
@@ -191,6 +191,15 @@ func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	run, ok := c.one(stderr)
 	if !ok {
 		return exitUsage
+	}
+	if _, err := cl.JobInfo(ctx, run); errors.Is(err, nomad.ErrNoSuchRun) { // an experiment's name?
+		found, err := console.StopExperiment(ctx, stdout, cl, run, c.flags.Namespace, purge)
+		if err != nil {
+			return fail(stderr, "stop", err)
+		}
+		if found {
+			return 0
+		}
 	}
 	if err := nomad.Stop(ctx, cl, run, c.flags.Namespace, purge); err != nil {
 		return fail(stderr, "stop", err)

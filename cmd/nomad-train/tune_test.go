@@ -388,6 +388,14 @@ train "qt" {
 	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
 	must.RegexMatch(t, regexp.MustCompile(`^experiment qt: 4 trial jobs on Nomad \([^)]+\), its tuner elsewhere\n== qt: 4 trials \(`), out.String())
 	must.StrContains(t, out.String(), "\nbest trial trial_")
+
+	// stop takes the experiment's name too: the tuner stopped each trial's
+	// job as it ended, so there is nothing left to stop.
+	out.Reset()
+	errb.Reset()
+	code = dispatch(ctx, []string{"stop", "-address", node.URL, "qt"}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(out.String(), errb.String()))
+	must.StrHasPrefix(t, "experiment qt: its jobs were stopped already\n", out.String())
 }
 
 // TestE2ENomadTune tunes the quickstart on a real cluster: a Nomad agent

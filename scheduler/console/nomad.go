@@ -361,6 +361,55 @@ func PrintNomadExperiment(ctx context.Context, w io.Writer, c nomad.API, name st
 	return true, nil
 }
 
+// StopExperiment stops the Nomad jobs of the experiment name: its
+// detached tuner's first, so that it starts no more trials, then each
+// trial's; purge also removes them and their secrets. found is false when
+// no job belongs to the experiment. A tuner that is no Nomad job (tune
+// -address) is not reached: it sees its trials stop.
+func StopExperiment(ctx context.Context, w io.Writer, c nomad.API, name, namespace string, purge bool) (found bool, err error) {
+	runs, err := nomad.ListRuns(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	var tuner, trials []string
+	detached := false
+	for _, r := range runs {
+		if r.Experiment != name {
+			continue
+		}
+		found, detached = true, detached || r.Tuner
+		switch {
+		case r.Status == "stopped" && !purge:
+		case r.Tuner:
+			tuner = append(tuner, r.JobID)
+		default:
+			trials = append(trials, r.JobID)
+		}
+	}
+	for _, id := range append(tuner, trials...) {
+		if err := nomad.Stop(ctx, c, id, namespace, purge); err != nil {
+			return true, err
+		}
+	}
+	parts := slices.Clone(tuner)
+	if len(trials) > 0 {
+		parts = append(parts, english.Count(len(trials), "trial job", "trial jobs"))
+	}
+	switch {
+	case !found:
+	case len(parts) == 0:
+		fmt.Fprintf(w, "experiment %s: its jobs were stopped already\n", name)
+	case purge:
+		fmt.Fprintf(w, "experiment %s: stopped and purged %s\n", name, strings.Join(parts, " and "))
+	default:
+		fmt.Fprintf(w, "experiment %s: stopped %s\n", name, strings.Join(parts, " and "))
+	}
+	if found && !detached {
+		fmt.Fprintln(w, "  a tuner running off Nomad (tune -address) sees its trials stop: stop it too")
+	}
+	return found, nil
+}
+
 // nomadExperiments gathers the trial and tuner jobs among runs by
 // experiment.
 func nomadExperiments(runs []nomad.Run) map[string]*nomadExperiment {
