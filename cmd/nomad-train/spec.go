@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-train/nomad-train/builtins"
 	"github.com/nomad-train/nomad-train/internal/cliflag"
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
 	"github.com/nomad-train/nomad-train/trainspec"
@@ -92,6 +94,9 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitSpec
 	}
 	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, spec.Scaling.Workers())
+	if spec.Tune != nil {
+		fmt.Fprintf(stdout, "    an experiment: %s; run it with nomad-train tune\n", tuneSummary(spec.Tune))
+	}
 	if note := trainspec.StorageNote(spec); note != "" {
 		fmt.Fprintf(stdout, "    %s\n", note)
 	}
@@ -123,3 +128,21 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // fmtStdin is what fmt reads for "-"; tests replace it.
 var fmtStdin io.Reader = os.Stdin
+
+// tuneSummary says what a tune block asks for: "8 samples (random), 2 at a
+// time, asha scheduler, ranked by loss (min), a 2h budget".
+func tuneSummary(t *trainspec.Tune) string {
+	samples := english.Count(t.NumSamples, "sample", "samples")
+	if t.NumSamples == trainspec.UnlimitedSamples {
+		samples = "samples until the budget is spent"
+	}
+	parts := []string{fmt.Sprintf("%s (%s)", samples, t.SearchAlg.Type), fmt.Sprintf("%d at a time", t.MaxConcurrentTrials),
+		t.Scheduler.Type + " scheduler"}
+	if t.Metric != "" {
+		parts = append(parts, fmt.Sprintf("ranked by %s (%s)", t.Metric, t.Mode))
+	}
+	if t.TimeBudget > 0 {
+		parts = append(parts, "a "+trainspec.FormatDuration(t.TimeBudget)+" budget")
+	}
+	return strings.Join(parts, ", ")
+}

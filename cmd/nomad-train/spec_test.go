@@ -149,8 +149,9 @@ func TestValidateSchedulerSettings(t *testing.T) {
 // compile, which train one config, refuse it at its tune block.
 func TestRunRefusesAnExperiment(t *testing.T) {
 	const experiment = "../../examples/tune/train.hcl"
-	code, _, errOut := runCLI(t, "validate", experiment)
+	code, out, errOut := runCLI(t, "validate", experiment)
 	must.Eq(t, 0, code, must.Sprint(errOut))
+	must.StrContains(t, out, "\n    an experiment: 8 samples (random), 2 at a time, asha scheduler, ranked by loss (min); run it with nomad-train tune\n")
 	for _, cmd := range []string{"run", "compile"} {
 		code, out, errOut := runCLI(t, cmd, experiment)
 		must.Eq(t, 1, code, must.Sprint(cmd))
