@@ -78,16 +78,17 @@ type TuneScheduler struct {
 
 // Search-space function names, usable anywhere inside config = {...}.
 var searchSpaceFuncs = []string{"choice", "grid_search", "uniform", "quniform", "loguniform", "randint",
-	"qloguniform", "qrandint", "randn", "qrandn"}
+	"qloguniform", "qrandint", "lograndint", "qlograndint", "randn", "qrandn"}
 
 // numberSpaceArgs is how many numbers each numeric search-space function
 // takes.
 var numberSpaceArgs = map[string]int{"uniform": 2, "quniform": 3, "loguniform": 2, "randint": 2,
-	"qloguniform": 3, "qrandint": 3, "randn": 2, "qrandn": 3}
+	"qloguniform": 3, "qrandint": 3, "lograndint": 2, "qlograndint": 3, "randn": 2, "qrandn": 3}
 
 // TuneFunctions returns the search-space functions: uniform(lo, hi),
 // quniform(lo, hi, q), loguniform(lo, hi), qloguniform(lo, hi, q),
 // randint(lo, hi) (hi excluded), qrandint(lo, hi, q) (hi included),
+// lograndint(lo, hi) (hi excluded), qlograndint(lo, hi, q) (hi included),
 // randn(mean, sd), qrandn(mean, sd, q), choice(list) and grid_search(list).
 // Each returns the function's JSON form, an object with one key, e.g.
 // { loguniform = [0.0001, 0.1] }.
@@ -148,12 +149,12 @@ func checkSpaceArgs(name string, args []cty.Value) error {
 	switch {
 	case !(f[0] < f[1]):
 		return function.NewArgErrorf(1, "%s: the upper bound must exceed the lower bound %v", name, f[0])
-	case (name == "loguniform" || name == "qloguniform") && f[0] <= 0:
+	case strings.HasPrefix(strings.TrimPrefix(name, "q"), "log") && f[0] <= 0:
 		return function.NewArgErrorf(0, "%s: the lower bound must be positive", name)
-	case name == "randint" && (!whole(f[0]) || !whole(f[1])):
-		return function.NewArgErrorf(0, "randint: the bounds must be whole numbers")
-	case name == "qrandint" && (!whole(f[0]) || !whole(f[1]) || !whole(f[2])):
-		return function.NewArgErrorf(0, "qrandint: the bounds and the step must be whole numbers")
+	case (name == "randint" || name == "lograndint") && (!whole(f[0]) || !whole(f[1])):
+		return function.NewArgErrorf(0, "%s: the bounds must be whole numbers", name)
+	case (name == "qrandint" || name == "qlograndint") && (!whole(f[0]) || !whole(f[1]) || !whole(f[2])):
+		return function.NewArgErrorf(0, "%s: the bounds and the step must be whole numbers", name)
 	}
 	return nil
 }

@@ -53,14 +53,16 @@ func TestTuneSearchAlg(t *testing.T) {
 	}
 }
 
-// The quantised and normal search-space functions reach the config in
-// their JSON form.
+// The quantised, log-integer and normal search-space functions reach the
+// config in their JSON form.
 func TestTuneFunctionsMore(t *testing.T) {
-	src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = {\na = qloguniform(1e-4, 1e-1, 1e-4)\nb = qrandint(16, 128, 16)\nc = randn(0, 1)\nd = qrandn(0, 1, 0.5)\n}\ntune {}\n}\n"
+	src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = {\na = qloguniform(1e-4, 1e-1, 1e-4)\nb = qrandint(16, 128, 16)\nc = randn(0, 1)\nd = qrandn(0, 1, 0.5)\ne = lograndint(8, 1024)\nf = qlograndint(16, 512, 16)\n}\ntune {}\n}\n"
 	spec, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
 	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
-	must.EqOp(t, `{"a":{"qloguniform":[0.0001,0.1,0.0001]},"b":{"qrandint":[16,128,16]},"c":{"randn":[0,1]},"d":{"qrandn":[0,1,0.5]}}`, string(spec.ConfigJSON))
-	for _, bad := range []string{"qloguniform(0, 1, 0.1)", "qrandint(1, 10, 0)", "randn(0, 0)", "qrandint(1.5, 10, 1)"} {
+	must.EqOp(t, `{"a":{"qloguniform":[0.0001,0.1,0.0001]},"b":{"qrandint":[16,128,16]},"c":{"randn":[0,1]},"d":{"qrandn":[0,1,0.5]},`+
+		`"e":{"lograndint":[8,1024]},"f":{"qlograndint":[16,512,16]}}`, string(spec.ConfigJSON))
+	for _, bad := range []string{"qloguniform(0, 1, 0.1)", "qrandint(1, 10, 0)", "randn(0, 0)", "qrandint(1.5, 10, 1)",
+		"lograndint(0, 10)", "lograndint(1.5, 10)", "qlograndint(16, 512, 0)", "lograndint(10, 2)"} {
 		_, diags := Parse([]byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = { a = "+bad+" }\ntune {}\n}\n"), "train.hcl", ParseOptions{})
 		must.True(t, diags.HasErrors(), must.Sprint(bad))
 	}

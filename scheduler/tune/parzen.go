@@ -42,6 +42,10 @@ func modelOf(d Domain) dimModel {
 		m.log, m.lo, m.hi = true, math.Log(x.lo), math.Log(x.hi)
 	case qloguniform: // modelled continuous in log space, rounded on the way out
 		m.log, m.lo, m.hi = true, math.Log(x.lo), math.Log(x.hi)
+	case lograndint: // modelled continuous in log space, rounded on the way out
+		m.log, m.lo, m.hi = true, math.Log(float64(x.lo)), math.Log(float64(x.hi))
+	case qlograndint:
+		m.log, m.lo, m.hi = true, math.Log(float64(x.lo)), math.Log(float64(x.hi))
 	case randint:
 		m.q, m.lo, m.hi = 1, float64(x.lo)-0.5, float64(x.hi-1)+0.5
 	case qrandint:
@@ -93,6 +97,12 @@ func (m dimModel) external(x float64) (any, float64) {
 	case quniform:
 		v := quantize(x, d.q, d.lo, d.hi)
 		return v, v
+	case lograndint:
+		v := math.Min(math.Max(math.Round(math.Exp(x)), float64(d.lo)), float64(d.hi-1))
+		return int(v), math.Log(v)
+	case qlograndint:
+		v := quantize(math.Exp(x), float64(d.q), float64(d.lo), float64(d.hi))
+		return int(v), math.Log(v)
 	case randint:
 		v := math.Min(math.Max(math.Round(x), float64(d.lo)), float64(d.hi-1))
 		return int(v), v

@@ -168,7 +168,7 @@ func parseValue(v any, path string) (any, error) {
 func isKind(k string) bool {
 	switch k {
 	case "uniform", "quniform", "loguniform", "randint", "choice", "grid_search",
-		"qloguniform", "qrandint", "randn", "qrandn":
+		"qloguniform", "qrandint", "lograndint", "qlograndint", "randn", "qrandn":
 		return true
 	}
 	return false
@@ -189,8 +189,8 @@ func parseDomain(kind string, rawArgs any, path string) (Domain, error) {
 // NewDomain builds the search-space function kind from its arguments, as
 // written in JSON or HCL: uniform(lo, hi), quniform(lo, hi, q),
 // loguniform(lo, hi), randint(lo, hi), choice(values), grid_search(values),
-// qloguniform(lo, hi, q), qrandint(lo, hi, q), randn(mean, sd),
-// qrandn(mean, sd, q).
+// qloguniform(lo, hi, q), qrandint(lo, hi, q), lograndint(lo, hi),
+// qlograndint(lo, hi, q), randn(mean, sd), qrandn(mean, sd, q).
 func NewDomain(kind string, args []any) (Domain, error) {
 	nums := func(n int) ([]float64, error) {
 		if len(args) != n {
@@ -207,7 +207,7 @@ func NewDomain(kind string, args []any) (Domain, error) {
 		return out, nil
 	}
 	switch kind {
-	case "qloguniform", "qrandint", "randn", "qrandn":
+	case "qloguniform", "qrandint", "lograndint", "qlograndint", "randn", "qrandn":
 		return newDomainMore(kind, args)
 	case "uniform", "loguniform", "quniform", "randint":
 		n := 2

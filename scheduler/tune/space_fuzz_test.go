@@ -12,6 +12,7 @@ func FuzzParseSpace(f *testing.F) {
 		`{"lr": {"loguniform": [0.0001, 0.1]}, "batch_size": {"choice": [16, 32, 64]}, "epochs": 9}`,
 		`{"layers": {"grid_search": [1, 2]}, "steps": {"quniform": [10, 100, 10]}, "seed": {"randint": [0, 1000]}}`,
 		`{"a": {"qloguniform": [0.0001, 0.1, 0.0001]}, "b": {"qrandint": [16, 128, 16]}, "c": {"randn": [0, 1]}, "d": {"qrandn": [0, 1, 0.5]}}`,
+		`{"w": {"lograndint": [1, 1000]}, "b": {"qlograndint": [16, 1024, 16]}}`,
 		`{"opt": {"choice": ["sgd", {"name": "adam", "beta": {"uniform": [0.8, 0.99]}}]}, "m": {"uniform": [0, 1]}}`,
 		`{"nested": {"x": [1, {"choice": [{"loguniform": [1, 2]}, 3]}]}}`,
 	} {

@@ -7,7 +7,8 @@ import (
 	"strconv"
 )
 
-// The quantised, log-quantised and normal search-space functions, and
+// The quantised, log-quantised, log-integer and normal search-space
+// functions, and
 // nested (conditional) spaces: a choice whose values hold functions of
 // their own, which are sampled only in the trials that chose that value.
 
@@ -17,6 +18,15 @@ func QLogUniform(lo, hi, q float64) Domain { return qloguniform{lo, hi, q} }
 // QRandInt samples an integer uniformly from [lo, hi] (hi included, as in
 // Ray) and rounds it to a multiple of q.
 func QRandInt(lo, hi, q int) Domain { return qrandint{lo, hi, q} }
+
+// LogRandInt samples an integer log-uniformly from [lo, hi) (hi excluded,
+// as in Ray's lograndint): each decade as likely as the next, for a layer
+// width or a batch size.
+func LogRandInt(lo, hi int) Domain { return lograndint{lo, hi} }
+
+// QLogRandInt samples an integer log-uniformly from [lo, hi] (hi included,
+// as in Ray) and rounds it to a multiple of q.
+func QLogRandInt(lo, hi, q int) Domain { return qlograndint{lo, hi, q} }
 
 // RandN samples a float from the normal distribution N(mean, sd²).
 func RandN(mean, sd float64) Domain { return randn{mean, sd, 0} }
@@ -39,6 +49,24 @@ func (d qrandint) Sample(r *rand.Rand) any {
 }
 func (qrandint) Kind() string                   { return "qrandint" }
 func (d qrandint) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo, d.hi, d.q) }
+
+type lograndint struct{ lo, hi int }
+
+func (d lograndint) Sample(r *rand.Rand) any {
+	v := int(math.Floor(loguniform{float64(d.lo), float64(d.hi)}.Sample(r).(float64)))
+	return min(max(v, d.lo), d.hi-1)
+}
+func (lograndint) Kind() string                   { return "lograndint" }
+func (d lograndint) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo, d.hi) }
+
+type qlograndint struct{ lo, hi, q int }
+
+func (d qlograndint) Sample(r *rand.Rand) any {
+	v := loguniform{float64(d.lo), float64(d.hi)}.Sample(r).(float64)
+	return int(quantize(v, float64(d.q), float64(d.lo), float64(d.hi)))
+}
+func (qlograndint) Kind() string                   { return "qlograndint" }
+func (d qlograndint) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo, d.hi, d.q) }
 
 type randn struct{ mean, sd, q float64 }
 
@@ -79,7 +107,7 @@ func quantize(v, q, lo, hi float64) float64 {
 
 func newDomainMore(kind string, args []any) (Domain, error) {
 	want := 3
-	if kind == "randn" {
+	if kind == "randn" || kind == "lograndint" {
 		want = 2
 	}
 	if len(args) != want {
@@ -109,6 +137,19 @@ func newDomainMore(kind string, args []any) (Domain, error) {
 	if !(f[0] < f[1]) {
 		return nil, fmt.Errorf("%w: %s(%v, %v): lower bound must be below upper", ErrSpace, kind, f[0], f[1])
 	}
+	if kind == "lograndint" || kind == "qlograndint" {
+		for _, v := range f {
+			if v != math.Trunc(v) {
+				return nil, fmt.Errorf("%w: %s bounds and step must be integers", ErrSpace, kind)
+			}
+		}
+		if f[0] <= 0 {
+			return nil, fmt.Errorf("%w: %s lower bound %v must be positive", ErrSpace, kind, f[0])
+		}
+		if kind == "lograndint" {
+			return LogRandInt(int(f[0]), int(f[1])), nil
+		}
+	}
 	if math.Floor(f[1]/f[2])*f[2] < f[0]-1e-9*math.Abs(f[0]) {
 		return nil, fmt.Errorf("%w: %s(%v, %v, %v): no multiple of the step lies within the bounds", ErrSpace, kind, f[0], f[1], f[2])
 	}
@@ -117,6 +158,9 @@ func newDomainMore(kind string, args []any) (Domain, error) {
 			return nil, fmt.Errorf("%w: qloguniform lower bound %v must be positive", ErrSpace, f[0])
 		}
 		return QLogUniform(f[0], f[1], f[2]), nil
+	}
+	if kind == "qlograndint" {
+		return QLogRandInt(int(f[0]), int(f[1]), int(f[2])), nil
 	}
 	for _, v := range f {
 		if v != math.Trunc(v) {
