@@ -91,37 +91,38 @@ func shownTrials(st *ExperimentState, maxRows int) (rows []*TrialState, hidden m
 	if maxRows <= 0 || len(st.Trials) <= maxRows {
 		return st.Trials, nil
 	}
-	class := func(t *TrialState) int {
-		switch t.Status {
-		case StatusRunning:
-			return 0
-		case StatusError:
-			return 1
-		case StatusTerminated, StatusStopped:
-			return 2
-		}
-		return 3
-	}
 	sign := 1.0
 	if st.Mode == ModeMax {
 		sign = -1
 	}
-	score := func(t *TrialState) float64 { // lower is shown first; no value last
-		if v, ok := storage.Score(storage.Record{Metrics: t.LastResult}, st.Metric); ok && st.Metric != "" {
-			return sign * v
+	// Each trial's place, worked out once: its class, then (finished
+	// ones) its last value, lower first, none last.
+	type key struct {
+		class int
+		score float64
+	}
+	keys := make([]key, len(st.Trials))
+	for i, t := range st.Trials {
+		switch t.Status {
+		case StatusRunning:
+			keys[i].class = 0
+		case StatusError:
+			keys[i].class = 1
+		case StatusTerminated, StatusStopped:
+			keys[i] = key{2, math.Inf(1)}
+			if v, ok := storage.Score(storage.Record{Metrics: t.LastResult}, st.Metric); ok && st.Metric != "" {
+				keys[i].score = sign * v
+			}
+		default:
+			keys[i].class = 3
 		}
-		return math.Inf(1)
 	}
 	order := make([]int, len(st.Trials))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		ta, tb := st.Trials[a], st.Trials[b]
-		if c := cmp.Compare(class(ta), class(tb)); c != 0 || class(ta) != 2 {
-			return c
-		}
-		return cmp.Compare(score(ta), score(tb))
+		return cmp.Or(cmp.Compare(keys[a].class, keys[b].class), cmp.Compare(keys[a].score, keys[b].score))
 	})
 	chosen := order[:maxRows]
 	slices.Sort(chosen)
