@@ -79,6 +79,16 @@ train "qs-tune" {
 	must.StrContains(t, string(got), ck[1]+" -> model")
 	must.DirExists(t, filepath.Join(dir, "model"))
 
+	// tensorboard writes each trial's reports as an event file.
+	code, stdout, stderr := runCLI(t, "tensorboard", "-out", filepath.Join(dir, "tb"), filepath.Join(dir, "results", "qs-tune"))
+	must.Zero(t, code, must.Sprint(stderr))
+	must.StrContains(t, stdout, "open them with: tensorboard --logdir "+filepath.Join(dir, "tb"))
+	for i := range 4 {
+		files, err := filepath.Glob(filepath.Join(dir, "tb", fmt.Sprintf("trial_%04d", i), "events.out.tfevents.*.nomad-train"))
+		must.NoError(t, err)
+		must.SliceLen(t, 1, files, must.Sprint(stdout))
+	}
+
 	// A second run finds every trial finished and runs nothing: the
 	// trials' progress files are untouched.
 	before, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
