@@ -22,6 +22,11 @@ import (
 // only the driver sets.
 var ErrReservedEnv = errors.New("the task's env sets variables the train driver owns")
 
+// ErrBadEnvName is wrapped when a task's environment has a key that is no
+// variable name: one with "=" would set another variable than its name
+// says, past the checks made by name.
+var ErrBadEnvName = errors.New("the task's env has keys that are no variable names")
+
 // ErrDeniedUser is wrapped when a task asks for a user the plugin config's
 // denied_users lists.
 var ErrDeniedUser = errors.New("user is in the plugin's denied_users")
@@ -32,13 +37,23 @@ var ErrDeniedUser = errors.New("user is in the plugin's denied_users")
 // another rank.
 func isReservedEnv(k string) bool { return workerenv.Reserved(k) }
 
-// checkTaskEnv refuses a task environment that sets reserved variables,
-// naming them all. own looks up the driver's own environment (os.LookupEnv),
+// checkTaskEnv refuses a task environment with a key that is no variable
+// name (workerenv.ValidName), or that sets reserved variables, naming
+// them all. own looks up the driver's own environment (os.LookupEnv),
 // which is the client agent's: Nomad hands the agent's environment to the
 // tasks of a driver without filesystem isolation, so a reserved variable
 // with the very value the driver has came from where the agent was
 // started, not from the job, and the message says so.
 func checkTaskEnv(env map[string]string, own func(string) (string, bool)) error {
+	var bad []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if !workerenv.ValidName(k) {
+			bad = append(bad, strconv.Quote(k))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s; a name may not be empty or hold \"=\" or NUL", ErrBadEnvName, strings.Join(bad, ", "))
+	}
 	var fromJob, fromAgent []string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if !isReservedEnv(k) {

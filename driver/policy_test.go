@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,6 +17,29 @@ import (
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
+
+// A key with "=" would reach the process as another variable than its
+// name says (a job submitted as API JSON can send one; Nomad passes it
+// on): GODEBUG=x509sha1 with the value 1 is GODEBUG, RANK=9 with "" is
+// RANK. Each is refused, named.
+func TestCheckTaskEnvRefusesKeysThatAreNoNames(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"GODEBUG=x509sha1": "1"},
+		{"GCONV_PATH=/alloc/task/local": ""},
+		{"RANK=9": "", "PATH": "/bin"},
+		{"MASTER_ADDR=evil.example": ""},
+		{"": "x"},
+		{"A\x00B": "x"},
+	} {
+		err := checkTaskEnv(env, noEnv)
+		must.ErrorIs(t, err, ErrBadEnvName, must.Sprint(env))
+		for k := range env {
+			if k != "PATH" {
+				must.ErrorContains(t, err, strconv.Quote(k))
+			}
+		}
+	}
+}
 
 func TestCheckTaskEnv(t *testing.T) {
 	cases := []struct {

@@ -88,6 +88,12 @@ rendezvous {
 	f = task("quickstart", map[string]string{"RANK": "0", "MASTER_ADDR": "10.1.1.1", "NOMAD_TRAIN_SECRET_FILE": "/etc/shadow"})
 	mustRefuseForGood(t, startOrRun(t, n, f), "MASTER_ADDR, NOMAD_TRAIN_SECRET_FILE, RANK")
 
+	// A key with "=" is another variable than its name says (RANK=9 with
+	// "" is RANK): not a way around the names above, nor around those
+	// kept from the driver binary.
+	f = task("quickstart", map[string]string{"RANK=9": "", "GODEBUG=x509sha1": "1"})
+	mustRefuseForGood(t, startOrRun(t, n, f), `"GODEBUG=x509sha1", "RANK=9"`, "no variable names")
+
 	// The runtime's tuning knobs (what nomad-train compile emits) are the
 	// job's to set.
 	f = task("no-such-builtin", map[string]string{"NOMAD_TRAIN_STOP_GRACE": "7s", "NOMAD_TRAIN_LOG_LEVEL": "debug", "NOMAD_TRAIN_BLAS": "gonum"})

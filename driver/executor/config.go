@@ -37,7 +37,8 @@ type Config struct {
 	// receive the task's output; "" means /dev/null.
 	StdoutPath, StderrPath string
 	// StateDir holds the shim's spec, exit and log files. It is created if
-	// missing and removed by Destroy.
+	// missing (mode 0700) and removed by Destroy; one that is a link or
+	// not the plugin's own is refused (statedir.go).
 	StateDir string
 	// CgroupPath is a cgroup v2 directory to create for the task; "" = none.
 	CgroupPath string
@@ -115,8 +116,8 @@ func validate(cfg *Config, lookup UserLookup, uid int) (resolved, error) {
 	if cfg.ShimPath == "" {
 		return r, configErr("ShimPath", "must not be empty")
 	}
-	// The shim starts in StateDir, where a relative path would mean
-	// something else.
+	// The shim starts in "/", where a relative path would mean something
+	// else.
 	abs, err := filepath.Abs(cfg.ShimPath)
 	if err != nil {
 		return r, &ConfigError{Field: "ShimPath", Err: err}

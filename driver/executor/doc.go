@@ -5,7 +5,8 @@
 // own session. The plugin opens Nomad's log FIFOs and hands them to the shim,
 // which starts the worker as the leader of a new process group (optionally in
 // a cgroup v2 directory with CPU and memory limits), waits for it and records
-// the ExitResult atomically in the task's state directory. The plugin may die
+// the ExitResult atomically in the task's state directory, which it inherits
+// open, never by path (a task may rename what is in its own directories). The plugin may die
 // at any time: Recover reattaches from the persisted State, guarding pids
 // against reuse with their start times.
 //

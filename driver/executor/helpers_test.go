@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envPlugin); cfg != "" {
 		os.Exit(fakePlugin(cfg))
 	}
+	if dir := os.Getenv(envAttacker); dir != "" {
+		os.Exit(attackerMain(dir, []byte(os.Getenv("ATTACK_SPEC"))))
+	}
 	os.Exit(m.Run())
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -22,6 +21,7 @@ const (
 	shimFDStdout = 3
 	shimFDStderr = 4
 	shimFDStatus = 5
+	shimFDState  = 6 // the state dir (statedir.go)
 )
 
 // ShimMain runs the supervisor shim and returns the process exit code. The
@@ -37,16 +37,17 @@ func ShimMain(args []string) int {
 	if len(args) > 0 && args[0] == ShimArg {
 		args = args[1:]
 	}
-	if len(args) != 1 {
-		fmt.Fprintf(os.Stderr, "usage: %s STATE_DIR\n", ShimArg)
+	if len(args) != 0 {
+		fmt.Fprintf(os.Stderr, "usage: %s (its state dir open as descriptor %d)\n", ShimArg, shimFDState)
 		return 2
 	}
-	dir := args[0]
-	lf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	dir := os.NewFile(shimFDState, "state")
+	lfd, err := unix.Openat(shimFDState, logFile, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: open log: %v\n", ShimArg, err)
 		return 1
 	}
+	lf := os.NewFile(uintptr(lfd), logFile)
 	defer lf.Close()
 	log := hclog.New(&hclog.LoggerOptions{Name: "executor-shim", Output: lf, JSONFormat: true, Level: hclog.Debug})
 	if err := runShim(dir, log); err != nil {
@@ -56,7 +57,7 @@ func ShimMain(args []string) int {
 	return 0
 }
 
-func runShim(dir string, log hclog.Logger) error {
+func runShim(dir *os.File, log hclog.Logger) error {
 	// The shim must not die of the hang-ups and interrupts meant for the
 	// plugin. Catching (not ignoring) them matters: an ignored signal would
 	// stay ignored in the worker across exec.
@@ -64,7 +65,7 @@ func runShim(dir string, log hclog.Logger) error {
 	signal.Notify(quiet, syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
 	defer signal.Stop(quiet)
 
-	for _, fd := range []int{shimFDStdout, shimFDStderr, shimFDStatus} {
+	for _, fd := range []int{shimFDStdout, shimFDStderr, shimFDStatus, shimFDState} {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return fmt.Errorf("descriptor %d from the plugin: %w", fd, err)
@@ -80,7 +81,7 @@ func runShim(dir string, log hclog.Logger) error {
 	defer status.Close()
 
 	var spec shimSpec
-	b, err := readBounded(filepath.Join(dir, specFile), maxSpecFile)
+	b, err := readBoundedAt(dir, specFile, maxSpecFile)
 	if err == nil {
 		spec, err = decodeShimSpec(b)
 	}
@@ -162,7 +163,7 @@ func runShim(dir string, log hclog.Logger) error {
 	if res.Signal == int(unix.SIGKILL) && cgroupOOMKills(spec.Cgroup) > 0 {
 		res.OOMKilled = true
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, exitFile), res); err != nil {
+	if err := writeJSONAt(dir, exitFile, res); err != nil {
 		return fmt.Errorf("record exit: %w", err)
 	}
 	log.Info("worker exited", "pid", pid, "exit_code", res.ExitCode, "signal", res.Signal, "oom_killed", res.OOMKilled)

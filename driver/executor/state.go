@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Files the executor keeps in Config.StateDir.
@@ -32,8 +30,12 @@ type State struct {
 	// guards against pid reuse like ShimStartTime.
 	PID          int
 	PIDStartTime uint64
-	// StateDir is Config.StateDir.
-	StateDir string
+	// StateDir is Config.StateDir; StateDirDev and StateDirIno identify
+	// the directory the plugin made there (0 in states of earlier
+	// versions), which a task could replace by another (statedir.go).
+	StateDir    string
+	StateDirDev uint64 `json:",omitempty"`
+	StateDirIno uint64 `json:",omitempty"`
 	// StartedAt is when the worker started.
 	StartedAt time.Time
 	// Cgroup is the cgroup the worker was placed in; "" when none was
@@ -84,62 +86,18 @@ type shimStatus struct {
 	Permission bool `json:",omitempty"`
 }
 
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory: write, fsync, rename, fsync the directory. Readers see either
-// the old file or the whole new one.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+// readExitFile returns the exit recorded in st's state dir, or ok=false
+// if there is none.
+func readExitFile(st State) (res ExitResult, ok bool, err error) {
+	dir, err := openStateDir(st.StateDir, st.StateDirDev, st.StateDirIno)
+	if errors.Is(err, os.ErrNotExist) {
+		return res, false, nil
+	}
 	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
+		return res, false, fmt.Errorf("read exit file: %w", err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("chmod temporary file: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync temporary file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close temporary file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename into place: %w", err)
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for fsync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory: %w", err)
-	}
-	return nil
-}
-
-// writeJSONAtomic marshals v and writes it with writeFileAtomic.
-func writeJSONAtomic(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
-	}
-	return writeFileAtomic(path, b, 0o600)
-}
-
-// readExitFile returns the recorded exit, or ok=false if there is none.
-func readExitFile(stateDir string) (res ExitResult, ok bool, err error) {
-	b, err := readBounded(filepath.Join(stateDir, exitFile), maxExitFile)
+	defer dir.Close()
+	b, err := readBoundedAt(dir, exitFile, maxExitFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return res, false, nil
 	}
@@ -163,28 +121,22 @@ const (
 // writes.
 var errStateFile = errors.New("invalid state file")
 
-// readBounded reads at most limit bytes of path, failing on a longer file
-// or one that is not a regular file (opened without blocking, so a FIFO in
-// its place cannot hang the reader).
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+// readBoundedFile reads at most limit bytes of f, failing on a longer
+// file or one that is not a regular file.
+func readBoundedFile(f *os.File, limit int64) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", errStateFile, filepath.Base(path))
+		return nil, fmt.Errorf("%w: %s is not a regular file", errStateFile, f.Name())
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", errStateFile, filepath.Base(path), limit)
+		return nil, fmt.Errorf("%w: %s is over %d bytes", errStateFile, f.Name(), limit)
 	}
 	return b, nil
 }

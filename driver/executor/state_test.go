@@ -19,19 +19,24 @@ import (
 // not what the executor writes is an error, not a worker run with a
 // relative path or an exit code no process can have.
 func TestStateFilesRefuseWhatStartNeverWrites(t *testing.T) {
-	dir := t.TempDir()
+	stateDir := func() string { // as createStateDir makes them
+		d := t.TempDir()
+		must.NoError(t, os.Chmod(d, 0o700))
+		return d
+	}
+	dir := stateDir()
 	must.NoError(t, os.WriteFile(filepath.Join(dir, exitFile), []byte(`{"ExitCode":0,"Signal":0}`+strings.Repeat(" ", maxExitFile)), 0o600))
-	_, _, err := readExitFile(dir)
+	_, _, err := readExitFile(State{StateDir: dir})
 	must.True(t, errors.Is(err, errStateFile), must.Sprintf("got %v", err))
 
-	notFile := t.TempDir()
+	notFile := stateDir()
 	must.NoError(t, os.Mkdir(filepath.Join(notFile, exitFile), 0o700)) // a directory where the file should be
-	_, _, err = readExitFile(notFile)
+	_, _, err = readExitFile(State{StateDir: notFile})
 	must.True(t, errors.Is(err, errStateFile), must.Sprintf("got %v", err))
 
-	fifo := t.TempDir()
+	fifo := stateDir()
 	must.NoError(t, unix.Mkfifo(filepath.Join(fifo, exitFile), 0o600)) // no writer: a blocking open would hang here
-	_, _, err = readExitFile(fifo)
+	_, _, err = readExitFile(State{StateDir: fifo})
 	must.True(t, errors.Is(err, errStateFile), must.Sprintf("got %v", err))
 
 	for name, b := range map[string]string{

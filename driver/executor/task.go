@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -133,11 +132,13 @@ func Start(ctx context.Context, cfg Config, log hclog.Logger, opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
+	dir, dev, ino, err := createStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
 	}
+	defer dir.Close()
 	for _, f := range []string{exitFile, specFile} {
-		if err := os.Remove(filepath.Join(cfg.StateDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := unlinkAt(dir, f); err != nil {
 			return nil, fmt.Errorf("clear stale %s: %w", f, err)
 		}
 	}
@@ -147,7 +148,7 @@ func Start(ctx context.Context, cfg Config, log hclog.Logger, opts ...Option) (*
 			return nil, fmt.Errorf("set up cgroup: %w", err)
 		}
 	}
-	t, err := startShim(ctx, cfg, r, cgroup, o, log)
+	t, err := startShim(ctx, cfg, r, stateDirOf{dir, dev, ino}, cgroup, o, log)
 	if err != nil {
 		_ = removeCgroup(context.Background(), cgroup)
 		return nil, err
@@ -155,7 +156,13 @@ func Start(ctx context.Context, cfg Config, log hclog.Logger, opts ...Option) (*
 	return t, nil
 }
 
-func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o options, log hclog.Logger) (*Task, error) {
+// stateDirOf is the state dir Start made, open, and its identity.
+type stateDirOf struct {
+	f        *os.File
+	dev, ino uint64
+}
+
+func startShim(ctx context.Context, cfg Config, r resolved, sd stateDirOf, cgroup string, o options, log hclog.Logger) (*Task, error) {
 	argv0 := cfg.Command
 	if cfg.Argv0 != "" {
 		argv0 = cfg.Argv0
@@ -164,7 +171,7 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 		TaskID: cfg.TaskID, Path: r.Path, Args: append([]string{argv0}, cfg.Args...),
 		Env: append([]string{}, cfg.Env...), Dir: r.Dir, Cred: r.Cred, Cgroup: cgroup,
 	}
-	if err := writeJSONAtomic(filepath.Join(cfg.StateDir, specFile), spec); err != nil {
+	if err := writeJSONAt(sd.f, specFile, spec); err != nil {
 		return nil, fmt.Errorf("write shim spec: %w", err)
 	}
 	var files []*os.File
@@ -187,12 +194,15 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 	defer pr.Close()
 	files = append(files, pw)
 
+	// The shim gets its state dir as a descriptor, never by path (see
+	// statedir.go).
+	files = append(files, sd.f)
 	shim := &exec.Cmd{
 		Path:        cfg.ShimPath,
-		Args:        []string{cfg.ShimPath, ShimArg, cfg.StateDir},
+		Args:        []string{cfg.ShimPath, ShimArg},
 		Env:         append(os.Environ(), cfg.ShimEnv...),
-		Dir:         cfg.StateDir,
-		ExtraFiles:  files, // fds 3, 4, 5
+		Dir:         "/",
+		ExtraFiles:  files, // fds 3, 4, 5, 6
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	if err := shim.Start(); err != nil {
@@ -233,7 +243,7 @@ func startShim(ctx context.Context, cfg Config, r resolved, cgroup string, o opt
 	}
 	state := State{
 		TaskID: cfg.TaskID, ShimPID: shim.Process.Pid, ShimStartTime: shimStart.StartTime,
-		PID: st.PID, PIDStartTime: st.StartTime, StateDir: cfg.StateDir,
+		PID: st.PID, PIDStartTime: st.StartTime, StateDir: cfg.StateDir, StateDirDev: sd.dev, StateDirIno: sd.ino,
 		StartedAt: o.now(), Cgroup: cgroup, Config: cfg,
 	}
 	// The shim is our unreaped child, so its pid cannot be reused even if
@@ -322,7 +332,7 @@ func Recover(ctx context.Context, st State, log hclog.Logger, opts ...Option) (*
 		return nil, fmt.Errorf("recover task %q: %w", st.TaskID, err)
 	}
 	if shimFD < 0 && workerFD < 0 {
-		if _, ok, err := readExitFile(st.StateDir); !ok {
+		if _, ok, err := readExitFile(st); !ok {
 			if err == nil {
 				err = errors.New("no exit record")
 			}
@@ -385,7 +395,7 @@ func (t *Task) awaitExit(ctx context.Context, shimFD int) (ExitResult, error) {
 			_ = shim.Wait() // reap: it has exited, this does not block
 		}
 	}
-	res, ok, err := readExitFile(t.st.StateDir)
+	res, ok, err := readExitFile(t.st)
 	if err != nil {
 		return ExitResult{}, err
 	}
@@ -547,7 +557,7 @@ func (t *Task) Destroy(ctx context.Context, force bool) error {
 	if err := removeCgroup(ctx, t.st.Cgroup); err != nil {
 		return fmt.Errorf("destroy task %q: %w", t.st.TaskID, err)
 	}
-	if err := os.RemoveAll(t.st.StateDir); err != nil {
+	if err := removeStateDir(t.st.StateDir, t.st.StateDirDev, t.st.StateDirIno); err != nil {
 		return fmt.Errorf("destroy task %q: remove state dir: %w", t.st.TaskID, err)
 	}
 	return nil

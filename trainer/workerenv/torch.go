@@ -49,6 +49,13 @@ func TorchEnvNames() []string {
 // torchNames are the names TorchEnv sets.
 var torchNames = TorchEnvNames()
 
+// ValidName reports whether name can name a variable of a process's
+// environment: not empty, and without "=" or NUL. A key "RANK=9" with the
+// value "" would reach a process as RANK=9, past every check made by name.
+func ValidName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "=\x00")
+}
+
 // Reserved reports whether only a launcher may set the variable name in a
 // worker's environment: the worker contract (Prefix, save the tuning knobs
 // TaskSettable allows) and the torchrun contract. A job that set them could
