@@ -397,8 +397,10 @@ func localStoragePath(p string) (string, error) {
 	}
 	scheme := p[:i]
 	if scheme == "s3" {
-		if bucket, _, _ := strings.Cut(p[i+3:], "/"); bucket == "" {
-			return "", fmt.Errorf("S3 URL %q names no bucket", p)
+		// As the workers will read it: a bucket S3 allows, no empty or
+		// .. segment, and no credentials, query or fragment in the URL.
+		if _, err := workerenv.ParseS3URL(p); err != nil {
+			return "", err
 		}
 		return p, nil
 	}
@@ -452,6 +454,9 @@ func (d *decoder) resumeFrom(attr *hcl.Attribute, r *Run, ranges *specRanges) {
 // checkpointLocationProblem says what is wrong with an s3:// checkpoint
 // location, or "".
 func checkpointLocationProblem(loc string) string {
+	if _, err := workerenv.ParseS3URL(loc); err != nil {
+		return fmt.Sprintf("is no valid S3 location (%s)", strings.TrimPrefix(err.Error(), fmt.Sprintf("storage url %q: ", loc)))
+	}
 	bucket, key, _ := strings.Cut(loc[len("s3://"):], "/")
 	parts := strings.Split(strings.TrimSuffix(key, "/"), "/")
 	n := len(parts)

@@ -214,10 +214,16 @@ func TestLocalStoragePath(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, want, got)
 	}
-	for _, in := range []string{"s3://", "s3:///k", "S3://b", "gs://b", "file://host/x", "file://", "HTTPS://x"} {
+	for _, in := range []string{"s3://", "s3:///k", "S3://b", "gs://b", "file://host/x", "file://", "HTTPS://x",
+		// What the workers' parser refuses is refused here, at its line.
+		"s3://AKIAIOSFODNN7EXAMPLE:secret@bucket/x", "s3://Bad_Bucket/x", "s3://ab/x", "s3://-bucket/p",
+		"s3://bkt/../../etc", "s3://bucket/x?versionId=1"} {
 		_, err := localStoragePath(in)
 		must.Error(t, err, must.Sprint(in))
 	}
+	_, err := localStoragePath("s3://AKIAIOSFODNN7EXAMPLE:secret@bucket/x")
+	must.ErrorContains(t, err, "credentials are not allowed")
+	must.StrNotContains(t, err.Error(), "secret") // the message does not repeat it
 }
 
 // TestSHA256 wants the hash to follow the decoded settings, not the text.

@@ -18,10 +18,10 @@ func TestCheckpointResumeFrom(t *testing.T) {
 			"\"\n    checkpoint {\n      resume_from = \"" + from + "\"\n    }\n  }\n}\n"
 	}
 	for _, tc := range []struct{ path, from, want string }{
-		{"s3://b/p", "s3://b/p/qs/checkpoints/checkpoint_000019", "s3://b/p/qs/checkpoints/checkpoint_000019"},
-		{"s3://b/p", "s3://other/qs/checkpoints/checkpoint_000001/", "s3://other/qs/checkpoints/checkpoint_000001/"},
+		{"s3://bkt/p", "s3://bkt/p/qs/checkpoints/checkpoint_000019", "s3://bkt/p/qs/checkpoints/checkpoint_000019"},
+		{"s3://bkt/p", "s3://other/qs/checkpoints/checkpoint_000001/", "s3://other/qs/checkpoints/checkpoint_000001/"},
 		{"/data/runs", "/data/runs/qs/checkpoint_000019", "/data/runs/qs/checkpoint_000019"},
-		{"s3://b/p", "file:///data/runs/qs/checkpoint_000019", "/data/runs/qs/checkpoint_000019"},
+		{"s3://bkt/p", "file:///data/runs/qs/checkpoint_000019", "/data/runs/qs/checkpoint_000019"},
 	} {
 		spec, diags := Parse([]byte(src(tc.path, tc.from)), "t.hcl", ParseOptions{})
 		must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
@@ -34,11 +34,11 @@ func TestCheckpointResumeFrom(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ path, from, want string }{
-		{"s3://b/p", "s3://b/p/qs", `t.hcl:6:21-6:34: error: Not a checkpoint's location; resume_from "s3://b/p/qs" is not under a run's checkpoints/`},
-		{"s3://b/p", "s3://b/qs/checkpoints/model.bin", `ends in "model.bin", which is not a checkpoint's name`},
-		{"s3://b/p", "s3:///qs/checkpoints/checkpoint_000001", "names no bucket"},
-		{"s3://b/p", "gs://b/qs/checkpoints/checkpoint_000001", `resume_from: scheme "gs" is not supported`},
-		{"/data/runs", "s3://b/qs/checkpoints/checkpoint_000001", `t.hcl:6:21-6:62: error: A checkpoint on S3 needs the run on S3; resume_from is on S3 but storage_path "/data/runs" is a directory`},
+		{"s3://bkt/p", "s3://bkt/p/qs", `t.hcl:6:21-6:36: error: Not a checkpoint's location; resume_from "s3://bkt/p/qs" is not under a run's checkpoints/`},
+		{"s3://bkt/p", "s3://bkt/qs/checkpoints/model.bin", `ends in "model.bin", which is not a checkpoint's name`},
+		{"s3://bkt/p", "s3:///qs/checkpoints/checkpoint_000001", `is no valid S3 location (bucket name "" must be 3 to 63 characters)`},
+		{"s3://bkt/p", "gs://b/qs/checkpoints/checkpoint_000001", `resume_from: scheme "gs" is not supported`},
+		{"/data/runs", "s3://bkt/qs/checkpoints/checkpoint_000001", `t.hcl:6:21-6:64: error: A checkpoint on S3 needs the run on S3; resume_from is on S3 but storage_path "/data/runs" is a directory`},
 		{"/data/runs", " ", "resume_from must not be empty"},
 	} {
 		_, diags := Parse([]byte(src(tc.path, tc.from)), "t.hcl", ParseOptions{})
@@ -68,7 +68,7 @@ func TestResumeFromOnVolumes(t *testing.T) {
     read_only   = true
   }
   run {
-    storage_path = "s3://b/p"
+    storage_path = "s3://bkt/p"
     checkpoint { resume_from = "%s" }
   }
 }

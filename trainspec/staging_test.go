@@ -16,7 +16,7 @@ func TestCheckpointStaging(t *testing.T) {
 		return "train \"r\" {\n  entrypoint { builtin = \"quickstart\" }\n  run {\n    storage_path = \"" + path +
 			"\"\n    checkpoint {\n      staging = \"" + staging + "\"\n    }\n  }\n}\n"
 	}
-	spec, diags := Parse([]byte(src("s3://b/p", "memory")), "t.hcl", ParseOptions{})
+	spec, diags := Parse([]byte(src("s3://bkt/p", "memory")), "t.hcl", ParseOptions{})
 	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
 	must.EqOp(t, workerenv.StagingMemory, spec.Run.Checkpoint.Policy().Staging)
 	job, diags := Compile(spec)
@@ -25,7 +25,7 @@ func TestCheckpointStaging(t *testing.T) {
 	must.EqOp(t, "memory", ckpt["staging"].(string))
 
 	for _, tc := range []struct{ path, staging, want string }{
-		{"s3://b/p", "ram", `t.hcl:6:17-6:22: error: Invalid value; staging must be one of "disk" or "memory"; got "ram".`},
+		{"s3://bkt/p", "ram", `t.hcl:6:17-6:22: error: Invalid value; staging must be one of "disk" or "memory"; got "ram".`},
 		{"/data/runs", "memory", `t.hcl:6:7-6:25: error: Staging in memory needs an object store`},
 	} {
 		_, diags := Parse([]byte(src(tc.path, tc.staging)), "t.hcl", ParseOptions{})

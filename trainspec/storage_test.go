@@ -21,14 +21,14 @@ func TestS3CredentialsInTheCompiledJob(t *testing.T) {
 		name, run string
 		wantPath  string // "" for no credentials template
 	}{
-		{"plain storage_path", `storage_path = "s3://b/p"`, "nomad/jobs/r/worker"},
-		{"storage block", `storage { path = "s3://b/p" }`, "nomad/jobs/r/worker"},
+		{"plain storage_path", `storage_path = "s3://bkt/p"`, "nomad/jobs/r/worker"},
+		{"storage block", `storage { path = "s3://bkt/p" }`, "nomad/jobs/r/worker"},
 		{"named variable", `storage {
-  path = "s3://b/p"
+  path = "s3://bkt/p"
   credentials_variable = "shared/s3"
 }`, "shared/s3"},
 		{"node credentials", `storage {
-  path = "s3://b/p"
+  path = "s3://bkt/p"
   credentials = "node"
 }`, ""},
 		{"directory", `storage { path = "/mnt/results" }`, ""},
@@ -182,14 +182,14 @@ func TestTrialsReadTheExperimentsCredentials(t *testing.T) {
   entrypoint { builtin = "quickstart" }
   config = { lr = choice([0.1, 0.2]) }
   run {
-    storage { path = "s3://b/p" }
+    storage { path = "s3://bkt/p" }
   }
   tune { num_samples = 2 }
 }
 `
 	spec, diags := Parse([]byte(src), "t.hcl", ParseOptions{})
 	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
-	job, diags := CompileTrial(spec, "trial_0001", "s3://b/p/exp", []byte(`{"lr":0.1}`))
+	job, diags := CompileTrial(spec, "trial_0001", "s3://bkt/p/exp", []byte(`{"lr":0.1}`))
 	must.False(t, diags.HasErrors(), must.Sprint(diagLines(diags)))
 	must.StrContains(t, S3CredentialsCommand(job), "nomad var put nomad/jobs/exp/worker ")
 	must.EqOp(t, "", spec.Run.Storage.CredentialsVariable)
