@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"text/tabwriter"
@@ -180,12 +182,29 @@ func LocalOptions(spec *trainspec.Spec) launch.Options {
 
 // StartFresh moves the spec's run directory aside to <dir>.old-<time> so
 // that the run starts over; it never deletes a user's checkpoints. It
-// says where the old run went, or nothing when there was none.
+// refuses while the run is going (its launcher alive, or a worker holding
+// the run's writer lock): that run's workers would go on writing by path
+// into the fresh run. It says where the old run went, or nothing when
+// there was none.
 func StartFresh(spec *trainspec.Spec, now time.Time, stdout io.Writer) error {
 	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
 	if dir == "" || storage.IsObjectPath(spec.Run.StoragePath) {
 		return fmt.Errorf("-fresh needs a local storage path, not %q: remove the run's objects yourself", spec.Run.StoragePath)
 	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing to move
+	}
+	if st, err := launch.ReadState(dir); err == nil && st.Phase == launch.PhaseRunning {
+		return fmt.Errorf("-fresh: run %s is still going (its launcher, pid %d on %s); stop it first", spec.Name, st.PID, st.Host)
+	}
+	w, err := storage.Open(spec.Run.StoragePath, spec.Name, storage.Policy{})
+	if errors.Is(err, storage.ErrLocked) {
+		return fmt.Errorf("-fresh: a worker of run %s still writes to it (%w); stop it first", spec.Name, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer w.Close() // the lock moves with the directory
 	return moveAside(dir, "run", now, stdout)
 }
 
