@@ -473,7 +473,8 @@ train %q {
 // program that is not a Go trainer (a shell script here, python3 train.py
 // in life) runs under the external wrapper, so it gets torchrun's
 // environment and the report protocol. Tune started it bare, and the
-// script found neither.
+// script found neither. Its script is found beside the spec, wherever tune
+// is started (it was looked for in tune's working directory).
 func TestTuneWrapsACommand(t *testing.T) {
 	bin := buildCLI(t)
 	dir, spec := hclSpec(t, `
@@ -493,7 +494,7 @@ train "sh-tune" {
 printf '{"op":"report","metrics":{"loss":0.5,"rank":%s}}\n' "$RANK" >&"$NOMAD_TRAIN_REQUEST_FD"
 read -r reply <&"$NOMAD_TRAIN_REPLY_FD"
 `), 0o644))
-	out, err := localTune(bin, dir, spec).CombinedOutput()
+	out, err := localTune(bin, t.TempDir(), spec).CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
 	must.StrContains(t, string(out), "== sh-tune: 2 trials (2 TERMINATED)")
 	must.StrContains(t, string(out), "==> best trial trial_000")

@@ -102,6 +102,10 @@ type Processes struct {
 	Args    []string
 	// Env adds KEY=VALUE entries to every worker's environment.
 	Env []string
+	// Dir is the workers' working directory (launch.Options.Dir), where a
+	// command's relative script path (python3 train.py) is found: a
+	// spec's directory, as for `run`. "" is this process's.
+	Dir string
 	// NumWorkers is the gang size of every trial (default 1).
 	NumWorkers int
 	// StopGrace is how long a stopped worker gets between SIGTERM and
@@ -139,6 +143,7 @@ func (p *Processes) options(t TrialSpec) (launch.Options, error) {
 		Command: p.Command, Args: p.Args,
 		Run: workerenv.Run{Env: p.Env, NumWorkers: max(p.NumWorkers, 1), Name: t.ID, StoragePath: t.StoragePath,
 			Storage: t.Storage, Config: t.Config, Checkpoint: t.Checkpoint},
+		Dir:       p.Dir,
 		StopGrace: p.StopGrace,
 		Logger:    p.Logger,
 	}

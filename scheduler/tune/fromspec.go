@@ -79,13 +79,14 @@ func CheckSearcher(kind, metric string, settings []byte) error {
 // LocalProcesses places the experiment's trials as worker processes on
 // this machine, each started as proc says (workerenv.StartFor: this binary
 // for a builtin or a wrapped python3 command, a Go trainer itself), with
-// the spec's environment. The workers' output goes to stdout and stderr
+// the spec's environment, in the spec's directory (a command's script is
+// found beside the spec, as `run` finds it). The workers' output goes to stdout and stderr
 // when given; stopped trials' workers complain about their cancelled
 // context, so by default it is dropped (failures are in the table and
 // results.json).
 func (x *Experiment) LocalProcesses(proc workerenv.Process, stdout, stderr io.Writer) *Processes {
 	b := NewProcesses(nil, x.Spec.Scaling.NumWorkers)
-	b.Command, b.Args = proc.Path, proc.Args
+	b.Command, b.Args, b.Dir = proc.Path, proc.Args, x.Spec.Dir()
 	b.Env = append(append([]string{}, x.Spec.RunSpec().Env...), proc.Env...)
 	b.Stdout, b.Stderr = io.Discard, io.Discard
 	if stdout != nil {
