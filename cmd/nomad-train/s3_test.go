@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -159,4 +164,51 @@ func checkpointFiles(t *testing.T, dir string) map[string]string {
 	_, err := os.Stat(filepath.Join(dir, storage.ManifestFile))
 	must.NoError(t, err)
 	return files
+}
+
+// A run on S3 stopped with Ctrl-C says in its summary how many steps it
+// trained (it said 0: its reader of the reports was bound to the run's
+// context, which Ctrl-C ends before the summary reads the last report).
+func TestRunOnS3InterruptedCountsItsSteps(t *testing.T) {
+	srv := s3test.Start(t)
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	spec := writeFile(t, dir, "long.hcl", fmt.Sprintf(`
+train "long" {
+  entrypoint { builtin = "quickstart" }
+  config = { epochs = 100000 }
+  scaling { num_workers = 2 }
+  run { storage_path = "s3://%s/runs" }
+}
+`, srv.Bucket))
+	cmd := exec.Command(bin, "run", "-local", spec)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NOMAD_ADDR=",
+		"AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
+		"AWS_REGION="+srv.Region, "AWS_ENDPOINT_URL_S3="+srv.Endpoint,
+		"AWS_CONFIG_FILE="+filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"))
+	stdout, err := cmd.StdoutPipe()
+	must.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	must.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "epoch 2: loss") {
+			break
+		}
+	}
+	must.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	_ = cmd.Wait()
+	must.EqOp(t, 130, cmd.ProcessState.ExitCode(), must.Sprint(out.String(), stderr.String()))
+	m := regexp.MustCompile(`(?m)^    steps +(\d+) `).FindStringSubmatch(out.String())
+	must.SliceLen(t, 2, m, must.Sprint(out.String()))
+	steps, err := strconv.Atoi(m[1])
+	must.NoError(t, err)
+	must.Greater(t, 2, steps, must.Sprint(out.String()))
 }

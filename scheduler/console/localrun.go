@@ -62,7 +62,9 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 	}
 	reports := newReports(spec.Run.StoragePath, spec.Name, sopt)
 	defer reports.Close()
-	before, _ := reports.Latest(ctx)
+	// Its first call binds an object store's reads for good: not to ctx,
+	// which Ctrl-C ends before the summary reads the last report.
+	before, _ := reports.Latest(context.WithoutCancel(ctx))
 	start := time.Now()
 	stopBar := func() {}
 	if goal, ok := GoalOf(spec.ConfigJSON); ok && l.Live != nil {
