@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/trainer/collective"
 	"github.com/nomad-train/nomad-train/trainer/internal/auth"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
@@ -262,7 +263,7 @@ func (w *worker) generation(ctx context.Context) error {
 	w.metrics.join(a.Rank, a.Generation, used)
 	if workerenv.BudgetExhausted(used, env.MaxFailures) {
 		w.ev.emit("failure_budget_used", fmt.Sprintf("%d failures, budget %d", used, env.MaxFailures), nil)
-		err := fmt.Errorf("%w: the gang failed %d times, max_failures is %d", ErrBudgetExhausted, used, env.MaxFailures)
+		err := fmt.Errorf("%w: the gang failed %s, max_failures is %d", ErrBudgetExhausted, english.Count(used, "time", "times"), env.MaxFailures)
 		w.markFailed(err, ExitBudgetExhausted)
 		return err
 	} else if used > 0 {

@@ -119,8 +119,10 @@ func localSummary(spec *trainspec.Spec, out *launch.Outcome, res *trainer.Result
 	s := Summary{Kind: "run", Name: spec.Name, Wall: wall, Steps: steps,
 		MaxFailures: spec.Run.Failure.MaxFailures, Storage: spec.Run.StoragePath, StorageOptions: spec.Run.Storage.Options()}
 	if out != nil {
-		s.Restarts = len(out.Restarts) + len(out.Stopped)
-		s.Failures = len(out.Restarts)
+		// As the workers count them against max_failures, which also counts
+		// a generation lost with no process replaced.
+		s.Failures = max(len(out.Restarts), out.FailuresUsed)
+		s.Restarts = s.Failures + len(out.Stopped)
 	}
 	if res != nil {
 		s.Best, s.Score = best(res, spec.Run.Checkpoint.ScoreAttribute)

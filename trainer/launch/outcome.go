@@ -1,11 +1,13 @@
 package launch
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 
+	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
 
@@ -54,6 +56,11 @@ type Outcome struct {
 	// BudgetExhausted says why the run was stopped when its failure budget
 	// ran out; empty otherwise.
 	BudgetExhausted string
+	// FailuresUsed is the gang's failures in this launch as its workers
+	// count them against max_failures (workerenv.FailuresUsed): a
+	// generation lost without a process to replace (a worker's own child,
+	// python3 under the wrapper, died and the gang re-formed) counts too.
+	FailuresUsed int
 }
 
 // Failures lists the workers that ended badly, causes first: workers that
@@ -91,7 +98,13 @@ func (g *gang) outcome(tmp string) *Outcome {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := &Outcome{Ranks: append([]RankOutcome(nil), g.ended...), Restarts: g.restarts, Stopped: g.stopped,
-		BudgetExhausted: g.exhausted}
+		BudgetExhausted: g.exhausted, FailuresUsed: len(g.restarts)}
+	if st, ok := g.state(); ok {
+		stops, err := rendezvous.Stops(context.Background(), g.store, g.opts.Name, 1, st.Generation)
+		if err == nil {
+			out.FailuresUsed = max(out.FailuresUsed, workerenv.FailuresUsed(st.Generation, 1, stops, g.lostBeforeJoining))
+		}
+	}
 	for i := range out.Ranks {
 		if out.Ranks[i].ExitCode != 0 && out.Ranks[i].Err == "" {
 			out.Ranks[i].Err = lastFailure(eventsPath(tmp, i))

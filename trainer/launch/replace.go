@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nomad-train/nomad-train/internal/english"
 	"github.com/nomad-train/nomad-train/trainer/rendezvous"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -72,7 +73,7 @@ func (g *gang) withinBudget(joined bool, rank int) bool {
 	}
 	used := workerenv.FailuresUsed(next, 1, stops, g.lostBeforeJoining)
 	if workerenv.BudgetExhausted(used, g.opts.MaxFailures) {
-		g.exhausted = fmt.Sprintf("failure budget exhausted: the gang failed %d times, max_failures is %d", used, g.opts.MaxFailures)
+		g.exhausted = fmt.Sprintf("failure budget exhausted: the gang failed %s, max_failures is %d", english.Count(used, "time", "times"), g.opts.MaxFailures)
 		return false
 	}
 	return true

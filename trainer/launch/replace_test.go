@@ -143,3 +143,35 @@ func TestBudgetCountsAnElasticRecoveryOnce(t *testing.T) {
 		})
 	}
 }
+
+// The outcome counts the gang's failures as its workers count them: a
+// generation lost with no process to replace (a command worker's own
+// child died under its wrapper, and the gang re-formed) is one too, which
+// the process replacements alone missed.
+func TestOutcomeCountsFailuresAsTheWorkersDo(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		generation uint64
+		restarts   int
+		want       int
+	}{
+		{"no failure", 1, 0, 0},
+		{"a generation lost, no process replaced", 2, 0, 1},
+		{"two generations lost, one process replaced", 3, 1, 2},
+		{"no rendezvous state: the replacements", 0, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := rendezvous.NewMemStore(nil)
+			if tc.generation > 0 {
+				st, err := json.Marshal(rendezvous.State{Generation: tc.generation, Phase: rendezvous.PhaseComplete, WorldSize: 1, Ranks: []string{"local-0"}})
+				must.NoError(t, err)
+				_, ok, err := mem.CompareAndSet(context.Background(), "r/state", st, 0)
+				must.NoError(t, err)
+				must.True(t, ok)
+			}
+			g := &gang{opts: Options{Run: workerenv.Run{Name: "r", MaxFailures: 5}}, store: mem,
+				restarts: make([]RankOutcome, tc.restarts)}
+			must.Eq(t, tc.want, g.outcome(t.TempDir()).FailuresUsed)
+		})
+	}
+}
