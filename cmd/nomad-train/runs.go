@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/scheduler/console"
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
+	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
 // status, logs, list and stop: on Nomad, or (not stop) on local runs. A
@@ -104,6 +105,15 @@ func (c runsCmd) one(stderr io.Writer) (string, bool) {
 // localHint follows an error about local runs.
 const localHint = "; for runs on Nomad set NOMAD_ADDR or -address"
 
+// withLocalHint adds localHint to an error about the runs at where, but
+// for an s3:// location, which names no run on Nomad.
+func withLocalHint(err error, where string) error {
+	if storage.IsObjectPath(where) {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, localHint)
+}
+
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, code := parseRuns("status", "status [flags] [run directory or s3:// location | run name]", false, args, stderr, nil)
 	if code >= 0 {
@@ -118,7 +128,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if c.local {
 		if err := console.PrintLocalStatus(ctx, stdout, run); err != nil {
-			return fail(stderr, "status", fmt.Errorf("%w%s", err, localHint))
+			return fail(stderr, "status", withLocalHint(err, run))
 		}
 		return 0
 	}
@@ -230,7 +240,7 @@ func listCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func listRuns(ctx context.Context, c runsCmd, stdout, stderr io.Writer) int {
 	if c.local {
 		if err := console.PrintLocalRuns(ctx, stdout, c.storage); err != nil {
-			return fail(stderr, c.name, fmt.Errorf("%w%s", err, localHint))
+			return fail(stderr, c.name, withLocalHint(err, c.storage))
 		}
 		return 0
 	}

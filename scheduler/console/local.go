@@ -20,8 +20,11 @@ import (
 // reports in its run directory, <storage>/<run>, where these read them.
 
 // ErrNoLocalRun is PrintLocalStatus's error for a directory that holds no
-// local run.
-var ErrNoLocalRun = errors.New("no local run")
+// local run; ErrNoRun, for an s3:// location that holds no run.
+var (
+	ErrNoLocalRun = errors.New("no local run")
+	ErrNoRun      = errors.New("no run")
+)
 
 // PrintLocalStatus prints the local run in dir: its launcher's state, its
 // workers, its last report and its checkpoints. dir may be a run's s3://

@@ -83,7 +83,10 @@ func printObjectStatus(ctx context.Context, w io.Writer, loc string) error {
 		if ok, err := printExperimentStatus(ctx, w, loc); ok || err != nil {
 			return err
 		}
-		return fmt.Errorf("%w at %s (no progress records, no experiment state)", ErrNoLocalRun, loc)
+		if _, err := storage.ListRuns(ctx, root); err != nil {
+			return err // a bucket that does not exist, say
+		}
+		return fmt.Errorf("%w: nothing at %s (no progress records, no experiment state)", ErrNoRun, loc)
 	}
 	if dir := launch.RunDir(root, run); dir == "" {
 		fmt.Fprintf(w, "run %s: kept at %s\n", run, storage.RunLocation(root, run))

@@ -32,7 +32,7 @@ func (s *Store) ListDirs(ctx context.Context, prefix string) ([]string, error) {
 	for {
 		out, err := s.client.ListObjectsV2(ctx, in)
 		if err != nil {
-			return nil, fmt.Errorf("list dirs %s: %w", prefix, notFound(err))
+			return nil, fmt.Errorf("list %s: %w", Location{Bucket: s.loc.Bucket, Prefix: s.objectKey(prefix)}, notFound(err))
 		}
 		for _, p := range out.CommonPrefixes {
 			name := strings.TrimSuffix(strings.TrimPrefix(s.storeKey(aws.ToString(p.Prefix)), prefix), "/")

@@ -286,11 +286,20 @@ func errorCode(err error) string {
 	return ""
 }
 
+// errNoBucket is ErrNotFound for a bucket that does not exist, which
+// says so: "object not found" would hide a misspelt bucket.
+type errNoBucket struct{}
+
+func (errNoBucket) Error() string        { return "no such bucket" }
+func (errNoBucket) Is(target error) bool { return target == ErrNotFound }
+
 // notFound marks an SDK error for a missing object or bucket with
 // ErrNotFound, keeping the original in the chain.
 func notFound(err error) error {
 	switch errorCode(err) {
-	case "NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload":
+	case "NoSuchBucket":
+		return fmt.Errorf("%w: %w", errNoBucket{}, err)
+	case "NoSuchKey", "NotFound", "NoSuchUpload":
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	if statusCode(err) == http.StatusNotFound {
