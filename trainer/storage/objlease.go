@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +35,32 @@ type leaseBody struct {
 	// holder is refused when it sees the renewal, well before Expires.
 	// Zero in a lease written before the field was.
 	Renews time.Time `json:"renews,omitzero"`
+	// PIDSpace names the space PID belongs to: the holder's kernel (its
+	// boot id) and pid namespace. A writer in the same space whose look
+	// finds no process PID takes the lease over without waiting out its
+	// time (a run started again after its launcher was SIGKILLed). Empty
+	// where it cannot be told (not Linux), and in leases written before.
+	PIDSpace string `json:"pid_space,omitempty"`
+}
+
+// pidSpace is this process's PIDSpace: its kernel's boot id and its pid
+// namespace, or "" where /proc does not say.
+var pidSpace = sync.OnceValue(func() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + " " + ns
+})
+
+// holderGone reports whether cur's holder is a process of this pid space
+// that no longer exists.
+func holderGone(cur leaseBody) bool {
+	return cur.PIDSpace != "" && cur.PIDSpace == pidSpace() && cur.PID != os.Getpid() && processGone(cur.PID)
 }
 
 // lease is an ObjectRun's writer lock: an object created with
@@ -120,11 +147,13 @@ func (l *lease) acquire(ctx context.Context) error {
 				return err
 			}
 		}
-		if wait := cur.Expires.Sub(l.now()); wait > 0 {
+		gone := holderGone(cur)
+		if wait := cur.Expires.Sub(l.now()); wait > 0 && !gone {
 			if wait > l.ttl+time.Second {
 				return fmt.Errorf("%w: lease held by %s (pid %d) until %s", ErrLocked, cur.Host, cur.PID, cur.Expires.Format(time.RFC3339))
 			}
-			l.log.Info("the lease is held: waiting to see whether its holder renews it", "holder", cur.Holder,
+			// A warning: the run waits, and its launcher shows warnings.
+			l.log.Warn("the writer lease is held: waiting to see whether its holder renews it", "holder", cur.Holder,
 				"host", cur.Host, "pid", cur.PID, "wait", wait.Round(time.Millisecond))
 			// A live holder renews by cur.Renews: look then, and once more
 			// at expiry if it has not (a renewal can be late).
@@ -137,7 +166,12 @@ func (l *lease) acquire(ctx context.Context) error {
 				}
 			}
 		}
-		l.log.Warn("taking over an expired writer lease", "holder", cur.Holder, "host", cur.Host, "pid", cur.PID)
+		if gone {
+			l.log.Warn("the writer lease's holder is gone (no process pid on this machine): taking the lease over",
+				"holder", cur.Holder, "host", cur.Host, "pid", cur.PID)
+		} else {
+			l.log.Warn("taking over an expired writer lease", "holder", cur.Holder, "host", cur.Host, "pid", cur.PID)
+		}
 		switch err := l.takeOver(ctx, etag); {
 		case err == nil:
 			l.startRenewal(ctx)
@@ -226,7 +260,7 @@ func (l *lease) put(ctx context.Context, how int, etag string) error {
 	host, _ := os.Hostname()
 	now := l.now()
 	b, err := json.Marshal(leaseBody{Holder: l.holder, Host: host, PID: os.Getpid(), Expires: now.Add(l.ttl),
-		Renews: now.Add(l.ttl / 3), Attempt: l.attempt, Generation: l.gen})
+		Renews: now.Add(l.ttl / 3), Attempt: l.attempt, Generation: l.gen, PIDSpace: pidSpace()})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -219,4 +221,46 @@ func TestLeaseRenewalOutlivesADeadConnection(t *testing.T) {
 	rc.Close()
 	must.True(t, b.Expires.After(time.Now()), must.Sprintf("the lease expired at %v, %v after the cut ended", b.Expires, b.Expires.Sub(cut)))
 	must.NoError(t, r.Close(), must.Sprint("still the holder: it releases its lease"))
+}
+
+// A lease whose holder was a process of this machine (this kernel and pid
+// namespace) that no longer exists is taken over at once: a run started
+// again after its launcher and workers were SIGKILLed waited out the
+// whole time to live. A live holder, or one of another machine, is waited
+// for as before.
+func TestLeaseOfAGoneProcessIsTakenAtOnce(t *testing.T) {
+	if pidSpace() == "" {
+		t.Skip("this platform does not say which pid space a process is in")
+	}
+	dead := exec.Command("true")
+	must.NoError(t, dead.Run())
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		space string
+		pid   int
+		taken bool
+	}{
+		{"gone, here", pidSpace(), dead.Process.Pid, true},
+		{"alive, here", pidSpace(), os.Getppid(), false},
+		{"gone, elsewhere", "another-boot pid:[1]", dead.Process.Pid, false},
+		{"an older lease", "", dead.Process.Pid, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := objstore.New(srv.Client(t), objstore.Location{Bucket: srv.NewBucket(t)}, objstore.Config{})
+			must.NoError(t, err)
+			b, err := json.Marshal(leaseBody{Holder: "killed", Host: "h", PID: tc.pid, PIDSpace: tc.space, Expires: time.Now().Add(time.Hour)})
+			must.NoError(t, err)
+			_, err = st.Put(ctx, "r/"+objLeaseKey, bytes.NewReader(b))
+			must.NoError(t, err)
+			r, err := OpenObject(ctx, st, "r", Policy{}, WithLeaseTTL(30*time.Second))
+			if !tc.taken {
+				must.ErrorIs(t, err, ErrLocked) // held for an hour: refused without a wait
+				return
+			}
+			must.NoError(t, err)
+			must.NoError(t, r.Close())
+		})
+	}
 }

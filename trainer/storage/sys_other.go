@@ -33,3 +33,6 @@ const openNoWait = 0
 
 // fileOwner cannot tell who owns a file on this platform.
 func fileOwner(os.FileInfo) (int, bool) { return 0, false }
+
+// processGone cannot tell on this platform: no process is taken for gone.
+func processGone(int) bool { return false }

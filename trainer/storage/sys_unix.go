@@ -71,3 +71,9 @@ func fileOwner(fi os.FileInfo) (int, bool) {
 	}
 	return int(st.Uid), true
 }
+
+// processGone reports whether no process of this pid space has pid
+// (kill(pid, 0) finds none). A process of another user is not gone.
+func processGone(pid int) bool {
+	return pid > 0 && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
