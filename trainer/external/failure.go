@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nomad-train/nomad-train/trainer/collective"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -49,7 +51,7 @@ func commandFailure(argv []string, waitErr error, tail string, reportLost bool) 
 	var ee *exec.ExitError
 	if errors.As(waitErr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Errorf("%w: %w: %v: killed by %v", ErrCommandFailed, collective.ErrPeerLost, argv, ws.Signal())
+			return fmt.Errorf("%w: %w: %v: killed by %s", ErrCommandFailed, collective.ErrPeerLost, argv, signalName(ws.Signal()))
 		}
 		if c := ee.ExitCode(); c == workerenv.ExitInfraError || c == workerenv.ExitPeerLost {
 			reportLost = true
@@ -137,4 +139,13 @@ func (t *tailWriter) Tail() string {
 		lines[i] = "    " + l
 	}
 	return strings.Join(lines, "\n")
+}
+
+// signalName is SIGKILL for SIGKILL: the signal's own String is "killed",
+// which made "killed by killed".
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
 }
