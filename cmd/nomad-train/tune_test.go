@@ -96,6 +96,9 @@ train "qs-tune" {
 	cmd = localTune(bin, dir, spec)
 	out, err = cmd.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
+	// Its summary counts the reports it made: none (not the earlier run's
+	// over its own short wall time).
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^    trial reports +0 \(`), string(out))
 	after, err := os.ReadFile(filepath.Join(dir, "results", "qs-tune", "trial_0000", "progress.jsonl"))
 	must.NoError(t, err)
 	must.Eq(t, before, after)

@@ -71,6 +71,14 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 		backend = x.LocalProcesses(proc, out, errOut)
 		fmt.Fprintf(stdout, "==> tune %q: trials on this machine, storage %s\n", cfg.Name, where)
 	}
+	// The summary counts the reports of this invocation: a resumed
+	// experiment's earlier ones are in its state.
+	before := 0
+	if st, ok, _ := tune.LoadState(ctx, where, storage.WithStorageOptions(x.Spec.Run.Storage.Options())); ok {
+		for _, t := range st.Trials {
+			before += t.Iterations
+		}
+	}
 	start := time.Now()
 	grid, err := tune.New(backend, x.Space, cfg).Fit(ctx)
 	if o.Live != nil {
@@ -82,7 +90,7 @@ func RunTune(ctx context.Context, x *tune.Experiment, o TuneRun) int {
 			fmt.Fprintf(stderr, "nomad-train tune: %v\n", werr)
 			return 1
 		}
-		failed = printExperiment(stdout, stderr, grid, cfg, x.Spec.Run.Storage.Options(), time.Since(start))
+		failed = printExperiment(stdout, stderr, grid, cfg, x.Spec.Run.Storage.Options(), before, time.Since(start))
 	}
 	switch {
 	case ctx.Err() != nil || errors.Is(err, context.Canceled):
@@ -128,9 +136,10 @@ func TuneFresh(ctx context.Context, x *tune.Experiment, now time.Time, stdout io
 }
 
 // printExperiment prints an experiment's end: its failed trials, where
-// its results are, its best trial and the summary. It returns the number
-// of failed trials.
-func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.Config, so workerenv.StorageOptions, wall time.Duration) int {
+// its results are, its best trial and the summary, whose count of reports
+// leaves out the before made by earlier invocations. It returns the
+// number of failed trials.
+func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.Config, so workerenv.StorageOptions, before int, wall time.Duration) int {
 	for _, tr := range grid.Trials {
 		if tr.Status == tune.StatusError {
 			fmt.Fprintf(stderr, "nomad-train tune: %s failed: %s\n", tr.ID, tr.Reason)
@@ -138,7 +147,7 @@ func printExperiment(stdout, stderr io.Writer, grid *tune.ResultGrid, cfg tune.C
 	}
 	fmt.Fprintf(stdout, "==> results %s, %s\n", storage.RunLocation(grid.Path, tune.ResultFiles[0]), storage.RunLocation(grid.Path, tune.ResultFiles[1]))
 	s := Summary{Kind: "experiment", Name: cfg.Name, Wall: wall, Unit: "trial reports",
-		Steps: int64(grid.TotalIterations()), Trials: len(grid.Trials), FailedTrials: grid.NumErrors(),
+		Steps: int64(max(grid.TotalIterations()-before, 0)), Trials: len(grid.Trials), FailedTrials: grid.NumErrors(),
 		Storage: cfg.StoragePath, StorageOptions: so}
 	if best, berr := grid.Best("", ""); berr == nil {
 		fmt.Fprintf(stdout, "==> best trial %s: %s %v, config %s\n", best.ID, cfg.Metric, best.Metrics[cfg.Metric], tune.FormatConfig(best.Config))
