@@ -105,6 +105,8 @@ func TestRunProgressBarOnATerminal(t *testing.T) {
 		must.LessEq(t, 99, len(m[1]), must.Sprint("a bar fits the terminal's width less one"))
 	}
 	must.RegexMatch(t, regexp.MustCompile(`(starting workers: \d of 2 running|waiting for 2 workers to rendezvous and report|waiting for the first report) \(0:\d\d\)`), out)
+	// The metrics line clears the bar's line first; it ran into it.
+	must.RegexMatch(t, regexp.MustCompile(`\r\x1b\[J    metrics \(Prometheus\): rank 0 http://`), out)
 	// The bar is removed (its last draw cleared) before the result and the
 	// summary, which are plain lines.
 	i := strings.Index(out, `==> summary of run "bar"`)

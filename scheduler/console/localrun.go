@@ -43,7 +43,9 @@ func RunLocal(ctx context.Context, spec *trainspec.Spec, l LocalRun) int {
 	stdout, stderr := l.Stdout, l.Stderr
 	opts := l.Options
 	opts.Stdout, opts.Stderr = stdout, stderr
-	opts.OnMetrics = func(urls []string) { PrintMetricsURLs(stdout, urls) }
+	// Through the bar's writer when it draws one: it clears the bar's line
+	// first (printed straight to stdout, the line ran into the bar).
+	opts.OnMetrics = func(urls []string) { PrintMetricsURLs(opts.Stdout, urls) }
 	fmt.Fprintf(stdout, "==> run %q: %s on this machine, storage %s\n",
 		spec.Name, spec.Scaling.Workers(), storageLocation(spec))
 	dir := launch.RunDir(spec.Run.StoragePath, spec.Name)
