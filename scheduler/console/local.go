@@ -90,6 +90,8 @@ func workerState(w launch.WorkerState) string {
 	switch {
 	case w.Running:
 		return "running"
+	case w.Lost:
+		return "lost" // with its launcher: how it ended was never seen
 	case w.Signal != "":
 		return "killed (" + w.Signal + ")"
 	case w.PID == 0:

@@ -66,3 +66,20 @@ train "qs" {
 	must.NoError(t, StartFresh(spec, now, &out))
 	must.EqOp(t, "", out.String())
 }
+
+// A worker of a run whose launcher is gone reads lost, not "exited (0)":
+// how it ended was never seen.
+func TestWorkerStateOfALostRun(t *testing.T) {
+	for _, tc := range []struct {
+		w    launch.WorkerState
+		want string
+	}{
+		{launch.WorkerState{PID: 10, Running: true}, "running"},
+		{launch.WorkerState{PID: 10, Lost: true}, "lost"},
+		{launch.WorkerState{PID: 10, Signal: "SIGKILL", ExitCode: 137}, "killed (SIGKILL)"},
+		{launch.WorkerState{PID: 10, ExitCode: 1}, "exited (1)"},
+		{launch.WorkerState{}, "pending"},
+	} {
+		must.EqOp(t, tc.want, workerState(tc.w))
+	}
+}

@@ -59,6 +59,9 @@ type WorkerState struct {
 	// when metrics are off.
 	Metrics string `json:"metrics,omitempty"`
 	Log     string `json:"log,omitempty"` // its output (see LogPath)
+	// Lost is set by ReadState for a worker its state says runs while its
+	// launcher is gone: how it ended was never seen (never written).
+	Lost bool `json:"-"`
 }
 
 // RunDir is the local directory where a local run of run under
@@ -115,6 +118,7 @@ func ReadState(runDir string) (State, error) {
 	if st.Phase == PhaseRunning && !launcherAlive(st) {
 		st.Phase = PhaseLost
 		for i := range st.Workers {
+			st.Workers[i].Lost = st.Workers[i].Running
 			st.Workers[i].Running = false
 		}
 	}

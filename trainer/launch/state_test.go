@@ -36,6 +36,7 @@ func TestReadState(t *testing.T) {
 			must.NoError(t, err)
 			must.EqOp(t, tc.phase, got.Phase)
 			must.EqOp(t, tc.phase == PhaseRunning || tc.phase == PhaseComplete, got.Workers[0].Running)
+			must.EqOp(t, tc.phase == PhaseLost, got.Workers[0].Lost) // its end was never seen
 			must.True(t, got.Started.Equal(tc.st.Started))
 		})
 	}
