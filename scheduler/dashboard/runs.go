@@ -13,6 +13,7 @@ import (
 
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 )
 
@@ -163,6 +164,13 @@ func (s *Server) runSummary(key string) RunSummary {
 		sum.Error = err.Error()
 	} else {
 		sum = z.sum
+	}
+	// A run launched from this machine says how it stands (running,
+	// complete, failed, stopped, lost with its launcher); for another the
+	// state is guessed from its reports.
+	if st, err := launch.ReadState(launch.RunDir(s.root, key)); err == nil && st.Phase != "" {
+		sum.State = st.Phase
+		return sum
 	}
 	sum.State = "running"
 	if s.now().Sub(time.Unix(0, int64(sum.Updated*1e9))) > idleAfter {

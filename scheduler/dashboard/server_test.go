@@ -21,6 +21,7 @@ import (
 	"github.com/nomad-train/nomad-train/scheduler/nomad"
 	"github.com/nomad-train/nomad-train/scheduler/nomad/nomadtest"
 	"github.com/nomad-train/nomad-train/scheduler/tune"
+	"github.com/nomad-train/nomad-train/trainer/launch"
 	"github.com/nomad-train/nomad-train/trainer/storage"
 	"github.com/nomad-train/nomad-train/trainspec"
 )
@@ -175,6 +176,15 @@ func TestRunsList(t *testing.T) {
 		{ID: "t2", Status: tune.StatusStopped, Config: map[string]any{}},
 	}})
 	must.NoError(t, os.MkdirAll(filepath.Join(root, "not-a-run"), 0o755))
+	// A run launched from this machine: its launcher's state says how it
+	// stands, not the age of its last report.
+	run, err = storage.Open(root, "b", storage.Policy{})
+	must.NoError(t, err)
+	must.NoError(t, run.Append(storage.Record{Step: 1, Time: now, Generation: 1, Metrics: map[string]any{"loss": 2.0}}))
+	must.NoError(t, run.Close())
+	b, err := json.Marshal(launch.State{Run: "b", Phase: launch.PhaseComplete})
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(root, "b", launch.StateFile), b, 0o644))
 	hs := newTestServer(t, Options{Root: root, Now: func() time.Time { return now }})
 
 	resp, err := http.Get(hs.URL + "/api/runs")
@@ -186,7 +196,8 @@ func TestRunsList(t *testing.T) {
 	for _, r := range runs {
 		byKey[r.Key] = r
 	}
-	must.MapLen(t, 2, byKey)
+	must.MapLen(t, 3, byKey)
+	must.EqOp(t, "complete", byKey["b"].State) // its last report is fresh: it was guessed "running"
 	a := byKey["a"]
 	must.EqOp(t, "failed", a.State)
 	must.EqOp(t, int64(2), a.Step)
