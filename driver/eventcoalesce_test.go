@@ -166,13 +166,41 @@ func TestEventTailerRefusesSymlinksAndFIFOs(t *testing.T) {
 	must.NoError(t, os.Symlink(secret, link))
 	fifo := filepath.Join(dir, "fifo.jsonl")
 	must.NoError(t, syscall.Mkfifo(fifo, 0o600))
-	for _, path := range []string{link, fifo} {
-		t.Run(filepath.Base(path), func(t *testing.T) {
+	// The task's local dir made a link to another task's: the file there
+	// is reached only through a link, and is refused.
+	other := filepath.Join(dir, "other-task-local")
+	must.NoError(t, os.Mkdir(other, 0o700))
+	must.NoError(t, os.WriteFile(filepath.Join(other, "events.jsonl"), []byte(`{"kind":"leak","message":"private"}`+"\n"), 0o600))
+	must.NoError(t, os.Symlink(other, filepath.Join(dir, "local")))
+	viaDir := filepath.Join(dir, "local", "events.jsonl")
+	for _, path := range []string{link, fifo, viaDir} {
+		t.Run(filepath.Base(filepath.Dir(path))+"/"+filepath.Base(path), func(t *testing.T) {
 			var got []workerenv.Event
 			tl := &eventTailer{path: path, interval: time.Hour, logger: hclogNull(), publish: func(ev workerenv.Event) { got = append(got, ev) }}
 			err := tl.readNew()
 			must.True(t, errors.Is(err, errEventsFile), must.Sprintf("got %v", err))
 			must.SliceEmpty(t, got)
 		})
+	}
+	// A file that is not the task user's (another job's, hard-linked or
+	// reached some other way) is refused; the user's own is read.
+	own := filepath.Join(dir, "own.jsonl")
+	must.NoError(t, os.WriteFile(own, []byte(`{"kind":"mine","message":"ok"}`+"\n"), 0o600))
+	for _, tc := range []struct {
+		owner int
+		read  bool
+	}{{os.Getuid(), true}, {os.Getuid() + 1, false}} {
+		var got []workerenv.Event
+		tl := &eventTailer{path: own, owner: tc.owner, ownerKnown: true, interval: time.Hour, logger: hclogNull(),
+			publish: func(ev workerenv.Event) { got = append(got, ev) }}
+		err := tl.readNew()
+		if tc.read {
+			must.NoError(t, err)
+			must.SliceLen(t, 1, got)
+		} else {
+			must.ErrorIs(t, err, errEventsFile)
+			must.ErrorContains(t, err, "not the task's user")
+			must.SliceEmpty(t, got)
+		}
 	}
 }

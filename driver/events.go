@@ -9,11 +9,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
@@ -120,12 +122,16 @@ func toDriverEvent(tc *drivers.TaskConfig, ev workerenv.Event, now time.Time) *d
 
 // eventTailer follows one task's events file.
 type eventTailer struct {
-	path     string
-	offset   int64
-	interval time.Duration
-	publish  func(workerenv.Event)
-	logger   hclog.Logger
-	buf      []byte
+	path string
+	// owner, when ownerKnown, is the uid the file must belong to: the
+	// task's user, as whom its worker writes it.
+	owner      int
+	ownerKnown bool
+	offset     int64
+	interval   time.Duration
+	publish    func(workerenv.Event)
+	logger     hclog.Logger
+	buf        []byte
 	// coalesce, when set, thins checkpoint events; now is its clock.
 	coalesce *eventCoalescer
 	now      func() time.Time
@@ -202,14 +208,15 @@ var errEventsFile = errors.New("events file is not a regular file")
 // readNew reads what was appended since the last read. The file lies in
 // the task's own directory and the driver reads it as root, so a symlink
 // (to a file the task may not read), a FIFO or a device in its place is
-// refused, not followed.
+// refused, not followed; so is its directory made a link (to another
+// task's local dir), and a file that is not the task user's.
 func (t *eventTailer) readNew() error {
-	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := openEventsFile(t.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if errors.Is(err, syscall.ELOOP) {
-		return fmt.Errorf("open events file: %w: it is a symbolic link", errEventsFile)
+	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("open events file: %w: it or its directory is a symbolic link", errEventsFile)
 	}
 	if err != nil {
 		return fmt.Errorf("open events file: %w", err)
@@ -221,6 +228,9 @@ func (t *eventTailer) readNew() error {
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("open events file: %w: mode %v", errEventsFile, fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && t.ownerKnown && int(st.Uid) != t.owner {
+		return fmt.Errorf("open events file: %w: owned by uid %d, not the task's user (uid %d)", errEventsFile, st.Uid, t.owner)
 	}
 	if fi.Size() < t.offset { // truncated or replaced: start over
 		t.offset, t.buf = 0, nil
@@ -250,4 +260,19 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// openEventsFile opens path for reading through its directory, neither
+// of them followed if a link, without blocking on a FIFO.
+func openEventsFile(path string) (*os.File, error) {
+	dir, err := os.OpenFile(filepath.Dir(path), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	fd, err := unix.Openat(int(dir.Fd()), filepath.Base(path), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }

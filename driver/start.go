@@ -146,10 +146,16 @@ func (d *Driver) track(tc *drivers.TaskConfig, cfg TaskConfig, proc Process, eve
 	d.tasks[h.id] = h
 	d.mu.Unlock()
 	go h.watch(ctx, d.now)
+	d.mu.RLock()
+	pcfg := d.config
+	d.mu.RUnlock()
+	uid := taskUID(tc, pcfg)
 	tail := &eventTailer{
-		path:     eventsPath,
-		interval: d.eventPoll,
-		logger:   logger,
+		path:       eventsPath,
+		owner:      uid,
+		ownerKnown: uid >= 0,
+		interval:   d.eventPoll,
+		logger:     logger,
 		publish: func(ev workerenv.Event) {
 			d.events.publish(toDriverEvent(tc, ev, d.now()))
 		},
