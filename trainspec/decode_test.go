@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/shoenig/test/must"
 )
 
@@ -161,6 +163,27 @@ func TestVariableErrors(t *testing.T) {
 	t.Run("missing var file", func(t *testing.T) {
 		_, diags := Parse([]byte(withVars), "train.hcl", ParseOptions{VarFiles: []string{filepath.Join(dir, "nope.hcl")}})
 		must.True(t, diags.HasErrors())
+	})
+	t.Run("a default of the wrong type is one error", func(t *testing.T) {
+		_, diags := Parse([]byte(`
+variable "w" {
+  type    = number
+  default = "abc"
+}
+train "x" {
+  entrypoint { builtin = "quickstart" }
+  scaling { num_workers = var.w }
+}`), "train.hcl", ParseOptions{})
+		must.Eq(t, []string{`train.hcl:4:13-4:18: error: Incorrect attribute value type; Inappropriate value for attribute "default": a number is required.`},
+			diagLines(diags)) // not also "No value for variable"
+	})
+	t.Run("diagnostics show a -var's value", func(t *testing.T) {
+		parser := hclparse.NewParser()
+		_, diags := Parse([]byte(withVars), "train.hcl", ParseOptions{Vars: map[string]string{"workers": "three"}, Parser: parser})
+		var b strings.Builder
+		must.NoError(t, hcl.NewDiagnosticTextWriter(&b, parser.Files(), 78, false).WriteDiagnostics(diags))
+		must.StrContains(t, b.String(), "on <-var workers> line 1:\n   1: three\n")
+		must.StrNotContains(t, b.String(), "source code not available")
 	})
 }
 

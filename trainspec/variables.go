@@ -108,6 +108,7 @@ func decodeVariables(blocks hcl.Blocks, opts ParseOptions, parser *hclparse.Pars
 			if raw == "" {
 				continue
 			}
+			addSource(parser, EnvVarPrefix+name, raw)
 			v := vars[name]
 			val, vdiags := rawVariableValue(v, raw, EnvVarPrefix+name)
 			diags = append(diags, vdiags...)
@@ -120,6 +121,7 @@ func decodeVariables(blocks hcl.Blocks, opts ParseOptions, parser *hclparse.Pars
 		diags = append(diags, applyVarFile(vars, path, parser)...)
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Vars)) {
+		addSource(parser, "-var "+name, opts.Vars[name])
 		v, ok := vars[name]
 		if !ok {
 			diags = append(diags, &hcl.Diagnostic{
@@ -175,6 +177,8 @@ func decodeVariable(b *hcl.Block) (*variable, hcl.Diagnostics) {
 		}
 	}
 	if attr, ok := content.Attributes["default"]; ok {
+		// A default that is wrong is said so once: not also "no default".
+		v.value = cty.UnknownVal(v.typ)
 		val, ddiags := attr.Expr.Value(nil)
 		diags = append(diags, ddiags...)
 		if !ddiags.HasErrors() {
@@ -276,6 +280,16 @@ func applyVarFile(vars map[string]*variable, path string, parser *hclparse.Parse
 		v.value = cv
 	}
 	return diags
+}
+
+// addSource gives the parser, when there is one, a value given with -var
+// or in the environment as the text of the source its diagnostics name,
+// so that they show it as they show a file's line (they said "source code
+// not available").
+func addSource(parser *hclparse.Parser, source, raw string) {
+	if parser != nil {
+		parser.AddFile("<"+source+">", &hcl.File{Bytes: []byte(raw)})
+	}
 }
 
 // cliRange is the range diagnostics about command-line values point at.
