@@ -129,13 +129,21 @@ func numberSpaceFunc(name string, n int) function.Function {
 	})
 }
 
-// checkSpaceArgs checks a numeric search-space function's arguments.
+// maxSpaceInt is the largest magnitude of an integer function's bounds
+// and step: every integer up to 2^53 is exactly a float64, as the tuner
+// reads them (scheduler/tune's MaxSpaceInt).
+const maxSpaceInt = 1 << 53
+
+// checkSpaceArgs checks a numeric search-space function's arguments; an
+// error names the argument at fault, which the diagnostic points at.
 func checkSpaceArgs(name string, args []cty.Value) error {
 	f := make([]float64, len(args))
 	for i, a := range args {
 		f[i], _ = a.AsBigFloat().Float64()
+		if math.IsInf(f[i], 0) {
+			return function.NewArgErrorf(i, "%s: the argument must be a finite number", name)
+		}
 	}
-	whole := func(v float64) bool { return v == math.Trunc(v) }
 	if len(f) == 3 && f[2] <= 0 {
 		return function.NewArgErrorf(2, "%s: the step must be positive", name)
 	}
@@ -146,17 +154,42 @@ func checkSpaceArgs(name string, args []cty.Value) error {
 		}
 		return nil
 	}
+	if strings.Contains(name, "randint") {
+		for i, v := range f {
+			if v != math.Trunc(v) {
+				return function.NewArgErrorf(i, "%s: the bounds and the step must be whole numbers; got %v", name, v)
+			}
+			if math.Abs(v) > maxSpaceInt {
+				return function.NewArgErrorf(i, "%s: integer bounds and steps must lie within ±9007199254740992 (2^53); got %v", name, v)
+			}
+		}
+	}
 	switch {
 	case !(f[0] < f[1]):
 		return function.NewArgErrorf(1, "%s: the upper bound must exceed the lower bound %v", name, f[0])
+	case math.IsInf(f[1]-f[0], 0):
+		return function.NewArgErrorf(1, "%s: the range from %v to %v is wider than the largest float; narrow it", name, f[0], f[1])
 	case strings.HasPrefix(strings.TrimPrefix(name, "q"), "log") && f[0] <= 0:
 		return function.NewArgErrorf(0, "%s: the lower bound must be positive", name)
-	case (name == "randint" || name == "lograndint") && (!whole(f[0]) || !whole(f[1])):
-		return function.NewArgErrorf(0, "%s: the bounds must be whole numbers", name)
-	case (name == "qrandint" || name == "qlograndint") && (!whole(f[0]) || !whole(f[1]) || !whole(f[2])):
-		return function.NewArgErrorf(0, "%s: the bounds and the step must be whole numbers", name)
+	case name == "quniform":
+		// As Ray: the samples are the multiples of the step within the
+		// bounds, so the bounds must be multiples too.
+		for i := range 2 {
+			if !multipleOf(f[i], f[2]) {
+				return function.NewArgErrorf(i, "quniform: the bound %v is not a multiple of the step %v", f[i], f[2])
+			}
+		}
+	case len(f) == 3 && math.Floor(f[1]/f[2])*f[2] < f[0]-1e-9*math.Abs(f[0]):
+		return function.NewArgErrorf(2, "%s: no multiple of the step %v lies from %v to %v", name, f[2], f[0], f[1])
 	}
 	return nil
+}
+
+// multipleOf reports whether v is a multiple of q, give or take the
+// rounding of decimal fractions (0.3 is 3 × 0.1).
+func multipleOf(v, q float64) bool {
+	r := v / q
+	return math.Abs(r-math.Round(r)) <= 1e-9*math.Max(1, math.Abs(r))
 }
 
 func listSpaceFunc(name string) function.Function {

@@ -285,3 +285,43 @@ func TestTunePlateauBlock(t *testing.T) {
 		must.EqOp(t, tc.want, d.Subject.String()+": "+d.Summary+"; "+d.Detail)
 	}
 }
+
+// A search-space function's arguments that the tuner could not sample are
+// reported at the argument at fault: integer bounds beyond 2^53, a range
+// wider than the largest float, quniform bounds that are not multiples of
+// the step (as Ray refuses them), and a step with no multiple within the
+// bounds.
+func TestTuneFunctionArgs(t *testing.T) {
+	for _, tc := range []struct{ fn, arg, detail string }{
+		{"randint(0, 1e19)", "1e19", "randint: integer bounds and steps must lie within ±9007199254740992 (2^53); got 1e+19."},
+		{"randint(-9e18, 9e18)", "-", // hcl's range of a negative literal is its sign
+			"randint: integer bounds and steps must lie within ±9007199254740992 (2^53); got -9e+18."},
+		{"lograndint(1, 1e300)", "1e300", "lograndint: integer bounds and steps must lie within ±9007199254740992 (2^53); got 1e+300."},
+		{"qrandint(0, 1e19, 1)", "1e19", "qrandint: integer bounds and steps must lie within ±9007199254740992 (2^53); got 1e+19."},
+		{"qlograndint(1, 1e300, 1)", "1e300", "qlograndint: integer bounds and steps must lie within ±9007199254740992 (2^53); got 1e+300."},
+		{"qlograndint(1, 10, 2.5)", "2.5", "qlograndint: the bounds and the step must be whole numbers; got 2.5."},
+		{"uniform(-1e308, 1e308)", "1e308", "uniform: the range from -1e+308 to 1e+308 is wider than the largest float; narrow it."},
+		{"uniform(0, 1e300 * 1e300)", "1e300", // hcl points at the expression's start
+			"uniform: the argument must be a finite number."},
+		{"quniform(0.1, 1, 0.3)", "0.1", "quniform: the bound 0.1 is not a multiple of the step 0.3."},
+		{"quniform(0, 1, 0.3)", "1", "quniform: the bound 1 is not a multiple of the step 0.3."},
+		{"qrandint(1, 2, 5)", "5", "qrandint: no multiple of the step 5 lies from 1 to 2."},
+		{"qloguniform(3, 4, 5)", "5", "qloguniform: no multiple of the step 5 lies from 3 to 4."},
+	} {
+		t.Run(tc.fn, func(t *testing.T) {
+			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = { a = " + tc.fn + " }\ntune {}\n}\n"
+			_, diags := Parse([]byte(src), "train.hcl", ParseOptions{})
+			must.SliceLen(t, 1, diags, must.Sprint(diags.Error()))
+			d := diags[0]
+			must.EqOp(t, "Invalid function argument", d.Summary)
+			must.EqOp(t, 3, d.Subject.Start.Line)
+			must.EqOp(t, tc.arg, string(d.Subject.SliceBytes([]byte(src))))
+			must.StrContains(t, d.Detail, tc.detail)
+		})
+	}
+	for _, good := range []string{"randint(-9007199254740992, 9007199254740992)", "uniform(-1e307, 1e307)",
+		"quniform(0.3, 0.9, 0.3)", "quniform(10, 100, 10)", "qlograndint(16, 512, 16)"} {
+		_, diags := Parse([]byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = { a = "+good+" }\ntune {}\n}\n"), "train.hcl", ParseOptions{})
+		must.False(t, diags.HasErrors(), must.Sprint(good, diags.Error()))
+	}
+}

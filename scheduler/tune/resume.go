@@ -219,6 +219,9 @@ func (e *experiment) buildSearcher(space map[string]any) (Searcher, error) {
 	if settings == nil {
 		settings = VariantSettings{kind: e.cfg.Searcher}
 	}
+	if err := CheckSpace(space); err != nil {
+		return nil, fmt.Errorf("tune: %w", err)
+	}
 	s, err := settings.Build(space, e.obj, e.cfg.NumSamples, e.cfg.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("tune: searcher: %w", err)

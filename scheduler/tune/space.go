@@ -51,8 +51,7 @@ func (d uniform) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo,
 type quniform struct{ lo, hi, q float64 }
 
 func (d quniform) Sample(r *rand.Rand) any {
-	v := math.Round((d.lo+r.Float64()*(d.hi-d.lo))/d.q) * d.q
-	return roundFloat(v)
+	return quantize(d.lo+r.Float64()*(d.hi-d.lo), d.q, d.lo, d.hi)
 }
 func (quniform) Kind() string                   { return "quniform" }
 func (d quniform) MarshalJSON() ([]byte, error) { return kindJSON(d.Kind(), d.lo, d.hi, d.q) }
@@ -192,54 +191,7 @@ func parseDomain(kind string, rawArgs any, path string) (Domain, error) {
 // qloguniform(lo, hi, q), qrandint(lo, hi, q), lograndint(lo, hi),
 // qlograndint(lo, hi, q), randn(mean, sd), qrandn(mean, sd, q).
 func NewDomain(kind string, args []any) (Domain, error) {
-	nums := func(n int) ([]float64, error) {
-		if len(args) != n {
-			return nil, fmt.Errorf("%w: %s wants %d numbers, got %d arguments", ErrSpace, kind, n, len(args))
-		}
-		out := make([]float64, n)
-		for i, a := range args {
-			f, ok := toFloat(a)
-			if !ok {
-				return nil, fmt.Errorf("%w: %s argument %d is %v, not a number", ErrSpace, kind, i+1, a)
-			}
-			out[i] = f
-		}
-		return out, nil
-	}
 	switch kind {
-	case "qloguniform", "qrandint", "lograndint", "qlograndint", "randn", "qrandn":
-		return newDomainMore(kind, args)
-	case "uniform", "loguniform", "quniform", "randint":
-		n := 2
-		if kind == "quniform" {
-			n = 3
-		}
-		f, err := nums(n)
-		if err != nil {
-			return nil, err
-		}
-		if !(f[0] < f[1]) {
-			return nil, fmt.Errorf("%w: %s(%v, %v): lower bound must be below upper", ErrSpace, kind, f[0], f[1])
-		}
-		switch kind {
-		case "uniform":
-			return Uniform(f[0], f[1]), nil
-		case "loguniform":
-			if f[0] <= 0 {
-				return nil, fmt.Errorf("%w: loguniform lower bound %v must be positive", ErrSpace, f[0])
-			}
-			return LogUniform(f[0], f[1]), nil
-		case "quniform":
-			if f[2] <= 0 {
-				return nil, fmt.Errorf("%w: quniform step %v must be positive", ErrSpace, f[2])
-			}
-			return QUniform(f[0], f[1], f[2]), nil
-		default:
-			if f[0] != math.Trunc(f[0]) || f[1] != math.Trunc(f[1]) {
-				return nil, fmt.Errorf("%w: randint bounds must be integers", ErrSpace)
-			}
-			return RandInt(int(f[0]), int(f[1])), nil
-		}
 	case "choice", "grid_search":
 		// choice([a, b]) and choice(a, b) are both accepted.
 		if len(args) == 1 {
@@ -255,8 +207,193 @@ func NewDomain(kind string, args []any) (Domain, error) {
 		}
 		return GridSearch(args...), nil
 	}
-	return nil, fmt.Errorf("%w: unknown search-space function %q", ErrSpace, kind)
+	want, ok := numberArgs[kind]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown search-space function %q", ErrSpace, kind)
+	}
+	if len(args) != want {
+		return nil, fmt.Errorf("%w: %s wants %d numbers, got %d arguments", ErrSpace, kind, want, len(args))
+	}
+	f := make([]float64, want)
+	for i, a := range args {
+		v, ok := toFloat(a)
+		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%w: %s argument %d is %v, not a finite number", ErrSpace, kind, i+1, a)
+		}
+		f[i] = v
+	}
+	if integerKinds[kind] {
+		// Checked before the conversion to int, which is undefined
+		// outside int's range.
+		for i, v := range f {
+			if v != math.Trunc(v) {
+				return nil, fmt.Errorf("%w: %s argument %d is %v: the bounds and step must be whole numbers", ErrSpace, kind, i+1, v)
+			}
+			if math.Abs(v) > MaxSpaceInt {
+				return nil, fmt.Errorf("%w: %s argument %d is %v: integer bounds and steps must lie within ±%d (2^53)", ErrSpace, kind, i+1, v, int64(MaxSpaceInt))
+			}
+		}
+	}
+	d := newNumberDomain(kind, f)
+	if err := d.(checker).check(); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
+
+// numberArgs is how many numbers each numeric search-space function takes.
+var numberArgs = map[string]int{"uniform": 2, "quniform": 3, "loguniform": 2, "randint": 2,
+	"qloguniform": 3, "qrandint": 3, "lograndint": 2, "qlograndint": 3, "randn": 2, "qrandn": 3}
+
+// integerKinds are the functions whose bounds and step are integers.
+var integerKinds = map[string]bool{"randint": true, "qrandint": true, "lograndint": true, "qlograndint": true}
+
+// newNumberDomain builds a numeric function from its checked numbers,
+// whole where integerKinds says so.
+func newNumberDomain(kind string, f []float64) Domain {
+	switch kind {
+	case "uniform":
+		return Uniform(f[0], f[1])
+	case "quniform":
+		return QUniform(f[0], f[1], f[2])
+	case "loguniform":
+		return LogUniform(f[0], f[1])
+	case "randint":
+		return RandInt(int(f[0]), int(f[1]))
+	case "qloguniform":
+		return QLogUniform(f[0], f[1], f[2])
+	case "qrandint":
+		return QRandInt(int(f[0]), int(f[1]), int(f[2]))
+	case "lograndint":
+		return LogRandInt(int(f[0]), int(f[1]))
+	case "qlograndint":
+		return QLogRandInt(int(f[0]), int(f[1]), int(f[2]))
+	case "randn":
+		return RandN(f[0], f[1])
+	}
+	return QRandN(f[0], f[1], f[2])
+}
+
+// MaxSpaceInt is the largest magnitude an integer function's bounds and
+// step may have: every integer up to 2^53 is exactly a float64, as JSON
+// and HCL carry it, and a range of two of them fits an int.
+const MaxSpaceInt = 1 << 53
+
+// checker is a numeric Domain that says what is wrong with its
+// arguments, for NewDomain and for spaces built in Go (CheckSpace).
+type checker interface{ check() error }
+
+// CheckSpace checks every numeric search-space function of space, nested
+// ones included, as NewDomain checks those it builds: a function built in
+// Go with bounds that cannot be sampled (RandInt(-1<<62, 1<<62),
+// Uniform(-1e308, 1e308)) is an error here, not a panic or an infinity in
+// a trial.
+func CheckSpace(space map[string]any) error {
+	return checkValue(space, "")
+}
+
+func checkValue(v any, path string) error {
+	for _, s := range sites(v, nil, nil) {
+		name := joinPath(path, s.name())
+		if c, ok := s.dom.(checker); ok {
+			if err := c.check(); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		opts, _ := options(s.dom)
+		for i, o := range opts {
+			if d, ok := o.(Domain); ok {
+				o = map[string]any{"": d}
+			}
+			if err := checkValue(o, joinPath(name, strconv.Itoa(i))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkRange checks that lo < hi, both finite, with a finite width.
+func checkRange(kind string, lo, hi float64) error {
+	switch {
+	case math.IsNaN(lo) || math.IsInf(lo, 0) || math.IsNaN(hi) || math.IsInf(hi, 0):
+		return fmt.Errorf("%w: %s(%v, %v): the bounds must be finite numbers", ErrSpace, kind, lo, hi)
+	case !(lo < hi):
+		return fmt.Errorf("%w: %s(%v, %v): lower bound must be below upper", ErrSpace, kind, lo, hi)
+	case math.IsInf(hi-lo, 0):
+		return fmt.Errorf("%w: %s(%v, %v): the range is wider than the largest float; narrow it", ErrSpace, kind, lo, hi)
+	}
+	return nil
+}
+
+// checkIntRange is checkRange for integer bounds, which must also lie
+// within ±MaxSpaceInt.
+func checkIntRange(kind string, vals ...int) error {
+	for _, v := range vals {
+		if v > MaxSpaceInt || v < -MaxSpaceInt {
+			return fmt.Errorf("%w: %s: %d is outside ±%d (2^53), the integers a search space can hold", ErrSpace, kind, v, int64(MaxSpaceInt))
+		}
+	}
+	return checkRange(kind, float64(vals[0]), float64(vals[1]))
+}
+
+// checkStep checks that the step q is positive and that a multiple of it
+// lies within [lo, hi].
+func checkStep(kind string, lo, hi, q float64) error {
+	if !(q > 0) || math.IsInf(q, 0) {
+		return fmt.Errorf("%w: %s step %v must be a positive number", ErrSpace, kind, q)
+	}
+	if math.Floor(hi/q)*q < lo-1e-9*math.Abs(lo) {
+		return fmt.Errorf("%w: %s(%v, %v, %v): no multiple of the step lies within the bounds", ErrSpace, kind, lo, hi, q)
+	}
+	return nil
+}
+
+// multipleOf reports whether v is a multiple of q, give or take the
+// rounding of decimal fractions (0.3 is 3 × 0.1).
+func multipleOf(v, q float64) bool {
+	r := v / q
+	return math.Abs(r-math.Round(r)) <= 1e-9*math.Max(1, math.Abs(r))
+}
+
+func (d uniform) check() error { return checkRange(d.Kind(), d.lo, d.hi) }
+
+// check refuses bounds that are not multiples of the step, as Ray does:
+// the samples are the multiples within the bounds, so the bounds are
+// samples too.
+func (d quniform) check() error {
+	if err := checkRange(d.Kind(), d.lo, d.hi); err != nil {
+		return err
+	}
+	if err := checkStep(d.Kind(), d.lo, d.hi, d.q); err != nil {
+		return err
+	}
+	for _, b := range []struct {
+		name string
+		v    float64
+	}{{"lower", d.lo}, {"upper", d.hi}} {
+		if !multipleOf(b.v, d.q) {
+			return fmt.Errorf("%w: quniform(%v, %v, %v): the %s bound %v is not a multiple of the step %v", ErrSpace, d.lo, d.hi, d.q, b.name, b.v, d.q)
+		}
+	}
+	return nil
+}
+
+func (d loguniform) check() error { return checkLogRange(d.Kind(), d.lo, d.hi) }
+
+// checkLogRange is checkRange for a function sampled in log space, whose
+// lower bound must be positive.
+func checkLogRange(kind string, lo, hi float64) error {
+	if err := checkRange(kind, lo, hi); err != nil {
+		return err
+	}
+	if lo <= 0 {
+		return fmt.Errorf("%w: %s lower bound %v must be positive", ErrSpace, kind, lo)
+	}
+	return nil
+}
+
+func (d randint) check() error { return checkIntRange(d.Kind(), d.lo, d.hi) }
 
 func toFloat(v any) (float64, bool) {
 	switch x := v.(type) {

@@ -93,81 +93,61 @@ func (d randn) MarshalJSON() ([]byte, error) {
 }
 
 // quantize rounds v to a multiple of q, kept within the multiples of q
-// that lie in [lo, hi].
+// that lie in [lo, hi] (a bound that is a multiple but for the rounding of
+// decimal fractions counts as one), and within [lo, hi] itself.
 func quantize(v, q, lo, hi float64) float64 {
 	v = math.Round(v/q) * q
-	if first := math.Ceil(lo/q) * q; v < first {
+	if first := math.Ceil(lo/q-1e-9) * q; v < first {
 		v = first
 	}
-	if last := math.Floor(hi/q) * q; v > last {
+	if last := math.Floor(hi/q+1e-9) * q; v > last {
 		v = last
 	}
-	return roundFloat(v)
+	return min(max(roundFloat(v), lo), hi)
 }
 
-func newDomainMore(kind string, args []any) (Domain, error) {
-	want := 3
-	if kind == "randn" || kind == "lograndint" {
-		want = 2
+func (d qloguniform) check() error {
+	if err := checkLogRange(d.Kind(), d.lo, d.hi); err != nil {
+		return err
 	}
-	if len(args) != want {
-		return nil, fmt.Errorf("%w: %s wants %d numbers, got %d arguments", ErrSpace, kind, want, len(args))
+	return checkStep(d.Kind(), d.lo, d.hi, d.q)
+}
+
+func (d qrandint) check() error {
+	if err := checkIntRange(d.Kind(), d.lo, d.hi, d.q); err != nil {
+		return err
 	}
-	f := make([]float64, want)
-	for i, a := range args {
-		v, ok := toFloat(a)
-		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("%w: %s argument %d is %v, not a finite number", ErrSpace, kind, i+1, a)
-		}
-		f[i] = v
+	return checkStep(d.Kind(), float64(d.lo), float64(d.hi), float64(d.q))
+}
+
+func (d lograndint) check() error {
+	if err := checkIntRange(d.Kind(), d.lo, d.hi); err != nil {
+		return err
 	}
-	if want == 3 && f[2] <= 0 {
-		return nil, fmt.Errorf("%w: %s step %v must be positive", ErrSpace, kind, f[2])
+	return checkLogRange(d.Kind(), float64(d.lo), float64(d.hi))
+}
+
+func (d qlograndint) check() error {
+	if err := checkIntRange(d.Kind(), d.lo, d.hi, d.q); err != nil {
+		return err
 	}
-	switch kind {
-	case "randn", "qrandn":
-		if f[1] <= 0 {
-			return nil, fmt.Errorf("%w: %s standard deviation %v must be positive", ErrSpace, kind, f[1])
-		}
-		if kind == "randn" {
-			return RandN(f[0], f[1]), nil
-		}
-		return QRandN(f[0], f[1], f[2]), nil
+	if err := checkLogRange(d.Kind(), float64(d.lo), float64(d.hi)); err != nil {
+		return err
 	}
-	if !(f[0] < f[1]) {
-		return nil, fmt.Errorf("%w: %s(%v, %v): lower bound must be below upper", ErrSpace, kind, f[0], f[1])
+	return checkStep(d.Kind(), float64(d.lo), float64(d.hi), float64(d.q))
+}
+
+func (d randn) check() error {
+	if math.IsNaN(d.mean) || math.IsInf(d.mean, 0) {
+		return fmt.Errorf("%w: %s mean %v must be a finite number", ErrSpace, d.Kind(), d.mean)
 	}
-	if kind == "lograndint" || kind == "qlograndint" {
-		for _, v := range f {
-			if v != math.Trunc(v) {
-				return nil, fmt.Errorf("%w: %s bounds and step must be integers", ErrSpace, kind)
-			}
-		}
-		if f[0] <= 0 {
-			return nil, fmt.Errorf("%w: %s lower bound %v must be positive", ErrSpace, kind, f[0])
-		}
-		if kind == "lograndint" {
-			return LogRandInt(int(f[0]), int(f[1])), nil
-		}
+	if !(d.sd > 0) || math.IsInf(d.sd, 0) {
+		return fmt.Errorf("%w: %s standard deviation %v must be a positive number", ErrSpace, d.Kind(), d.sd)
 	}
-	if math.Floor(f[1]/f[2])*f[2] < f[0]-1e-9*math.Abs(f[0]) {
-		return nil, fmt.Errorf("%w: %s(%v, %v, %v): no multiple of the step lies within the bounds", ErrSpace, kind, f[0], f[1], f[2])
+	if d.Kind() == "qrandn" && (!(d.q > 0) || math.IsInf(d.q, 0)) {
+		return fmt.Errorf("%w: qrandn step %v must be a positive number", ErrSpace, d.q)
 	}
-	if kind == "qloguniform" {
-		if f[0] <= 0 {
-			return nil, fmt.Errorf("%w: qloguniform lower bound %v must be positive", ErrSpace, f[0])
-		}
-		return QLogUniform(f[0], f[1], f[2]), nil
-	}
-	if kind == "qlograndint" {
-		return QLogRandInt(int(f[0]), int(f[1]), int(f[2])), nil
-	}
-	for _, v := range f {
-		if v != math.Trunc(v) {
-			return nil, fmt.Errorf("%w: qrandint bounds and step must be integers", ErrSpace)
-		}
-	}
-	return QRandInt(int(f[0]), int(f[1]), int(f[2])), nil
+	return nil
 }
 
 // options returns the values of a choice or grid_search.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,10 +225,81 @@ func TestParseSpace(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, `{"loguniform":[0.0001,0.1]}`, string(b))
 	for _, bad := range []string{`{"a":{"uniform":[1]}}`, `{"a":{"loguniform":[0,1]}}`, `{"a":{"randint":[2,1]}}`,
-		`{"a":{"choice":[]}}`, `{"a":{"quniform":[0,1,0]}}`, `{"a":{"uniform":"x"}}`, `[1]`} {
+		`{"a":{"choice":[]}}`, `{"a":{"quniform":[0,1,0]}}`, `{"a":{"uniform":"x"}}`, `[1]`,
+		// Integer bounds beyond 2^53 (IntN would panic, or lograndint
+		// sample its lower bound every time).
+		`{"a":{"randint":[0,1e19]}}`, `{"a":{"randint":[-9e18,9e18]}}`, `{"a":{"lograndint":[1,1e300]}}`,
+		`{"a":{"qrandint":[0,1e19,1]}}`, `{"a":{"qlograndint":[1,1e300,2]}}`, `{"a":{"randint":[0,9007199254740994]}}`,
+		// A width beyond the largest float.
+		`{"a":{"uniform":[-1e308,1e308]}}`, `{"a":{"quniform":[-1e308,1e308,1e307]}}`,
+		// quniform's bounds are multiples of its step, as Ray wants.
+		`{"a":{"quniform":[0.1,1,0.3]}}`, `{"a":{"quniform":[0,1,0.3]}}`,
+		// No multiple of the step within the bounds.
+		`{"a":{"qrandint":[1,2,5]}}`, `{"a":{"qloguniform":[3,4,5]}}`, `{"a":{"qlograndint":[1,10,2.5]}}`} {
 		_, err := ParseSpace([]byte(bad))
 		must.ErrorIs(t, err, ErrSpace, must.Sprint(bad))
 	}
+	for _, good := range []string{`{"a":{"randint":[-9007199254740992,9007199254740992]}}`, `{"a":{"uniform":[-1e307,1e307]}}`,
+		`{"a":{"quniform":[0.3,0.9,0.3]}}`, `{"a":{"quniform":[-1,1,0.1]}}`} {
+		_, err := ParseSpace([]byte(good))
+		must.NoError(t, err, must.Sprint(good))
+	}
+}
+
+// A quantised function's samples are multiples of its step within its
+// bounds, even where the step is a decimal fraction.
+func TestQuantizedSamplesWithinBounds(t *testing.T) {
+	for _, tc := range []struct {
+		d      Domain
+		lo, hi float64
+	}{
+		{QUniform(0.3, 0.9, 0.3), 0.3, 0.9},
+		{QUniform(0.1, 0.7, 0.1), 0.1, 0.7},
+		{QUniform(-1, 1, 0.2), -1, 1},
+		{QLogUniform(0.3, 0.9, 0.3), 0.3, 0.9},
+		{QRandN(0, 1, 0.1), math.Inf(-1), math.Inf(1)},
+	} {
+		r := rand.New(rand.NewPCG(1, 2))
+		for range 20000 {
+			v := tc.d.Sample(r).(float64)
+			must.True(t, v >= tc.lo && v <= tc.hi, must.Sprintf("%s: %v", tc.d.Kind(), v))
+		}
+	}
+}
+
+// A space built in Go is checked as ParseSpace checks one, nested
+// functions included: bounds that would panic in sampling, or make an
+// infinity that the experiment's state cannot hold, are an error from the
+// tuner.
+func TestCheckSpace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		space map[string]any
+		want  string
+	}{
+		{"randint beyond 2^53", map[string]any{"a": RandInt(-1<<62, 1<<62)}, "a: invalid param space: randint"},
+		{"lograndint beyond 2^53", map[string]any{"a": LogRandInt(1, 1<<60)}, "2^53"},
+		{"infinite width", map[string]any{"a": Uniform(-1e308, 1e308)}, "wider than the largest float"},
+		{"reversed", map[string]any{"b": map[string]any{"c": Uniform(1, 0)}}, "b/c: invalid param space: uniform(1, 0)"},
+		{"step not dividing", map[string]any{"a": QUniform(0.1, 1, 0.3)}, "lower bound 0.1 is not a multiple"},
+		{"nested in a choice", map[string]any{"o": Choice("sgd", map[string]any{"m": RandInt(0, 1<<60)})}, "o/1/m: "},
+		{"a choice of a function", map[string]any{"o": Choice(QRandInt(1, 2, 5))}, "no multiple of the step"},
+		{"fine", map[string]any{"a": RandInt(0, 10), "o": Choice(1, Uniform(0, 1))}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckSpace(tc.space)
+			if tc.want == "" {
+				must.NoError(t, err)
+				return
+			}
+			must.ErrorIs(t, err, ErrSpace)
+			must.StrContains(t, err.Error(), tc.want)
+		})
+	}
+	g, err := New(&InProcess{Fn: synthetic(0, false, nil)},
+		map[string]any{"a": RandInt(-1<<62, 1<<62)}, Config{Name: "wide", StoragePath: t.TempDir()}).Fit(context.Background())
+	must.Nil(t, g)
+	must.ErrorIs(t, err, ErrSpace)
 }
 
 // An interrupted experiment resumes: finished trials are not run again,
