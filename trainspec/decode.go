@@ -195,8 +195,10 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 			}
 		}
 	}
+	configOK := true
 	if attr := a["config"]; attr != nil {
-		if js, ok := d.config(attr); ok {
+		var js []byte
+		if js, configOK = d.config(attr); configOK {
 			s.ConfigJSON = js
 		}
 	}
@@ -224,17 +226,19 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		s.Tune, s.ranges.tune = d.tune(t), t.DefRange
 		tuneCheckpointDefault(c, &s.Run)
 	} else if attr := a["config"]; attr != nil {
-		d.noSearchSpace(attr, s.ConfigJSON)
-		d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON)
+		if d.noSearchSpace(attr, s.ConfigJSON) && configOK && slices.Contains(d.builtins, s.Entrypoint.Builtin) {
+			d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON)
+		}
 	}
 	return s
 }
 
 // builtinConfig checks config (JSON) against the builtin that will decode
 // it, when the caller can (ParseOptions.CheckConfig): every worker would
-// otherwise fail on it at start, and again on each restart.
+// otherwise fail on it at start, and again on each restart. The caller
+// checks that config and builtin are themselves valid.
 func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []byte) {
-	if d.checkConfig == nil || builtin == "" || len(config) == 0 || d.diags.HasErrors() {
+	if d.checkConfig == nil || builtin == "" || len(config) == 0 {
 		return
 	}
 	err := d.checkConfig(builtin, config)

@@ -232,8 +232,10 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 	a := c.Attributes
 	d.numSamples(a["num_samples"], &t.NumSamples)
 	d.integer(a["max_concurrent_trials"], &t.MaxConcurrentTrials, 1, 10000)
-	d.nonEmpty(a["metric"], &t.Metric)
-	d.enum(a["mode"], &t.Mode, "min", "max")
+	// A metric or mode that is wrong was reported; what depends on them
+	// (their pairing, the plugins' checks) is not checked against a guess.
+	metricOK := a["metric"] == nil || d.nonEmpty(a["metric"], &t.Metric)
+	modeOK := a["mode"] == nil || d.enum(a["mode"], &t.Mode, "min", "max")
 	d.nonEmpty(a["time_attr"], &t.TimeAttr)
 	d.enum(a["searcher"], &t.Searcher, "random", "grid")
 	d.integer(a["seed"], &t.Seed, 0, math.MaxInt32)
@@ -253,14 +255,14 @@ func (d *decoder) tune(b *hcl.Block) *Tune {
 		d.errorf(a["num_samples"], "Missing time_budget",
 			"num_samples = -1 samples trials until the time budget is spent: set time_budget as well, such as time_budget = \"2h\".")
 	}
-	if (t.Metric == "") != (t.Mode == "") && !d.diags.HasErrors() {
+	if (t.Metric == "") != (t.Mode == "") && metricOK && modeOK {
 		d.rangeErrorf(b.DefRange, "Metric and mode go together", "Set both metric and mode (\"min\" or \"max\"), or neither.")
 	}
 	t.Scheduler = TuneScheduler{Type: "fifo"}
 	if sb := d.single(c, "scheduler"); sb != nil {
-		t.Scheduler = d.tuneScheduler(sb, t.Metric)
+		t.Scheduler = d.tuneScheduler(sb, t.Metric, metricOK)
 	}
-	t.SearchAlg = d.tuneSearchAlg(c, t.Metric, a["searcher"], &t.Searcher)
+	t.SearchAlg = d.tuneSearchAlg(c, t.Metric, metricOK, a["searcher"], &t.Searcher)
 	t.Stop = d.tuneStop(a["stop"])
 	if pb := d.single(c, "stop_on_plateau"); pb != nil {
 		t.Plateau = d.tunePlateau(pb, t.Metric)
@@ -388,10 +390,11 @@ func stopBound(name string, v cty.Value) (c TuneStop, why string) {
 
 // tuneScheduler decodes a scheduler block: its type, and its other
 // attributes as the JSON object of the scheduler's settings, which the
-// scheduler checks (ParseOptions.CheckScheduler).
-func (d *decoder) tuneScheduler(b *hcl.Block, metric string) TuneScheduler {
+// scheduler checks (ParseOptions.CheckScheduler) unless the tune block's
+// metric is wrong (metricOK false): the check depends on it.
+func (d *decoder) tuneScheduler(b *hcl.Block, metric string, metricOK bool) TuneScheduler {
 	var check func(kind string, settings []byte) error
-	if d.checkScheduler != nil {
+	if d.checkScheduler != nil && metricOK {
 		check = func(kind string, settings []byte) error { return d.checkScheduler(kind, metric, settings) }
 	}
 	typ, settings := d.typedBlock(b, "scheduler", `type = "asha"`, check)
@@ -400,8 +403,10 @@ func (d *decoder) tuneScheduler(b *hcl.Block, metric string) TuneScheduler {
 
 // typedBlock decodes a block of a plugin kind (scheduler, search_alg): its
 // type, and its other attributes as one JSON object of the kind's
-// settings, which check (when set) checks; an error that names a setting
-// (SettingKey) is reported at it.
+// settings, which check (when set) checks unless a setting's value is
+// wrong itself. Each problem the check finds (several are joined, as
+// errors.Join does) is reported, one that names a setting (SettingKey) at
+// it.
 func (d *decoder) typedBlock(b *hcl.Block, what, example string, check func(kind string, settings []byte) error) (typ string, settingsJSON []byte) {
 	attrs, diags := b.Body.JustAttributes()
 	d.diags = append(d.diags, diags...)
@@ -414,40 +419,58 @@ func (d *decoder) typedBlock(b *hcl.Block, what, example string, check func(kind
 		return "", nil
 	}
 	settings := map[string]json.RawMessage{}
+	valuesOK := true
 	for name, attr := range attrs {
 		if name == "type" {
 			continue
 		}
-		if js, ok := d.jsonValue(attr); ok {
+		js, ok := d.jsonValue(attr)
+		if ok {
 			settings[name] = js
 		}
+		valuesOK = valuesOK && ok
 	}
 	if len(settings) > 0 {
 		settingsJSON, _ = json.Marshal(settings) // sorted keys
 	}
-	if check == nil || d.diags.HasErrors() {
+	if check == nil || !valuesOK {
 		return typ, settingsJSON
 	}
-	err := check(typ, settingsJSON)
-	if err == nil {
-		return typ, settingsJSON
-	}
-	var keyed interface{ SettingKey() string }
-	rng := b.DefRange
-	if errors.As(err, &keyed) {
-		if attr := attrs[keyed.SettingKey()]; attr != nil {
-			rng = attr.Range
-			if keyed.SettingKey() == "type" {
-				rng = attr.Expr.Range()
-			}
-			// The snippet shows the setting: say only what is wrong.
-			if inner := errors.Unwrap(err); inner != nil {
-				err = inner
+	for _, err := range splitJoined(check(typ, settingsJSON)) {
+		var keyed interface{ SettingKey() string }
+		rng := b.DefRange
+		if errors.As(err, &keyed) {
+			if attr := attrs[keyed.SettingKey()]; attr != nil {
+				rng = attr.Range
+				if keyed.SettingKey() == "type" {
+					rng = attr.Expr.Range()
+				}
+				// The snippet shows the setting: say only what is wrong.
+				if inner := errors.Unwrap(err); inner != nil {
+					err = inner
+				}
 			}
 		}
+		d.rangeErrorf(rng, "Invalid "+what+" setting", "%s.", capitalize(err.Error()))
 	}
-	d.rangeErrorf(rng, "Invalid "+what+" setting", "%s.", capitalize(err.Error()))
 	return typ, settingsJSON
+}
+
+// splitJoined lists the errors that err joins (errors.Join, at any
+// depth), or err alone; none for nil.
+func splitJoined(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		if err == nil {
+			return nil
+		}
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, splitJoined(e)...)
+	}
+	return out
 }
 
 // jsonValue evaluates attr and writes its value as JSON.
@@ -476,16 +499,18 @@ func capitalize(s string) string {
 
 // noSearchSpace reports search-space functions in the config of a spec
 // without a tune block: `nomad-train run` would hand them to the training
-// function as objects.
-func (d *decoder) noSearchSpace(attr *hcl.Attribute, configJSON []byte) {
+// function as objects. It reports whether there were none.
+func (d *decoder) noSearchSpace(attr *hcl.Attribute, configJSON []byte) bool {
 	var v any
 	if json.Unmarshal(configJSON, &v) != nil {
-		return
+		return true
 	}
 	if name := findSearchSpace(v); name != "" {
 		d.errorf(attr, "Search space without a tune block",
 			"config uses %s(...), which only a tune block can sample; add tune { ... } and run `nomad-train tune`, or give a plain value.", name)
+		return false
 	}
+	return true
 }
 
 // findSearchSpace returns the name of a search-space function used inside

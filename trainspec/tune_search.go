@@ -23,10 +23,11 @@ type TuneSearcher struct {
 
 // tuneSearchAlg decodes the tune block's search_alg, in either form. The
 // older searcher attribute ("random" or "grid") is kept; with search_alg
-// too it is an error.
-func (d *decoder) tuneSearchAlg(c *hcl.BodyContent, metric string, searcher *hcl.Attribute, legacy *string) TuneSearcher {
+// too it is an error. The searcher's check needs the tune block's metric:
+// it is skipped when that is wrong (metricOK false).
+func (d *decoder) tuneSearchAlg(c *hcl.BodyContent, metric string, metricOK bool, searcher *hcl.Attribute, legacy *string) TuneSearcher {
 	var check func(kind string, settings []byte) error
-	if d.checkSearcher != nil {
+	if d.checkSearcher != nil && metricOK {
 		check = func(kind string, settings []byte) error { return d.checkSearcher(kind, metric, settings) }
 	}
 	s := TuneSearcher{Type: *legacy}
@@ -46,8 +47,8 @@ func (d *decoder) tuneSearchAlg(c *hcl.BodyContent, metric string, searcher *hcl
 			return s
 		}
 		*legacy = s.Type
-		if check != nil && !d.diags.HasErrors() {
-			if err := check(s.Type, nil); err != nil {
+		if check != nil {
+			for _, err := range splitJoined(check(s.Type, nil)) {
 				d.rangeErrorf(attr.Expr.Range(), "Invalid search_alg", "%s.", capitalize(err.Error()))
 			}
 		}

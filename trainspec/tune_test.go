@@ -325,3 +325,33 @@ func TestTuneFunctionArgs(t *testing.T) {
 		must.False(t, diags.HasErrors(), must.Sprint(good, diags.Error()))
 	}
 }
+
+// An error elsewhere in the spec hides none of the checks that do not
+// depend on it: the pairing of metric and mode, and the builtin's config
+// check; a check that does depend on a wrong value is skipped.
+func TestTuneChecksBesideOtherErrors(t *testing.T) {
+	unknownX := func(string, []byte) error { return errors.New(`json: unknown field "x"`) }
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"metric without mode beside bad samples", "tune {\nnum_samples = 0\nmetric = \"loss\"\n}", []string{
+			"train.hcl:4,15-16: Invalid value", "train.hcl:3,1-5: Metric and mode go together"}},
+		{"a wrong mode is not a missing one", "tune {\nmetric = \"loss\"\nmode = \"up\"\n}", []string{
+			"train.hcl:5,8-12: Invalid value"}},
+		{"builtin config beside a bad priority", "priority = 0\nconfig = { x = 1 }", []string{
+			"train.hcl:3,12-13: Invalid value", "train.hcl:4,12-13: Config the builtin cannot use"}},
+		{"no builtin check of a search space without tune", "config = { x = uniform(0, 1) }", []string{
+			"train.hcl:3,10-31: Search space without a tune block"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\n" + tc.body + "\n}\n"
+			_, diags := Parse([]byte(src), "train.hcl", ParseOptions{CheckConfig: unknownX})
+			var got []string
+			for _, d := range diags {
+				got = append(got, d.Subject.String()+": "+d.Summary)
+			}
+			must.Eq(t, tc.want, got)
+		})
+	}
+}

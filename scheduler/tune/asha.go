@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -32,15 +33,22 @@ func (s ASHASettings) Build(o Objective, seed uint64) (Scheduler, error) {
 	return NewASHA(ASHAConfig{Objective: o, ASHASettings: s, Seed: seed})
 }
 
-func (s ASHASettings) validate() error {
-	if err := positiveSettings(namedFloat{"max_t", s.MaxT}, namedFloat{"grace_period", s.GracePeriod},
-		namedFloat{"reduction_factor", s.ReductionFactor}); err != nil {
-		return err
+// validate reports every problem of the settings; given are the settings
+// written (a 0 there is no default).
+func (s ASHASettings) validate(given givenKeys) error {
+	var p problems
+	p.positive(given, namedFloat{"max_t", s.MaxT}, namedFloat{"grace_period", s.GracePeriod},
+		namedFloat{"reduction_factor", s.ReductionFactor})
+	if s.ReductionFactor > 0 && s.ReductionFactor <= 1 {
+		p.addf("reduction_factor", "must exceed 1; got %v", s.ReductionFactor)
 	}
-	if s.Brackets < 0 || s.Brackets > 16 {
-		return settingErrorf("brackets", "must be between 1 and 16; got %d", s.Brackets)
+	if maxT, grace := cmp.Or(s.MaxT, 100), cmp.Or(s.GracePeriod, 1); maxT > 0 && grace > maxT {
+		p.addf("grace_period", "must be at most max_t (%v); got %v", maxT, grace)
 	}
-	return nil
+	if s.Brackets < 0 || s.Brackets > 16 || s.Brackets == 0 && given["brackets"] {
+		p.addf("brackets", "must be between 1 and 16; got %d", s.Brackets)
+	}
+	return p.err()
 }
 
 // ASHAConfig configures asynchronous successive halving.

@@ -48,33 +48,29 @@ type BOHBSettings struct {
 // Kind is "bohb".
 func (BOHBSettings) Kind() string { return "bohb" }
 
-func (s BOHBSettings) validate() error {
+// validate reports every problem of the settings.
+func (s BOHBSettings) validate(givenKeys) error {
+	var p problems
 	if s.TopNPercent < 0 || s.TopNPercent >= 100 {
-		return settingErrorf("top_n_percent", "must be between 0 and 100; got %v", s.TopNPercent)
+		p.addf("top_n_percent", "must be between 0 and 100; got %v", s.TopNPercent)
 	}
 	if s.RandomFraction >= 1 {
-		return settingErrorf("random_fraction", "must be below 1; got %v", s.RandomFraction)
+		p.addf("random_fraction", "must be below 1; got %v", s.RandomFraction)
 	}
-	for _, v := range []struct {
-		name string
-		val  int
-	}{{"num_samples", s.NumSamples}, {"min_points_in_model", s.MinPointsInModel}, {"max_concurrent", s.MaxConcurrent}} {
-		if v.val < 0 {
-			return settingErrorf(v.name, "must not be negative; got %d", v.val)
-		}
-	}
+	p.nonNegative(namedInt{"num_samples", s.NumSamples}, namedInt{"min_points_in_model", s.MinPointsInModel},
+		namedInt{"max_concurrent", s.MaxConcurrent})
 	if s.BandwidthFactor < 0 {
-		return settingErrorf("bandwidth_factor", "must not be negative; got %v", s.BandwidthFactor)
+		p.addf("bandwidth_factor", "must not be negative; got %v", s.BandwidthFactor)
 	}
 	if s.MinBandwidth < 0 || s.MinBandwidth >= 1 {
-		return settingErrorf("min_bandwidth", "must be a share of the range, from 0 to below 1; got %v", s.MinBandwidth)
+		p.addf("min_bandwidth", "must be a share of the range, from 0 to below 1; got %v", s.MinBandwidth)
 	}
-	return nil
+	return p.err()
 }
 
 // Build returns the searcher.
 func (s BOHBSettings) Build(space map[string]any, o Objective, numSamples int, seed uint64) (Searcher, error) {
-	if err := s.validate(); err != nil {
+	if err := s.validate(nil); err != nil {
 		return nil, err
 	}
 	if err := o.validate(); err != nil {

@@ -35,3 +35,56 @@ train "x" {
 	must.Eq(t, []StopCriterion{{Metric: "loss", Value: 0.05, AtMost: true}, {Metric: TimeTotal, Value: 600}}, x.Config.Stop)
 	must.Eq(t, &PlateauStop{Metric: "loss", Std: 0.001, NumResults: 4, GracePeriod: 4}, x.Config.Plateau)
 }
+
+// validate reports every problem of a tune block's scheduler and
+// search_alg, each at its setting, even beside other errors in the block:
+// the plugins' settings are checked whatever else is wrong, and a plugin
+// reports all its problems, not its first.
+func TestSpecPluginSettingsAllReported(t *testing.T) {
+	const head = "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\ntune {\nmetric = \"loss\"\nmode = \"min\"\n"
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"every setting", `scheduler {
+  type             = "asha"
+  max_t            = 0
+  grace_period     = -1
+  reduction_factor = 1
+}
+search_alg {
+  type             = "tpe"
+  n_startup_trials = -5
+}
+stop = { loss = "low" }`, []string{
+			"train.hcl:8,3-23: Invalid scheduler setting; Must be a positive number; got 0.",
+			"train.hcl:9,3-24: Invalid scheduler setting; Must be a positive number; got -1.",
+			"train.hcl:10,3-23: Invalid scheduler setting; Must exceed 1; got 1.",
+			"train.hcl:14,3-24: Invalid search_alg setting; Must not be negative; got -5.",
+			"train.hcl:16,10-14: Invalid stop criterion; ",
+		}},
+		{"unknown settings together", "scheduler {\ntype = \"hyperband\"\nrungs = 3\nbogus = 1\nreduction_factor = 0.5\n}", []string{
+			"train.hcl:9,1-10: Invalid scheduler setting; The hyperband scheduler has no setting \"bogus\"; it takes max_t, reduction_factor.",
+			"train.hcl:8,1-10: Invalid scheduler setting; The hyperband scheduler has no setting \"rungs\"; it takes max_t, reduction_factor.",
+		}},
+		{"grace beyond max_t", "scheduler {\ntype = \"asha\"\nmax_t = 5\ngrace_period = 10\n}", []string{
+			"train.hcl:9,1-18: Invalid scheduler setting; Must be at most max_t (5); got 10.",
+		}},
+		{"a wrong setting value is not checked", "scheduler {\ntype = \"asha\"\nmax_t = var.nope\ngrace_period = -1\n}", []string{
+			"train.hcl:8,12-17: Unsupported attribute; ",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, diags := trainspec.Parse([]byte(head+tc.body+"\n}\n}\n"), "train.hcl", trainspec.ParseOptions{
+				CheckScheduler: CheckScheduler, CheckSearcher: CheckSearcher})
+			var got []string
+			for _, d := range diags {
+				got = append(got, d.Subject.String()+": "+d.Summary+"; "+d.Detail)
+			}
+			must.SliceLen(t, len(tc.want), got, must.Sprint(got))
+			for i, w := range tc.want {
+				must.StrHasPrefix(t, w, got[i])
+			}
+		})
+	}
+}

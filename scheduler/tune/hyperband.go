@@ -33,19 +33,20 @@ type HyperBandSettings struct {
 // Kind is "hyperband".
 func (HyperBandSettings) Kind() string { return "hyperband" }
 
-func (s HyperBandSettings) validate() error {
-	if err := positiveSettings(namedFloat{"max_t", s.MaxT}, namedFloat{"reduction_factor", s.ReductionFactor}); err != nil {
-		return err
+// validate reports every problem of the settings; given are the settings
+// written (a 0 there is no default).
+func (s HyperBandSettings) validate(given givenKeys) error {
+	var p problems
+	p.positive(given, namedFloat{"max_t", s.MaxT}, namedFloat{"reduction_factor", s.ReductionFactor})
+	if s.ReductionFactor > 0 && s.ReductionFactor <= 1 {
+		p.addf("reduction_factor", "must exceed 1; got %v", s.ReductionFactor)
 	}
-	if s.ReductionFactor != 0 && s.ReductionFactor <= 1 {
-		return settingErrorf("reduction_factor", "must exceed 1; got %v", s.ReductionFactor)
-	}
-	return nil
+	return p.err()
 }
 
 // Build returns the scheduler.
 func (s HyperBandSettings) Build(o Objective, _ uint64) (Scheduler, error) {
-	if err := s.validate(); err != nil {
+	if err := s.validate(nil); err != nil {
 		return nil, err
 	}
 	if err := o.validate(); err != nil {

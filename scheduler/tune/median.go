@@ -27,14 +27,15 @@ func (s MedianSettings) Build(o Objective, _ uint64) (Scheduler, error) {
 	return NewMedian(MedianConfig{Objective: o, MedianSettings: s})
 }
 
-func (s MedianSettings) validate() error {
-	if err := positiveSettings(namedFloat{"grace_period", s.GracePeriod}); err != nil {
-		return err
+// validate reports every problem of the settings; given are the settings
+// written (a 0 there is no default).
+func (s MedianSettings) validate(given givenKeys) error {
+	var p problems
+	p.positive(given, namedFloat{"grace_period", s.GracePeriod})
+	if s.MinSamplesRequired < 0 || s.MinSamplesRequired == 0 && given["min_samples_required"] {
+		p.addf("min_samples_required", "must be at least 1; got %d", s.MinSamplesRequired)
 	}
-	if s.MinSamplesRequired < 0 {
-		return settingErrorf("min_samples_required", "must be at least 1; got %d", s.MinSamplesRequired)
-	}
-	return nil
+	return p.err()
 }
 
 // MedianConfig configures the median stopping rule.

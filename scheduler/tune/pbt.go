@@ -69,22 +69,23 @@ func (s *PBTSettings) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func (s PBTSettings) validate() error {
+// validate reports every problem of the settings; given are the settings
+// written (a 0 there is no default; burn_in_period = 0 is Ray's default).
+func (s PBTSettings) validate(given givenKeys) error {
+	var p problems
 	if len(s.HyperparamMutations) == 0 {
-		return settingErrorf("", "the pbt scheduler needs hyperparam_mutations = { lr = loguniform(1e-4, 1e-1) }: the config entries it may change")
+		p.addf("", "the pbt scheduler needs hyperparam_mutations = { lr = loguniform(1e-4, 1e-1) }: the config entries it may change")
 	}
-	if err := positiveSettings(namedFloat{"perturbation_interval", s.PerturbationInterval},
-		namedFloat{"burn_in_period", s.BurnInPeriod}, namedFloat{"quantile_fraction", s.QuantileFraction},
-		namedFloat{"resample_probability", s.ResampleProbability}); err != nil {
-		return err
-	}
+	p.positive(given, namedFloat{"perturbation_interval", s.PerturbationInterval},
+		namedFloat{"quantile_fraction", s.QuantileFraction}, namedFloat{"resample_probability", s.ResampleProbability})
+	p.positive(nil, namedFloat{"burn_in_period", s.BurnInPeriod})
 	if s.QuantileFraction > 0.5 {
-		return settingErrorf("quantile_fraction", "must be in (0, 0.5]; got %v", s.QuantileFraction)
+		p.addf("quantile_fraction", "must be in (0, 0.5]; got %v", s.QuantileFraction)
 	}
 	if s.ResampleProbability > 1 {
-		return settingErrorf("resample_probability", "must be in (0, 1]; got %v", s.ResampleProbability)
+		p.addf("resample_probability", "must be in (0, 1]; got %v", s.ResampleProbability)
 	}
-	return nil
+	return p.err()
 }
 
 // PBTConfig configures population based training.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -91,40 +93,71 @@ func ParseScheduler(kind string, settings []byte, metric string) (SchedulerSetti
 		return nil, settingErrorf("type", "unknown scheduler %q; the schedulers are %s", kind, strings.Join(SchedulerKinds(), ", "))
 	}
 	s := k.settings()
-	if len(bytes.TrimSpace(settings)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(settings))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(s); err != nil {
-			return nil, settingDecodeError(kind, s, err)
-		}
-	}
+	var noMetric string
 	if k.ranks && metric == "" {
-		return nil, settingErrorf("", "the %s scheduler ranks trials: set metric and mode in the tune block", kind)
+		noMetric = fmt.Sprintf("the %s scheduler ranks trials: set metric and mode in the tune block", kind)
 	}
-	if v, ok := s.(interface{ validate() error }); ok {
-		if err := v.validate(); err != nil {
-			return nil, err
-		}
+	if err := decodeSettings(kind, "scheduler", s, settings, noMetric); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// settingDecodeError turns a JSON decoding error into one that names the
-// setting and, for an unknown one, the settings the kind takes.
-func settingDecodeError(kind string, s any, err error) error {
-	if _, key, found := strings.Cut(err.Error(), `unknown field "`); found {
-		key, _, _ = strings.Cut(key, `"`)
-		names := settingNames(s)
-		if len(names) == 0 {
-			return settingErrorf(key, "the %s scheduler takes no settings", kind)
+// decodeSettings decodes the JSON object settings into s, a pointer to
+// the settings of kind, a scheduler's or a searcher's (what), and checks
+// them (their validate method, and noMetric: a problem of the block as a
+// whole, when not ""). Every key that s has no setting for is a problem,
+// reported together; once the keys are known, every problem of the
+// values is, with noMetric.
+func decodeSettings(kind, what string, s any, settings []byte, noMetric string) error {
+	var p problems
+	if len(bytes.TrimSpace(settings)) > 0 {
+		if err := decodeKnown(kind, what, s, settings); err != nil {
+			return err
 		}
-		return settingErrorf(key, "the %s scheduler has no setting %q; it takes %s", kind, key, strings.Join(names, ", "))
 	}
+	if noMetric != "" {
+		p.addf("", "%s", noMetric)
+	}
+	if v, ok := s.(interface{ validate(givenKeys) error }); ok {
+		p = append(p, v.validate(keysOf(settings)))
+	}
+	return p.err()
+}
+
+// decodeKnown decodes settings into s after checking that s has each of
+// its keys.
+func decodeKnown(kind, what string, s any, settings []byte) error {
+	var p problems
+	names := settingNames(s)
+	for _, key := range slices.Sorted(maps.Keys(keysOf(settings))) {
+		switch {
+		case slices.Contains(names, key):
+		case len(names) == 0:
+			p.addf(key, "the %s %s takes no settings", kind, what)
+		default:
+			p.addf(key, "the %s %s has no setting %q; it takes %s", kind, what, key, strings.Join(names, ", "))
+		}
+	}
+	if err := p.err(); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(settings))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(s); err != nil {
+		return settingDecodeError(kind, what, s, err)
+	}
+	return nil
+}
+
+// settingDecodeError turns a JSON decoding error into one that names the
+// setting.
+func settingDecodeError(kind, what string, s any, err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		return settingErrorf(te.Field, "must be %s, got a JSON %s", te.Type, te.Value)
 	}
-	return settingErrorf("", "%s scheduler settings: %v", kind, err)
+	return settingErrorf("", "%s %s settings: %v", kind, what, err)
 }
 
 // settingNames lists the JSON names of a settings struct's fields.
@@ -145,18 +178,61 @@ func settingNames(s any) []string {
 	return names
 }
 
-// positiveSettings checks that each named value, when set, is a positive
-// finite number.
-func positiveSettings(vals ...namedFloat) error {
+// problems collects every problem of a settings value, each a
+// *SettingError, so that a spec reader reports them all at once.
+type problems []error
+
+// addf adds a problem with the setting key.
+func (p *problems) addf(key, format string, args ...any) {
+	*p = append(*p, settingErrorf(key, format, args...))
+}
+
+// err joins the problems (errors.Join), or is nil.
+func (p problems) err() error { return errors.Join(p...) }
+
+// givenKeys are the settings a JSON object named, where a zero value is
+// the setting written as 0 rather than left to its default. Settings built
+// in Go give none.
+type givenKeys map[string]bool
+
+// keysOf lists the keys of the JSON object settings.
+func keysOf(settings []byte) givenKeys {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(settings, &m) != nil {
+		return nil
+	}
+	given := givenKeys{}
+	for k := range m {
+		given[k] = true
+	}
+	return given
+}
+
+// positive checks that each named value, when set (not zero, or written
+// as 0), is a positive finite number.
+func (p *problems) positive(given givenKeys, vals ...namedFloat) {
 	for _, v := range vals {
-		if v.val != 0 && !(v.val > 0 && v.val < 1e308) {
-			return settingErrorf(v.name, "must be a positive number; got %v", v.val)
+		if (v.val != 0 || given[v.name]) && !(v.val > 0 && v.val < 1e308) {
+			p.addf(v.name, "must be a positive number; got %v", v.val)
 		}
 	}
-	return nil
 }
 
 type namedFloat struct {
 	name string
 	val  float64
+}
+
+// nonNegative checks that each named count is not negative.
+func (p *problems) nonNegative(vals ...namedInt) {
+	for _, v := range vals {
+		if v.val < 0 {
+			p.addf(v.name, "must not be negative; got %d", v.val)
+		}
+	}
+}
+
+type namedInt struct {
+	name string
+	val  int
 }

@@ -1,8 +1,6 @@
 package tune
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -92,30 +90,14 @@ func ParseSearcher(kind string, settings []byte, metric string) (SearcherSetting
 		return nil, settingErrorf("type", "unknown searcher %q; the searchers are %s", kind, strings.Join(SearcherKinds(), ", "))
 	}
 	s := k.settings()
-	if len(bytes.TrimSpace(settings)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(settings))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(s); err != nil {
-			return nil, searcherDecodeError(kind, s, err)
-		}
-	}
+	var noMetric string
 	if k.ranks && metric == "" {
-		return nil, settingErrorf("", "the %s searcher learns from the results: set metric and mode in the tune block", kind)
+		noMetric = fmt.Sprintf("the %s searcher learns from the results: set metric and mode in the tune block", kind)
 	}
-	if v, ok := s.(interface{ validate() error }); ok {
-		if err := v.validate(); err != nil {
-			return nil, err
-		}
+	if err := decodeSettings(kind, "searcher", s, settings, noMetric); err != nil {
+		return nil, err
 	}
 	return s, nil
-}
-
-func searcherDecodeError(kind string, s any, err error) error {
-	err = settingDecodeError(kind, s, err)
-	if se, ok := err.(*SettingError); ok {
-		se.Err = fmt.Errorf("%s", strings.Replace(se.Err.Error(), " scheduler ", " searcher ", 1))
-	}
-	return err
 }
 
 func init() {

@@ -48,16 +48,14 @@ type TPESettings struct {
 // Kind is "tpe".
 func (TPESettings) Kind() string { return "tpe" }
 
-func (s TPESettings) validate() error {
-	for _, v := range []struct {
-		name string
-		val  int
-	}{{"n_startup_trials", s.NStartupTrials}, {"n_ei_candidates", s.NEICandidates}, {"max_concurrent", s.MaxConcurrent}} {
-		if v.val < 0 {
-			return settingErrorf(v.name, "must not be negative; got %d", v.val)
-		}
-	}
-	return positiveSettings(namedFloat{"prior_weight", s.PriorWeight})
+// validate reports every problem of the settings; given are the settings
+// written (a 0 there is no default).
+func (s TPESettings) validate(given givenKeys) error {
+	var p problems
+	p.nonNegative(namedInt{"n_startup_trials", s.NStartupTrials}, namedInt{"n_ei_candidates", s.NEICandidates},
+		namedInt{"max_concurrent", s.MaxConcurrent})
+	p.positive(given, namedFloat{"prior_weight", s.PriorWeight})
+	return p.err()
 }
 
 func (s *TPESettings) defaults() {
@@ -74,7 +72,7 @@ func (s *TPESettings) defaults() {
 
 // Build returns the searcher.
 func (s TPESettings) Build(space map[string]any, o Objective, numSamples int, seed uint64) (Searcher, error) {
-	if err := s.validate(); err != nil {
+	if err := s.validate(nil); err != nil {
 		return nil, err
 	}
 	if err := o.validate(); err != nil {
