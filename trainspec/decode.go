@@ -222,12 +222,18 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	if r := d.single(c, "rendezvous"); r != nil {
 		d.rendezvous(r, &s.Rendezvous, &s.ranges)
 	}
+	builtinOK := slices.Contains(d.builtins, s.Entrypoint.Builtin)
 	if t := d.single(c, "tune"); t != nil {
 		s.Tune, s.ranges.tune = d.tune(t), t.DefRange
 		tuneCheckpointDefault(c, &s.Run)
+		if attr := a["config"]; attr != nil && configOK && builtinOK {
+			// Every trial's config has the space's keys: check them, with
+			// a sample in place of each search-space function.
+			d.builtinConfig(attr, s.Entrypoint.Builtin, sampleConfig(s.ConfigJSON), " in every trial")
+		}
 	} else if attr := a["config"]; attr != nil {
-		if d.noSearchSpace(attr, s.ConfigJSON) && configOK && slices.Contains(d.builtins, s.Entrypoint.Builtin) {
-			d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON)
+		if d.noSearchSpace(attr, s.ConfigJSON) && configOK && builtinOK {
+			d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON, "")
 		}
 	}
 	return s
@@ -236,8 +242,9 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 // builtinConfig checks config (JSON) against the builtin that will decode
 // it, when the caller can (ParseOptions.CheckConfig): every worker would
 // otherwise fail on it at start, and again on each restart. The caller
-// checks that config and builtin are themselves valid.
-func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []byte) {
+// checks that config and builtin are themselves valid; where says where
+// the workers would fail (" in every trial"), or is "".
+func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []byte, where string) {
 	if d.checkConfig == nil || builtin == "" || len(config) == 0 {
 		return
 	}
@@ -250,7 +257,7 @@ func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []by
 	_, key, _ := strings.Cut(err.Error(), `unknown field "`)
 	key, _, _ = strings.Cut(key, `"`)
 	d.keyErrorf(attr, key, "Config the builtin cannot use",
-		"The %s builtin's workers would fail on this config: %v.", builtin, err)
+		"The %s builtin's workers would fail on this config%s: %v.", builtin, where, err)
 }
 
 // config converts the train loop config to JSON.

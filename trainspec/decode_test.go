@@ -333,8 +333,9 @@ func TestBuiltinsOption(t *testing.T) {
 }
 
 // A builtin's config is checked by the caller's CheckConfig, and the error
-// points at the key the builtin does not know; a command's config and a
-// tune spec's search space are not checked.
+// points at the key the builtin does not know; a command's config is not
+// checked, and a tune spec's search space is checked with a sample of it
+// (the functions' lower bounds) in place of its functions.
 func TestCheckConfigOption(t *testing.T) {
 	var checked []string
 	opts := ParseOptions{CheckConfig: func(builtin string, config []byte) error {
@@ -369,5 +370,5 @@ func TestCheckConfigOption(t *testing.T) {
   config = { lr = loguniform(0.001, 0.1) }
   tune { num_samples = 2 }
 }`, opts)
-	must.Eq(t, []string{"quickstart {\"epochs\":3,\"learning_rate\":0.1}", "quickstart {\"epochs\":3}"}, checked)
+	must.Eq(t, []string{"quickstart {\"epochs\":3,\"learning_rate\":0.1}", "quickstart {\"epochs\":3}", "quickstart {\"lr\":0.001}"}, checked)
 }

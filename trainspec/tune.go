@@ -1,6 +1,7 @@
 package trainspec
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -513,17 +514,70 @@ func (d *decoder) noSearchSpace(attr *hcl.Attribute, configJSON []byte) bool {
 	return true
 }
 
+// sampleConfig replaces each search-space function of a config (JSON)
+// with a value it could sample, for checking the config's keys and types
+// as every trial will have them: a choice's or grid_search's first value
+// (sampled in turn), a numeric function's first argument (its lower
+// bound, or randn's mean). config is returned as it is when it does not
+// decode.
+func sampleConfig(config []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(config))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return config
+	}
+	out, err := json.Marshal(sampleValue(v))
+	if err != nil {
+		return config
+	}
+	return out
+}
+
+func sampleValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if kind := spaceKind(x); kind != "" {
+			if args, ok := x[kind].([]any); ok && len(args) > 0 {
+				return sampleValue(args[0])
+			}
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = sampleValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = sampleValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// spaceKind returns the search-space function that m (a decoded JSON
+// object) is the JSON form of, or "".
+func spaceKind(m map[string]any) string {
+	if len(m) != 1 {
+		return ""
+	}
+	for k := range m {
+		if slices.Contains(searchSpaceFuncs, k) {
+			return k
+		}
+	}
+	return ""
+}
+
 // findSearchSpace returns the name of a search-space function used inside
 // v (a decoded JSON value), or "".
 func findSearchSpace(v any) string {
 	switch x := v.(type) {
 	case map[string]any:
-		if len(x) == 1 {
-			for k := range x {
-				if slices.Contains(searchSpaceFuncs, k) {
-					return k
-				}
-			}
+		if kind := spaceKind(x); kind != "" {
+			return kind
 		}
 		for _, e := range x {
 			if n := findSearchSpace(e); n != "" {

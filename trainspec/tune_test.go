@@ -1,6 +1,8 @@
 package trainspec
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -352,6 +354,44 @@ func TestTuneChecksBesideOtherErrors(t *testing.T) {
 				got = append(got, d.Subject.String()+": "+d.Summary)
 			}
 			must.Eq(t, tc.want, got)
+		})
+	}
+}
+
+// An experiment's config is checked against its builtin as a plain run's
+// is, with a sample in place of each search-space function: a key the
+// builtin does not know would fail every trial.
+func TestTuneConfigCheckedAgainstBuiltin(t *testing.T) {
+	check := func(_ string, config []byte) error {
+		dec := json.NewDecoder(bytes.NewReader(config))
+		dec.DisallowUnknownFields()
+		var c struct {
+			LR     float64 `json:"lr"`
+			Epochs int     `json:"epochs"`
+			Opt    struct {
+				Name string  `json:"name"`
+				Beta float64 `json:"beta"`
+			} `json:"opt"`
+		}
+		return dec.Decode(&c)
+	}
+	for _, tc := range []struct{ name, config, want string }{
+		{"known keys", "lr = loguniform(1e-4, 1e-1)\nepochs = choice([2, 4])\nopt = choice([{ name = \"adam\", beta = uniform(0.8, 0.99) }, { name = \"sgd\" }])", ""},
+		{"grid and randint", "lr = grid_search([0.1, 0.01])\nepochs = randint(1, 10)", ""},
+		{"unknown key", "lr = 0.1\nx = quniform(0.1, 1, 0.1)",
+			`train.hcl:5,1-2: Config the builtin cannot use; The quickstart builtin's workers would fail on this config in every trial: json: unknown field "x".`},
+		{"a sample of the wrong type", "epochs = uniform(0.5, 2)",
+			`train.hcl:3,10-5,2: Config the builtin cannot use; The quickstart builtin's workers would fail on this config in every trial: json: cannot unmarshal number 0.5 into Go struct field .epochs of type int.`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = {\n" + tc.config + "\n}\ntune {}\n}\n"
+			_, diags := Parse([]byte(src), "train.hcl", ParseOptions{CheckConfig: check})
+			if tc.want == "" {
+				must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+				return
+			}
+			must.SliceLen(t, 1, diags, must.Sprint(diags.Error()))
+			must.EqOp(t, tc.want, diags[0].Subject.String()+": "+diags[0].Summary+"; "+diags[0].Detail)
 		})
 	}
 }
