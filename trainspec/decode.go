@@ -69,7 +69,7 @@ var rootSchema = &hcl.BodySchema{
 
 func decodeFile(file *hcl.File, opts ParseOptions, parser *hclparse.Parser) (*Spec, hcl.Diagnostics) {
 	d := &decoder{builtins: opts.Builtins, checkConfig: opts.CheckConfig, checkScheduler: opts.CheckScheduler,
-		checkSearcher: opts.CheckSearcher}
+		checkSearcher: opts.CheckSearcher, checkGridSearch: opts.CheckGridSearch}
 	if d.builtins == nil {
 		d.builtins = KnownBuiltins()
 	}
@@ -226,6 +226,9 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	if t := d.single(c, "tune"); t != nil {
 		s.Tune, s.ranges.tune = d.tune(t), t.DefRange
 		tuneCheckpointDefault(c, &s.Run)
+		if attr := a["config"]; attr != nil && configOK {
+			d.gridSearchTaken(attr, s.Tune.SearchAlg.Type, s.ConfigJSON)
+		}
 		if attr := a["config"]; attr != nil && configOK && builtinOK {
 			// Every trial's config has the space's keys: check them, with
 			// a sample in place of each search-space function.

@@ -572,21 +572,22 @@ func spaceKind(m map[string]any) string {
 }
 
 // findSearchSpace returns the name of a search-space function used inside
-// v (a decoded JSON value), or "".
-func findSearchSpace(v any) string {
+// v (a decoded JSON value), or "". With kind set, it looks for that
+// function only.
+func findSearchSpace(v any, kind ...string) string {
 	switch x := v.(type) {
 	case map[string]any:
-		if kind := spaceKind(x); kind != "" {
-			return kind
+		if k := spaceKind(x); k != "" && (len(kind) == 0 || slices.Contains(kind, k)) {
+			return k
 		}
 		for _, e := range x {
-			if n := findSearchSpace(e); n != "" {
+			if n := findSearchSpace(e, kind...); n != "" {
 				return n
 			}
 		}
 	case []any:
 		for _, e := range x {
-			if n := findSearchSpace(e); n != "" {
+			if n := findSearchSpace(e, kind...); n != "" {
 				return n
 			}
 		}

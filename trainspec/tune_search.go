@@ -1,7 +1,10 @@
 package trainspec
 
 import (
+	"encoding/json"
+
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // TuneSearcher is the tune block's search_alg: the searcher's type and
@@ -54,6 +57,37 @@ func (d *decoder) tuneSearchAlg(c *hcl.BodyContent, metric string, metricOK bool
 		}
 	}
 	return s
+}
+
+// gridSearchTaken reports each grid_search in config (attr, and its JSON)
+// when the searcher does not take one (ParseOptions.CheckGridSearch): TPE
+// would otherwise sample it as a choice and run one trial where the spec
+// asked for the grid. A grid_search that comes from a variable is
+// reported at the config.
+func (d *decoder) gridSearchTaken(attr *hcl.Attribute, searcher string, config []byte) {
+	if d.checkGridSearch == nil || searcher == "" {
+		return
+	}
+	err := d.checkGridSearch(searcher)
+	if err == nil {
+		return
+	}
+	var calls []hcl.Range
+	if expr, ok := attr.Expr.(hclsyntax.Expression); ok {
+		hclsyntax.VisitAll(expr, func(n hclsyntax.Node) hcl.Diagnostics {
+			if call, ok := n.(*hclsyntax.FunctionCallExpr); ok && call.Name == "grid_search" {
+				calls = append(calls, call.Range())
+			}
+			return nil
+		})
+	}
+	var v any
+	if len(calls) == 0 && json.Unmarshal(config, &v) == nil && findSearchSpace(v, "grid_search") != "" {
+		calls = append(calls, attr.Expr.Range())
+	}
+	for _, rng := range calls {
+		d.rangeErrorf(rng, "Grid search with this searcher", "%s.", capitalize(err.Error()))
+	}
 }
 
 // tuneCheckpointDefault makes each trial of an experiment keep one

@@ -22,7 +22,9 @@ type decoder struct {
 	checkScheduler func(kind, metric string, settings []byte) error
 	// checkSearcher is ParseOptions.CheckSearcher.
 	checkSearcher func(kind, metric string, settings []byte) error
-	diags         hcl.Diagnostics
+	// checkGridSearch is ParseOptions.CheckGridSearch.
+	checkGridSearch func(searcher string) error
+	diags           hcl.Diagnostics
 }
 
 // content decodes body against schema, recording diagnostics.

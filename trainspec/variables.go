@@ -39,6 +39,10 @@ type ParseOptions struct {
 	// is a builtin (not a tune spec's search space): the binary that
 	// carries the builtins knows their settings.
 	CheckConfig func(builtin string, config []byte) error
+	// CheckGridSearch, when set, says whether a tune block's searcher (its
+	// search_alg type) takes grid_search in the config: an error says why
+	// not, and is reported at each grid_search.
+	CheckGridSearch func(searcher string) error
 	// CheckScheduler, when set, checks a tune block's scheduler: its type,
 	// its settings as a JSON object, and the tune block's metric ("" when
 	// none). An error that has a SettingKey() string method is reported

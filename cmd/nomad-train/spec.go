@@ -77,7 +77,7 @@ func (f *specFlags) load(command string, forNomad bool) console.SpecLoad {
 	return console.SpecLoad{Command: command, ForNomad: forNomad, NoAddress: f.noAddress,
 		Parse: trainspec.ParseOptions{Vars: f.vars, VarFiles: f.varFiles, Getenv: os.Getenv,
 			Builtins: builtins.Names(), CheckConfig: builtins.CheckConfig,
-			CheckScheduler: tune.CheckScheduler, CheckSearcher: tune.CheckSearcher}}
+			CheckScheduler: tune.CheckScheduler, CheckSearcher: tune.CheckSearcher, CheckGridSearch: tune.CheckGridSearch}}
 }
 
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {

@@ -48,6 +48,8 @@ type BOHBSettings struct {
 // Kind is "bohb".
 func (BOHBSettings) Kind() string { return "bohb" }
 
+func (BOHBSettings) refusesGridSearch() {}
+
 // validate reports every problem of the settings.
 func (s BOHBSettings) validate(givenKeys) error {
 	var p problems
@@ -75,6 +77,9 @@ func (s BOHBSettings) Build(space map[string]any, o Objective, numSamples int, s
 	}
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("bohb: %w", err)
+	}
+	if err := refuseGrid(s.Kind(), space); err != nil {
+		return nil, err
 	}
 	if s.TopNPercent == 0 {
 		s.TopNPercent = 15

@@ -40,6 +40,9 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("search_alg: %w", err)
 	}
+	if err := refuseGrid(t.SearchAlg.Type, space); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	run := spec.RunSpec()
 	cfg := Config{Name: spec.Name, StoragePath: spec.Run.StoragePath,
 		NumSamples: t.NumSamples, MaxConcurrentTrials: t.MaxConcurrentTrials,

@@ -88,3 +88,21 @@ stop = { loss = "low" }`, []string{
 		})
 	}
 }
+
+// A spec whose search_alg cannot enumerate its grid_search is refused by
+// validate at the grid_search, and by FromSpec for a spec parsed without
+// the check.
+func TestSpecGridSearchWithTPE(t *testing.T) {
+	src := []byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = {\n  lr = grid_search([0.1, 0.01])\n  m  = uniform(0, 1)\n}\n" +
+		"tune {\nmetric = \"loss\"\nmode = \"min\"\nsearch_alg = \"tpe\"\n}\n}\n")
+	_, diags := trainspec.Parse(src, "train.hcl", trainspec.ParseOptions{CheckGridSearch: CheckGridSearch})
+	must.SliceLen(t, 1, diags, must.Sprint(diags.Error()))
+	must.EqOp(t, "train.hcl:4,8-32: Grid search with this searcher", diags[0].Subject.String()+": "+diags[0].Summary)
+	must.StrContains(t, diags[0].Detail, "the tpe searcher samples every value from its model")
+
+	spec, diags := trainspec.Parse(src, "train.hcl", trainspec.ParseOptions{})
+	must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+	_, err := FromSpec(spec)
+	must.ErrorIs(t, err, ErrGridSearch)
+	must.StrHasPrefix(t, "config: lr: ", err.Error())
+}

@@ -262,3 +262,34 @@ func bestOf(t *testing.T, s SearcherSettings, space map[string]any, n int, seed 
 	}
 	return best
 }
+
+// TPE and BOHB sample every value from their models, so they refuse a
+// space with a grid_search (as Ray's OptunaSearch does) rather than run
+// one value of it; the variant generator's searchers enumerate it.
+func TestModelSearchersRefuseGridSearch(t *testing.T) {
+	obj := Objective{Metric: "loss", Mode: ModeMin}
+	for _, tc := range []struct {
+		name     string
+		settings SearcherSettings
+		space    map[string]any
+		want     string
+	}{
+		{"tpe", TPESettings{}, map[string]any{"lr": GridSearch(0.1, 0.01), "m": Uniform(0, 1)}, "lr: grid_search needs"},
+		{"bohb", BOHBSettings{}, map[string]any{"opt": map[string]any{"lr": GridSearch(0.1, 0.01)}}, "opt/lr: grid_search needs"},
+		{"tpe, nested in a choice", TPESettings{}, map[string]any{"o": Choice("sgd", map[string]any{"lr": GridSearch(1, 2)})}, "o/1/lr: "},
+		{"tpe without a grid", TPESettings{}, map[string]any{"lr": Choice(0.1, 0.01)}, ""},
+		{"random", VariantSettings{kind: SearchRandom}, map[string]any{"lr": GridSearch(0.1, 0.01)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.settings.Build(tc.space, obj, 4, 1)
+			if tc.want == "" {
+				must.NoError(t, err)
+				return
+			}
+			must.ErrorIs(t, err, ErrGridSearch)
+			must.StrHasPrefix(t, tc.want, err.Error())
+		})
+	}
+	must.ErrorIs(t, CheckGridSearch("tpe"), ErrGridSearch)
+	must.NoError(t, CheckGridSearch("grid"))
+}

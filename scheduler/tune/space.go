@@ -289,28 +289,74 @@ type checker interface{ check() error }
 // Uniform(-1e308, 1e308)) is an error here, not a panic or an infinity in
 // a trial.
 func CheckSpace(space map[string]any) error {
-	return checkValue(space, "")
-}
-
-func checkValue(v any, path string) error {
-	for _, s := range sites(v, nil, nil) {
-		name := joinPath(path, s.name())
-		if c, ok := s.dom.(checker); ok {
+	return walkDomains(space, "", func(name string, d Domain) error {
+		if c, ok := d.(checker); ok {
 			if err := c.check(); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
+		}
+		return nil
+	})
+}
+
+// walkDomains calls fn with every Domain of v and its path name, those
+// inside a choice's values included ("optimizer/1/momentum"), until fn
+// returns an error.
+func walkDomains(v any, path string, fn func(name string, d Domain) error) error {
+	for _, s := range sites(v, nil, nil) {
+		name := joinPath(path, s.name())
+		if err := fn(name, s.dom); err != nil {
+			return err
 		}
 		opts, _ := options(s.dom)
 		for i, o := range opts {
 			if d, ok := o.(Domain); ok {
 				o = map[string]any{"": d}
 			}
-			if err := checkValue(o, joinPath(name, strconv.Itoa(i))); err != nil {
+			if err := walkDomains(o, joinPath(name, strconv.Itoa(i)), fn); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// ErrGridSearch is wrapped by the error for a space with a grid_search
+// given to a searcher that samples every value from its model (TPE, BOHB),
+// as Ray's OptunaSearch refuses one: it would sample the grid as a choice,
+// one value a trial, not run every value.
+var ErrGridSearch = errors.New("grid_search needs a searcher that enumerates it")
+
+// gridRefuser is the settings of a searcher that refuses grid_search.
+type gridRefuser interface{ refusesGridSearch() }
+
+// CheckGridSearch returns an error wrapping ErrGridSearch when the
+// searcher kind does not take grid_search in its space, and nil for the
+// others and for kinds it does not know.
+func CheckGridSearch(searcher string) error {
+	k, ok := searchers[searcher]
+	if !ok {
+		return nil
+	}
+	if _, refuses := k.settings().(gridRefuser); refuses {
+		return fmt.Errorf("%w: the %s searcher samples every value from its model, so it would run one value of a grid_search, not each; use choice, or search_alg = \"random\" or \"grid\"", ErrGridSearch, searcher)
+	}
+	return nil
+}
+
+// refuseGrid returns CheckGridSearch's error, naming the grid_search,
+// when space holds one.
+func refuseGrid(searcher string, space map[string]any) error {
+	cerr := CheckGridSearch(searcher)
+	if cerr == nil {
+		return nil
+	}
+	return walkDomains(space, "", func(name string, d Domain) error {
+		if _, ok := d.(grid); ok {
+			return fmt.Errorf("%s: %w", name, cerr)
+		}
+		return nil
+	})
 }
 
 // checkRange checks that lo < hi, both finite, with a finite width.

@@ -48,6 +48,8 @@ type TPESettings struct {
 // Kind is "tpe".
 func (TPESettings) Kind() string { return "tpe" }
 
+func (TPESettings) refusesGridSearch() {}
+
 // validate reports every problem of the settings; given are the settings
 // written (a 0 there is no default).
 func (s TPESettings) validate(given givenKeys) error {
@@ -77,6 +79,9 @@ func (s TPESettings) Build(space map[string]any, o Objective, numSamples int, se
 	}
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("tpe: %w", err)
+	}
+	if err := refuseGrid(s.Kind(), space); err != nil {
+		return nil, err
 	}
 	s.defaults()
 	t := newModelSearch(space, o, numSamples, seed)
