@@ -37,6 +37,12 @@ func TestBadSpecs(t *testing.T) {
 		{"bad_name.hcl", []string{
 			"bad_name.hcl:1:7-1:17: error: Invalid run name; The run name \"my.model\" must be 1 to 56 letters, digits, dashes or underscores, starting and ending with a letter or digit: it names the Nomad job, the results directory and the Consul service.",
 		}},
+		{"bad_env_name.hcl", []string{
+			"bad_env_name.hcl:6:5-6:7: error: Invalid environment variable name; \"\" cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).",
+			"bad_env_name.hcl:5:5-5:10: error: Invalid environment variable name; \"A B\" cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).",
+			"bad_env_name.hcl:4:5-4:10: error: Invalid environment variable name; \"C=D\" cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).",
+			"bad_env_name.hcl:7:5-7:12: error: Invalid environment variable name; \"TAB\\t\" cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).",
+		}},
 		{"bad_runtime_setting.hcl", []string{
 			"bad_runtime_setting.hcl:5:5-5:29: error: Invalid runtime setting; NOMAD_TRAIN_STALL_FACTOR=\"1\" is not a number above 1: every worker would refuse to start.",
 			"bad_runtime_setting.hcl:4:5-4:37: error: Invalid runtime setting; NOMAD_TRAIN_STORAGE_OUTAGE_GRACE=\"soon\" is not a positive duration: every worker would refuse to start.",

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -182,6 +183,11 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 	}
 	if attr := a["env"]; d.strMap(attr, &s.Env) {
 		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+			if !envName(k) {
+				d.keyErrorf(attr, k, "Invalid environment variable name",
+					"%q cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).", k)
+				continue
+			}
 			if workerenv.Reserved(k) {
 				d.keyErrorf(attr, k, "Reserved environment variable",
 					"nomad-train sets %q for every worker (the worker contract: %s variables other than its tuning settings, and torchrun's); a job that sets it is refused. Rename or remove it.",
@@ -240,6 +246,13 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		}
 	}
 	return s
+}
+
+// envName reports whether name can name an environment variable: what
+// workerenv.ValidName takes, without white space, which no shell or
+// program reads as part of a name.
+func envName(name string) bool {
+	return workerenv.ValidName(name) && !strings.ContainsFunc(name, unicode.IsSpace)
 }
 
 // builtinConfig checks config (JSON) against the builtin that will decode
