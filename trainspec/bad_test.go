@@ -43,6 +43,10 @@ func TestBadSpecs(t *testing.T) {
 			"bad_env_name.hcl:4:5-4:10: error: Invalid environment variable name; \"C=D\" cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).",
 			"bad_env_name.hcl:7:5-7:12: error: Invalid environment variable name; \"TAB\\t\" cannot be a variable's name: a name is not empty and holds no \"=\", NUL or white space (a worker would get another variable, or none).",
 		}},
+		{"bad_nomad_names.hcl", []string{
+			"bad_nomad_names.hcl:3:15-3:29: error: Invalid value; namespace \"ml team/../x\" is not a name Nomad takes: 1 to 128 letters, digits and dashes.",
+			"bad_nomad_names.hcl:4:15-4:26: error: Invalid value; node_pool \"gpu pool!\" is not a name Nomad takes: 1 to 128 letters, digits, dashes and underscores.",
+		}},
 		{"bad_runtime_setting.hcl", []string{
 			"bad_runtime_setting.hcl:5:5-5:29: error: Invalid runtime setting; NOMAD_TRAIN_STALL_FACTOR=\"1\" is not a number above 1: every worker would refuse to start.",
 			"bad_runtime_setting.hcl:4:5-4:37: error: Invalid runtime setting; NOMAD_TRAIN_STORAGE_OUTAGE_GRACE=\"soon\" is not a positive duration: every worker would refuse to start.",

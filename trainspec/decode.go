@@ -135,6 +135,27 @@ var trainSchema = &hcl.BodySchema{
 // name, and (through serviceLabel, with "-worker") an RFC 1123 service name.
 var namePattern = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_-]{0,54}[a-zA-Z0-9])?$`)
 
+// Nomad's own rules for the names of namespaces and node pools: it
+// refuses a job that names another.
+var (
+	namespacePattern = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+	nodePoolPattern  = regexp.MustCompile(`^[a-zA-Z0-9-_]{1,128}$`)
+)
+
+// nomadName decodes a Nomad object's name (attr, when set) into dst:
+// pattern is what Nomad accepts, which chars says in words.
+func (d *decoder) nomadName(attr *hcl.Attribute, dst *string, pattern *regexp.Regexp, chars string) {
+	var name string
+	if attr == nil || !d.nonEmpty(attr, &name) {
+		return
+	}
+	if !pattern.MatchString(name) {
+		d.errorf(attr, "Invalid value", "%s %q is not a name Nomad takes: 1 to 128 %s.", attr.Name, name, chars)
+		return
+	}
+	*dst = name
+}
+
 // ReservedMetaPrefix starts the meta keys nomad-train sets itself; a spec
 // may not set them. The environment variables it sets are
 // workerenv.Reserved.
@@ -170,9 +191,9 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 			}
 		}
 	}
-	d.nonEmpty(a["namespace"], &s.Namespace)
+	d.nomadName(a["namespace"], &s.Namespace, namespacePattern, "letters, digits and dashes")
 	d.nonEmpty(a["region"], &s.Region)
-	d.nonEmpty(a["node_pool"], &s.NodePool)
+	d.nomadName(a["node_pool"], &s.NodePool, nodePoolPattern, "letters, digits, dashes and underscores")
 	d.integer(a["priority"], &s.Priority, 1, 100)
 	if attr := a["meta"]; d.strMap(attr, &s.Meta) {
 		for _, k := range slices.Sorted(maps.Keys(s.Meta)) {
