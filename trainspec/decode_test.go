@@ -372,3 +372,21 @@ func TestCheckConfigOption(t *testing.T) {
 }`, opts)
 	must.Eq(t, []string{"quickstart {\"epochs\":3,\"learning_rate\":0.1}", "quickstart {\"epochs\":3}", "quickstart {\"lr\":0.001}"}, checked)
 }
+
+// A whole number above its range is told the range, not only its lower
+// end: "at least 0" for 1e20 hid the maximum.
+func TestIntegerOutOfRangeSaysTheRange(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"run {\ncheckpoint { num_to_keep = 1e20 }\n}", "num_to_keep must be between 0 and 2147483647; got 1e+20."},
+		{"run {\ncheckpoint { num_to_keep = -1 }\n}", "num_to_keep must be at least 0; got -1."},
+		{"scaling { num_workers = 1e10 }", "num_workers must be between 1 and 2147483647; got 1e+10."},
+		{"scaling { num_workers = 0 }", "num_workers must be at least 1; got 0."},
+		{"priority = 101", "priority must be between 1 and 100; got 101."},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			_, diags := Parse([]byte("train \"x\" {\nentrypoint { builtin = \"quickstart\" }\n"+tc.body+"\n}\n"), "train.hcl", ParseOptions{})
+			must.SliceLen(t, 1, diags, must.Sprint(diags.Error()))
+			must.EqOp(t, tc.want, diags[0].Detail)
+		})
+	}
+}

@@ -63,8 +63,9 @@ func TestElasticNumWorkersErrors(t *testing.T) {
 		src, want string
 	}{
 		{"[4, 2]", usage + "; min (4) is above max (2)."},
-		{"[0, 2]", usage + "; its min must be a whole number of at least 1, got 0."},
-		{"[2, 2.5]", usage + "; its max must be a whole number of at least 1, got 2.5."},
+		{"[0, 2]", usage + "; its min must be a whole number from 1 to 2147483647, got 0."},
+		{"[2, 2.5]", usage + "; its max must be a whole number from 1 to 2147483647, got 2.5."},
+		{"[1, 1e10]", usage + "; its max must be a whole number from 1 to 2147483647, got 1e+10."},
 		{"[2]", usage + "; got 1 values."},
 		{"[1, 2, 3]", usage + "; got 3 values."},
 		{`["a", 2]`, usage + "; its min is not a number."},

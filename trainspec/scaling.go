@@ -234,7 +234,7 @@ func (d *decoder) numWorkers(attr *hcl.Attribute, sc *Scaling) {
 		}
 		bf := v.AsBigFloat()
 		if !bf.IsInt() || bf.Sign() < 1 || bf.Cmp(big.NewFloat(math.MaxInt32)) > 0 {
-			d.errorf(attr, "Invalid value", "%s; its %s must be a whole number of at least 1, got %s.", usage, name, bf.Text('g', 10))
+			d.errorf(attr, "Invalid value", "%s; its %s must be a whole number from 1 to %d, got %s.", usage, name, math.MaxInt32, bf.Text('g', 10))
 			return
 		}
 		i64, _ := bf.Int64()

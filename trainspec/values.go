@@ -156,18 +156,19 @@ func (d *decoder) integer(attr *hcl.Attribute, dst *int, lo, hi int) bool {
 	}
 	i, _ := bf.Int64()
 	if bf.IsInf() || i < int64(lo) || i > int64(hi) || i < math.MinInt32 || i > math.MaxInt32 {
-		d.errorf(attr, "Invalid value", "%s must be %s; got %s.", attr.Name, bounds(lo, hi), bf.Text('g', 10))
+		d.errorf(attr, "Invalid value", "%s must be %s; got %s.", attr.Name, bounds(lo, hi, bf.Sign() > 0 && i >= int64(lo)), bf.Text('g', 10))
 		return false
 	}
 	*dst = int(i)
 	return true
 }
 
-func bounds(lo, hi int) string {
+// bounds says the range [lo, hi] in words: "at least lo" when hi is
+// MaxInt32, unless the value given is above it (above), which the
+// reader is then told.
+func bounds(lo, hi int, above bool) string {
 	switch {
-	case hi == math.MaxInt32 && lo == 1:
-		return "at least 1"
-	case hi == math.MaxInt32:
+	case hi == math.MaxInt32 && !above:
 		return fmt.Sprintf("at least %d", lo)
 	default:
 		return fmt.Sprintf("between %d and %d", lo, hi)
