@@ -95,7 +95,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stdout, "%s: train %q is valid (%s)\n", path, spec.Name, spec.Scaling.Workers())
 	if spec.Tune != nil {
-		fmt.Fprintf(stdout, "    an experiment: %s; run it with nomad-train tune\n", tuneSummary(spec.Tune))
+		fmt.Fprintf(stdout, "    an experiment: %s; run it with nomad-train tune\n", tuneSummary(spec))
 	}
 	if note := trainspec.StorageNote(spec); note != "" {
 		fmt.Fprintf(stdout, "    %s\n", note)
@@ -130,13 +130,26 @@ func runFmt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 var fmtStdin io.Reader = os.Stdin
 
 // tuneSummary says what a tune block asks for: "8 samples (random), 2 at a
-// time, asha scheduler, ranked by loss (min), a 2h budget".
-func tuneSummary(t *trainspec.Tune) string {
+// time, asha scheduler, ranked by loss (min), a 2h budget", or "8 trials (2
+// samples of a grid of 4, random), ..." where a grid multiplies them.
+func tuneSummary(spec *trainspec.Spec) string {
+	t := spec.Tune
 	samples := english.Count(t.NumSamples, "sample", "samples")
 	if t.NumSamples == trainspec.UnlimitedSamples {
 		samples = "samples until the budget is spent"
 	}
-	parts := []string{fmt.Sprintf("%s (%s)", samples, t.SearchAlg.Type), fmt.Sprintf("%d at a time", t.MaxConcurrentTrials),
+	if x, err := tune.FromSpec(spec); err == nil {
+		if n, err := x.Trials(); err == nil && n > t.NumSamples && t.NumSamples > 0 {
+			samples = fmt.Sprintf("%s (%s of a grid of %d", english.Count(n, "trial", "trials"), samples, n/t.NumSamples)
+			return summaryParts(t, samples+", "+t.SearchAlg.Type+")")
+		}
+	}
+	return summaryParts(t, fmt.Sprintf("%s (%s)", samples, t.SearchAlg.Type))
+}
+
+// summaryParts is tuneSummary's text after the trials it says.
+func summaryParts(t *trainspec.Tune, trials string) string {
+	parts := []string{trials, fmt.Sprintf("%d at a time", t.MaxConcurrentTrials),
 		t.Scheduler.Type + " scheduler"}
 	if t.Metric != "" {
 		parts = append(parts, fmt.Sprintf("ranked by %s (%s)", t.Metric, t.Mode))

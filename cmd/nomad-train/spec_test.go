@@ -152,6 +152,12 @@ func TestRunRefusesAnExperiment(t *testing.T) {
 	code, out, errOut := runCLI(t, "validate", experiment)
 	must.Eq(t, 0, code, must.Sprint(errOut))
 	must.StrContains(t, out, "\n    an experiment: 8 samples (random), 2 at a time, asha scheduler, ranked by loss (min); run it with nomad-train tune\n")
+	// A grid multiplies the samples: the summary says the trials tune runs.
+	grid := writeFile(t, t.TempDir(), "grid.hcl", "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\n"+
+		"config = {\nlr = grid_search([0.1, 0.01])\nepochs = grid_search([1, 2])\n}\ntune { num_samples = 2 }\n}\n")
+	code, out, errOut = runCLI(t, "validate", grid)
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	must.StrContains(t, out, "\n    an experiment: 8 trials (2 samples of a grid of 4, random), 1 at a time, fifo scheduler; run it with nomad-train tune\n")
 	for _, cmd := range []string{"run", "compile"} {
 		code, out, errOut := runCLI(t, cmd, experiment)
 		must.Eq(t, 1, code, must.Sprint(cmd))

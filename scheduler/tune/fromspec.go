@@ -66,6 +66,22 @@ func FromSpec(spec *trainspec.Spec) (*Experiment, error) {
 	return &Experiment{Spec: spec, Space: space, Config: cfg}, nil
 }
 
+// Trials is how many trials the experiment makes, as its tuner will: for
+// the random and grid searchers num_samples times the size of the grid
+// (every combination of grid_search values, and of choices with "grid"),
+// for a model's (TPE, BOHB) num_samples. It is 0 for UnlimitedSamples,
+// which samples until the time budget is spent.
+func (x *Experiment) Trials() (int, error) {
+	if x.Config.NumSamples == UnlimitedSamples {
+		return 0, nil
+	}
+	s, err := x.Config.searcher(x.Space, Objective{Metric: x.Config.Metric, Mode: x.Config.Mode, TimeAttr: x.Config.TimeAttr})
+	if err != nil {
+		return 0, err
+	}
+	return s.Total(), nil
+}
+
 // CheckScheduler and CheckSearcher check a tune block's scheduler and
 // search_alg settings, for trainspec.ParseOptions.
 func CheckScheduler(kind, metric string, settings []byte) error {

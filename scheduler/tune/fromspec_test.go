@@ -106,3 +106,29 @@ func TestSpecGridSearchWithTPE(t *testing.T) {
 	must.ErrorIs(t, err, ErrGridSearch)
 	must.StrHasPrefix(t, "config: lr: ", err.Error())
 }
+
+// Trials counts the trials as the tuner makes them: samples times the
+// grid for the variant generator's searchers, samples for a model's.
+func TestExperimentTrials(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, tune string
+		want               int
+	}{
+		{"random, a 2x2 grid", "a = grid_search([1, 2])\nb = grid_search([3, 4])\nc = uniform(0, 1)", "num_samples = 2", 8},
+		{"random, no grid", "c = uniform(0, 1)", "num_samples = 3", 3},
+		{"grid searcher enumerates choices", "a = choice([1, 2, 3])\nb = grid_search([3, 4])", "num_samples = 2\nsearcher = \"grid\"", 12},
+		{"tpe", "c = uniform(0, 1)", "num_samples = 5\nmetric = \"loss\"\nmode = \"min\"\nsearch_alg = \"tpe\"", 5},
+		{"unlimited", "c = uniform(0, 1)", "num_samples = -1\ntime_budget = \"1h\"", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "train \"x\" {\nentrypoint { builtin = \"quickstart\" }\nconfig = {\n" + tc.config + "\n}\ntune {\n" + tc.tune + "\n}\n}\n"
+			spec, diags := trainspec.Parse([]byte(src), "train.hcl", trainspec.ParseOptions{})
+			must.False(t, diags.HasErrors(), must.Sprint(diags.Error()))
+			x, err := FromSpec(spec)
+			must.NoError(t, err)
+			n, err := x.Trials()
+			must.NoError(t, err)
+			must.EqOp(t, tc.want, n)
+		})
+	}
+}

@@ -212,19 +212,29 @@ func (e *experiment) replay() error {
 	return nil
 }
 
-// buildSearcher builds the configured searcher of space (Searcher's
-// variant generator when no Search is set).
-func (e *experiment) buildSearcher(space map[string]any) (Searcher, error) {
-	settings := e.cfg.Search
+// searcher checks space and builds the configured searcher of it for o
+// (Searcher's variant generator when no Search is set).
+func (c *Config) searcher(space map[string]any, o Objective) (Searcher, error) {
+	settings := c.Search
 	if settings == nil {
-		settings = VariantSettings{kind: e.cfg.Searcher}
+		settings = VariantSettings{kind: c.Searcher}
 	}
 	if err := CheckSpace(space); err != nil {
 		return nil, fmt.Errorf("tune: %w", err)
 	}
-	s, err := settings.Build(space, e.obj, e.cfg.NumSamples, e.cfg.Seed)
+	s, err := settings.Build(space, o, c.NumSamples, c.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("tune: searcher: %w", err)
+	}
+	return s, nil
+}
+
+// buildSearcher builds the configured searcher of space (Searcher's
+// variant generator when no Search is set).
+func (e *experiment) buildSearcher(space map[string]any) (Searcher, error) {
+	s, err := e.cfg.searcher(space, e.obj)
+	if err != nil {
+		return nil, err
 	}
 	if len(sites(space, nil, nil)) == 0 && space != nil {
 		e.log.Warn("the search space has no search-space functions: every trial runs the same config")
