@@ -38,9 +38,12 @@ var configs = map[string]func() any{
 
 // CheckConfig reports whether the builtin called name can decode config
 // (JSON) as its workers will (trainer.DecodeConfig), so that a misspelt
-// or foreign setting is found before the run, not by every worker. A
-// builtin without a config of its own (a command's) accepts any.
-func CheckConfig(name string, config []byte) error {
+// or foreign setting is found before the run, not by every worker; and
+// whether the config fits a gang of minWorkers to maxWorkers (a global
+// batch must split over each size), where its config says (gangChecker;
+// maxWorkers 0 checks no size). A builtin without a config of its own (a
+// command's) accepts any.
+func CheckConfig(name string, config []byte, minWorkers, maxWorkers int) error {
 	mk, ok := configs[name]
 	if !ok {
 		return nil
@@ -50,7 +53,16 @@ func CheckConfig(name string, config []byte) error {
 	if err != nil && strings.Contains(err.Error(), "unknown field") {
 		return fmt.Errorf("%w (its settings: %s)", err, strings.Join(settings(v), ", "))
 	}
+	if g, ok := v.(gangChecker); ok && err == nil && maxWorkers > 0 {
+		return g.CheckGang(max(minWorkers, 1), maxWorkers)
+	}
 	return err
+}
+
+// gangChecker is a builtin's config that can tell whether it fits a gang
+// of minWorkers to maxWorkers.
+type gangChecker interface {
+	CheckGang(minWorkers, maxWorkers int) error
 }
 
 // settings lists the JSON names of the fields of the struct v points to.

@@ -1,6 +1,7 @@
 package trainspec
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -259,11 +260,11 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		if attr := a["config"]; attr != nil && configOK && builtinOK {
 			// Every trial's config has the space's keys: check them, with
 			// a sample in place of each search-space function.
-			d.builtinConfig(attr, s.Entrypoint.Builtin, sampleConfig(s.ConfigJSON), " in every trial")
+			d.builtinConfig(attr, s.Entrypoint.Builtin, sampleConfig(s.ConfigJSON), s.Scaling, " in every trial")
 		}
 	} else if attr := a["config"]; attr != nil {
 		if d.noSearchSpace(attr, s.ConfigJSON) && configOK && builtinOK {
-			d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON, "")
+			d.builtinConfig(attr, s.Entrypoint.Builtin, s.ConfigJSON, s.Scaling, "")
 		}
 	}
 	return s
@@ -281,18 +282,26 @@ func envName(name string) bool {
 // otherwise fail on it at start, and again on each restart. The caller
 // checks that config and builtin are themselves valid; where says where
 // the workers would fail (" in every trial"), or is "".
-func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []byte, where string) {
+func (d *decoder) builtinConfig(attr *hcl.Attribute, builtin string, config []byte, sc Scaling, where string) {
 	if d.checkConfig == nil || builtin == "" || len(config) == 0 {
 		return
 	}
-	err := d.checkConfig(builtin, config)
+	minWorkers := sc.NumWorkers
+	if sc.MinWorkers > 0 {
+		minWorkers = sc.MinWorkers
+	}
+	err := d.checkConfig(builtin, config, minWorkers, sc.NumWorkers)
 	if err == nil {
 		return
 	}
-	// Point at the setting the builtin does not know, when it is one of
-	// the config's own keys.
+	// Point at the setting the builtin does not know, or cannot use with
+	// this gang, when it is one of the config's own keys.
 	_, key, _ := strings.Cut(err.Error(), `unknown field "`)
 	key, _, _ = strings.Cut(key, `"`)
+	var keyed interface{ ConfigKey() string }
+	if errors.As(err, &keyed) {
+		key = keyed.ConfigKey()
+	}
 	d.keyErrorf(attr, key, "Config the builtin cannot use",
 		"The %s builtin's workers would fail on this config%s: %v.", builtin, where, err)
 }

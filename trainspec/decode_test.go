@@ -338,7 +338,7 @@ func TestBuiltinsOption(t *testing.T) {
 // (the functions' lower bounds) in place of its functions.
 func TestCheckConfigOption(t *testing.T) {
 	var checked []string
-	opts := ParseOptions{CheckConfig: func(builtin string, config []byte) error {
+	opts := ParseOptions{CheckConfig: func(builtin string, config []byte, _, _ int) error {
 		checked = append(checked, builtin+" "+string(config))
 		if strings.Contains(string(config), "learning_rate") {
 			return errors.New(`decode train config: json: unknown field "learning_rate"`)
@@ -371,6 +371,42 @@ func TestCheckConfigOption(t *testing.T) {
   tune { num_samples = 2 }
 }`, opts)
 	must.Eq(t, []string{"quickstart {\"epochs\":3,\"learning_rate\":0.1}", "quickstart {\"epochs\":3}", "quickstart {\"lr\":0.001}"}, checked)
+}
+
+// keyedError is a check's error that names the setting at fault.
+type keyedError struct{ key, msg string }
+
+func (e keyedError) Error() string     { return e.msg }
+func (e keyedError) ConfigKey() string { return e.key }
+
+// The check is given the gang's sizes (an elastic gang's whole range), and
+// an error that names its setting is reported at that key.
+func TestCheckConfigGetsTheGang(t *testing.T) {
+	var sizes [][2]int
+	opts := ParseOptions{CheckConfig: func(_ string, _ []byte, minWorkers, maxWorkers int) error {
+		sizes = append(sizes, [2]int{minWorkers, maxWorkers})
+		if minWorkers != maxWorkers {
+			return keyedError{"batch_size", "batch_size 64 does not split evenly over 3 workers"}
+		}
+		return nil
+	}}
+	mustParse(t, `train "m" {
+  entrypoint { builtin = "quickstart" }
+  config = { batch_size = 64 }
+  scaling { num_workers = 4 }
+}`, opts)
+	_, diags := Parse([]byte(`train "m" {
+  entrypoint { builtin = "quickstart" }
+  config = {
+    epochs     = 3
+    batch_size = 64
+  }
+  scaling { num_workers = [2, 4] }
+}`), "train.hcl", opts)
+	must.Eq(t, [][2]int{{4, 4}, {2, 4}}, sizes)
+	must.Eq(t, []string{
+		`train.hcl:5:5-5:15: error: Config the builtin cannot use; The quickstart builtin's workers would fail on this config: batch_size 64 does not split evenly over 3 workers.`,
+	}, diagLines(diags))
 }
 
 // A whole number above its range is told the range, not only its lower

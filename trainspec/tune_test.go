@@ -332,7 +332,7 @@ func TestTuneFunctionArgs(t *testing.T) {
 // depend on it: the pairing of metric and mode, and the builtin's config
 // check; a check that does depend on a wrong value is skipped.
 func TestTuneChecksBesideOtherErrors(t *testing.T) {
-	unknownX := func(string, []byte) error { return errors.New(`json: unknown field "x"`) }
+	unknownX := func(string, []byte, int, int) error { return errors.New(`json: unknown field "x"`) }
 	for _, tc := range []struct {
 		name, body string
 		want       []string
@@ -362,7 +362,7 @@ func TestTuneChecksBesideOtherErrors(t *testing.T) {
 // is, with a sample in place of each search-space function: a key the
 // builtin does not know would fail every trial.
 func TestTuneConfigCheckedAgainstBuiltin(t *testing.T) {
-	check := func(_ string, config []byte) error {
+	check := func(_ string, config []byte, _, _ int) error {
 		dec := json.NewDecoder(bytes.NewReader(config))
 		dec.DisallowUnknownFields()
 		var c struct {

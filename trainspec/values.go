@@ -16,8 +16,8 @@ import (
 // every diagnostic, so that a spec's errors are all reported together.
 type decoder struct {
 	ctx         *hcl.EvalContext
-	builtins    []string                                  // accepted entrypoint builtins
-	checkConfig func(builtin string, config []byte) error // ParseOptions.CheckConfig
+	builtins    []string                                                              // accepted entrypoint builtins
+	checkConfig func(builtin string, config []byte, minWorkers, maxWorkers int) error // ParseOptions.CheckConfig
 	// checkScheduler is ParseOptions.CheckScheduler.
 	checkScheduler func(kind, metric string, settings []byte) error
 	// checkSearcher is ParseOptions.CheckSearcher.

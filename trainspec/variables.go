@@ -36,9 +36,11 @@ type ParseOptions struct {
 	// own list.
 	Builtins []string
 	// CheckConfig, when set, checks the config of a spec whose entrypoint
-	// is a builtin (not a tune spec's search space): the binary that
-	// carries the builtins knows their settings.
-	CheckConfig func(builtin string, config []byte) error
+	// is a builtin (a tune spec's with a sample of its search space), for
+	// a gang of minWorkers to maxWorkers (the spec's num_workers): the
+	// binary that carries the builtins knows their settings. An error with
+	// a ConfigKey() string method is reported at that key.
+	CheckConfig func(builtin string, config []byte, minWorkers, maxWorkers int) error
 	// CheckGridSearch, when set, says whether a tune block's searcher (its
 	// search_alg type) takes grid_search in the config: an error says why
 	// not, and is reported at each grid_search.

@@ -53,6 +53,13 @@ func DefaultConfig() Config {
 	return Config{Model: "mlp", Dataset: "mnist", Hidden: 128, Epochs: 3, BatchSize: 64, LR: 1e-3, Optimizer: "adam", Seed: 1}
 }
 
+// CheckGang reports whether the config fits every gang size from
+// minWorkers to maxWorkers (nomad-train validate asks, with the spec's
+// num_workers): its global batch splits over each.
+func (c Config) CheckGang(minWorkers, maxWorkers int) error {
+	return data.CheckGlobalBatch("batch_size", c.BatchSize, minWorkers, maxWorkers)
+}
+
 func (c Config) datasetName() string {
 	if c.Dataset == "" {
 		return "mnist"
@@ -164,8 +171,8 @@ func train(ctx context.Context, s *trainer.Session, cfg Config) error {
 		return err
 	}
 	world, rank := s.WorldSize(), s.WorldRank()
-	if cfg.BatchSize%world != 0 || cfg.BatchSize < world {
-		return fmt.Errorf("batch_size %d does not split evenly over %d workers", cfg.BatchSize, world)
+	if err := data.CheckGlobalBatch("batch_size", cfg.BatchSize, world, world); err != nil {
+		return err
 	}
 	be, release, err := nn.WorkerBackendFromEnv(os.Getenv, s.LocalWorldSize())
 	if err != nil {

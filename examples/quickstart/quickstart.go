@@ -28,6 +28,13 @@ type Config struct {
 	Seed      uint64  `json:"seed"`
 }
 
+// CheckGang reports whether the config fits every gang size from
+// minWorkers to maxWorkers (nomad-train validate asks, with the spec's
+// num_workers): its global batch splits over each.
+func (c Config) CheckGang(minWorkers, maxWorkers int) error {
+	return data.CheckGlobalBatch("batch_size", c.BatchSize, minWorkers, maxWorkers)
+}
+
 // DefaultConfig is Ray's quick start: batch 32, 10 epochs, 1000 samples.
 func DefaultConfig() Config {
 	return Config{LR: 0.05, Momentum: 0.9, Epochs: 10, BatchSize: 32, Samples: 1000, Noise: 0.1, Seed: 42}
@@ -41,8 +48,8 @@ func Train(ctx context.Context, s *trainer.Session) error {
 	if err := s.DecodeConfig(&cfg); err != nil {
 		return err
 	}
-	if cfg.BatchSize%s.WorldSize() != 0 || cfg.BatchSize < s.WorldSize() {
-		return fmt.Errorf("batch_size %d does not split evenly over %d workers", cfg.BatchSize, s.WorldSize())
+	if err := data.CheckGlobalBatch("batch_size", cfg.BatchSize, s.WorldSize(), s.WorldSize()); err != nil {
+		return err
 	}
 	x, y := Dataset(cfg)
 	model := nn.NewSequential(rand.New(rand.NewPCG(cfg.Seed, 1)), nn.NewLinear(features, 1))
