@@ -260,7 +260,9 @@ func (d *decoder) train(b *hcl.Block) *Spec {
 		if attr := a["config"]; attr != nil && configOK && builtinOK {
 			// Every trial's config has the space's keys: check them, with
 			// a sample in place of each search-space function.
-			d.builtinConfig(attr, s.Entrypoint.Builtin, sampleConfig(s.ConfigJSON), s.Scaling, " in every trial")
+			// Its keys only: a sample's values are not every trial's, so
+			// no gang check (Scaling{} asks none).
+			d.builtinConfig(attr, s.Entrypoint.Builtin, sampleConfig(s.ConfigJSON), Scaling{}, " in every trial")
 		}
 	} else if attr := a["config"]; attr != nil {
 		if d.noSearchSpace(attr, s.ConfigJSON) && configOK && builtinOK {

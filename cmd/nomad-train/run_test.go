@@ -64,16 +64,21 @@ func TestRunQuickstartSpec(t *testing.T) {
 }
 
 // quickstartSpec writes dir/name.hcl: the quickstart builtin for epochs on
-// workers, storing into ./results.
+// workers, storing into ./results. Its batch splits over the workers (the
+// default of 32 where it does, else one example each).
 func quickstartSpec(t *testing.T, dir, name string, epochs, workers int) string {
+	batch := ""
+	if workers > 0 && 32%workers != 0 {
+		batch = fmt.Sprintf(", batch_size = %d", workers)
+	}
 	return writeFile(t, dir, name+".hcl", fmt.Sprintf(`
 train %q {
   entrypoint { builtin = "quickstart" }
-  config = { epochs = %d }
+  config = { epochs = %d%s }
   scaling { num_workers = %d }
   run { storage_path = "./results" }
 }
-`, name, epochs, workers))
+`, name, epochs, batch, workers))
 }
 
 // longRun is a local run of a long quickstart, started from the built CLI.
