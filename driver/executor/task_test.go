@@ -313,6 +313,7 @@ func TestWorkerGetsOnlyStdio(t *testing.T) {
 		target, err := os.Readlink(filepath.Join(dir, e.Name()))
 		must.NoError(t, err)
 		must.False(t, strings.HasPrefix(target, "pipe:"), must.Sprintf("fd %s is a pipe: the status pipe leaked", e.Name()))
+		must.NotEq(t, f.config("usr1").StateDir, target, must.Sprintf("fd %s is the shim's state dir", e.Name()))
 		toFIFO[target] = append(toFIFO[target], e.Name())
 	}
 	// Exactly fd 1 and fd 2 hold the FIFOs: no leaked copies of the shim's.
