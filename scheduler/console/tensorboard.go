@@ -49,53 +49,81 @@ const tbHost = "nomad-train"
 // ExportTensorBoard writes e.Source's runs as event files under e.Out and
 // says what it wrote on w. An event file is rewritten in place from the
 // run's whole history, so a TensorBoard reading it meanwhile reads on.
+// Following, a look that fails (the object store down for a while) is
+// said on w, once, and the next look goes on where it was.
 func ExportTensorBoard(ctx context.Context, w io.Writer, e TensorBoardExport) error {
 	interval := e.Interval
 	if interval <= 0 {
 		interval = 2 * time.Second
 	}
-	files := map[string]*tbFile{}
-	defer func() {
-		for _, f := range files {
-			f.close()
-		}
-	}()
-	for first := true; ; first = false {
-		srcs, err := tbSources(ctx, e.Source, storage.WithStorageOptions(e.Storage))
-		if err != nil {
-			return err
-		}
-		for _, s := range srcs {
-			f := files[s.dir]
-			if f == nil {
-				f = &tbFile{src: s}
-				files[s.dir] = f
-			}
-			if err := f.update(ctx, e.Out); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("exporting %s: %w", storage.RunLocation(s.root, s.run), err)
-			}
-			if f.n > 0 && !f.announced {
-				f.announced = true
-				fmt.Fprintf(w, "%s: %s -> %s\n", s.dir, english.Count(f.n, "report", "reports"), f.path)
-			}
-		}
-		if first {
-			if err := tbNoRecords(e, files); err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "open them with: tensorboard --logdir %s\n", e.Out)
-		}
-		if !e.Follow {
-			return nil
-		}
+	x := &tbExport{e: e, w: w, files: map[string]*tbFile{}}
+	defer x.close()
+	if err := x.look(ctx); err != nil {
+		return err
+	}
+	if err := tbNoRecords(e, x.files); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "open them with: tensorboard --logdir %s\n", e.Out)
+	if !e.Follow {
+		return nil
+	}
+	failing := ""
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(interval):
 		}
+		err := x.look(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && err.Error() != failing:
+			fmt.Fprintf(w, "%v; looking again every %v\n", err, interval)
+			failing = err.Error()
+		case err == nil && failing != "":
+			fmt.Fprintln(w, "reading the runs again")
+			failing = ""
+		}
+	}
+}
+
+// tbExport is an export's files, by their directory under the log
+// directory.
+type tbExport struct {
+	e     TensorBoardExport
+	w     io.Writer
+	files map[string]*tbFile
+}
+
+// look lists the runs and writes what each recorded since the last look.
+func (x *tbExport) look(ctx context.Context) error {
+	srcs, err := tbSources(ctx, x.e.Source, storage.WithStorageOptions(x.e.Storage))
+	if err != nil {
+		return err
+	}
+	for _, s := range srcs {
+		f := x.files[s.dir]
+		if f == nil {
+			f = &tbFile{src: s}
+			x.files[s.dir] = f
+		}
+		f.src.sig = s.sig
+		if err := f.update(ctx, x.e.Out); err != nil {
+			return fmt.Errorf("exporting %s: %w", storage.RunLocation(s.root, s.run), err)
+		}
+		if f.n > 0 && !f.announced {
+			f.announced = true
+			fmt.Fprintf(x.w, "%s: %s -> %s\n", s.dir, english.Count(f.n, "report", "reports"), f.path)
+		}
+	}
+	return nil
+}
+
+func (x *tbExport) close() {
+	for _, f := range x.files {
+		f.close()
 	}
 }
 

@@ -191,3 +191,50 @@ func TestTensorBoardExportS3(t *testing.T) {
 	must.NoError(t, ExportTensorBoard(ctx, &w, TensorBoardExport{Source: root + "/qs", Storage: so, Out: one}))
 	readTB(t, filepath.Join(one, "qs"))
 }
+
+// Following runs on S3, an outage of the store is said once and outlived:
+// the reports made after it come in as the server answers again (the
+// follow ended at the first failed look).
+func TestTensorBoardFollowOutlivesAnOutage(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetKeysOnly(t)
+	root := "s3://" + srv.Bucket + "/runs"
+	so := workerenv.StorageOptions{Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	appendS3 := func(step int64) {
+		r, err := storage.OpenStore(ctx, root, "qs", storage.Policy{}, storage.WithStorageOptions(so), storage.WithLocalDir(t.TempDir()))
+		must.NoError(t, err)
+		must.NoError(t, r.Append(storage.Record{Step: step, Time: tbTime.Add(time.Duration(step) * time.Second), Metrics: map[string]any{"loss": 1.0}}))
+		must.NoError(t, r.Close())
+	}
+	appendS3(1)
+	out := t.TempDir()
+	w := newSyncBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- ExportTensorBoard(ctx, w, TensorBoardExport{Source: root, Storage: so, Out: out, Follow: true, Interval: 50 * time.Millisecond})
+	}()
+	events := func(want int) func() bool {
+		return func() bool {
+			paths, _ := filepath.Glob(filepath.Join(out, "qs", "events.out.tfevents.*"))
+			if len(paths) != 1 {
+				return false
+			}
+			b, _ := os.ReadFile(paths[0])
+			evs, err := tfevents.Read(bytes.NewReader(b))
+			return err == nil && len(evs) == want
+		}
+	}
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(events(2)), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
+	// Longer than the SDK's three attempts can span (backoffs of at most
+	// 2 s and 4 s), so that a look fails rather than retries through it.
+	srv.Outage(t, 7*time.Second)
+	appendS3(2)
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(events(3)), wait.Timeout(60*time.Second), wait.Gap(20*time.Millisecond)),
+		must.Sprint(w.String()))
+	cancel()
+	must.NoError(t, <-done)
+	must.StrContains(t, w.String(), "looking again every 50ms")
+	must.StrContains(t, w.String(), "reading the runs again")
+}
