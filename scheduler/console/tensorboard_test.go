@@ -34,6 +34,20 @@ func appendRecords(t *testing.T, root, run string, recs ...storage.Record) {
 	must.NoError(t, r.Close())
 }
 
+// hasEvents reports, when called, whether run's one event file under out
+// holds want events.
+func hasEvents(out, run string, want int) func() bool {
+	return func() bool {
+		paths, _ := filepath.Glob(filepath.Join(out, run, "events.out.tfevents.*"))
+		if len(paths) != 1 {
+			return false
+		}
+		b, _ := os.ReadFile(paths[0])
+		evs, err := tfevents.Read(bytes.NewReader(b))
+		return err == nil && len(evs) == want
+	}
+}
+
 // readTB reads the one event file of the run exported to dir.
 func readTB(t *testing.T, dir string) (string, []tfevents.Event) {
 	t.Helper()
@@ -132,17 +146,7 @@ func TestTensorBoardFollow(t *testing.T) {
 	go func() {
 		done <- ExportTensorBoard(ctx, w, TensorBoardExport{Source: root, Out: out, Follow: true, Interval: 10 * time.Millisecond})
 	}()
-	events := func(want int) func() bool {
-		return func() bool {
-			paths, _ := filepath.Glob(filepath.Join(out, "a", "events.out.tfevents.*"))
-			if len(paths) != 1 {
-				return false
-			}
-			b, _ := os.ReadFile(paths[0])
-			evs, err := tfevents.Read(bytes.NewReader(b))
-			return err == nil && len(evs) == want
-		}
-	}
+	events := func(want int) func() bool { return hasEvents(out, "a", want) }
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(events(2)), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
 	first, _ := readTB(t, filepath.Join(out, "a"))
 	appendRecords(t, root, "a", storage.Record{Step: 2, Time: tbTime.Add(time.Second), Metrics: map[string]any{"loss": 1.0}})
@@ -215,17 +219,7 @@ func TestTensorBoardFollowOutlivesAnOutage(t *testing.T) {
 	go func() {
 		done <- ExportTensorBoard(ctx, w, TensorBoardExport{Source: root, Storage: so, Out: out, Follow: true, Interval: 50 * time.Millisecond})
 	}()
-	events := func(want int) func() bool {
-		return func() bool {
-			paths, _ := filepath.Glob(filepath.Join(out, "qs", "events.out.tfevents.*"))
-			if len(paths) != 1 {
-				return false
-			}
-			b, _ := os.ReadFile(paths[0])
-			evs, err := tfevents.Read(bytes.NewReader(b))
-			return err == nil && len(evs) == want
-		}
-	}
+	events := func(want int) func() bool { return hasEvents(out, "qs", want) }
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(events(2)), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
 	// Longer than the SDK's three attempts can span (backoffs of at most
 	// 2 s and 4 s), so that a look fails rather than retries through it.
