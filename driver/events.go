@@ -9,15 +9,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nomad-train/nomad-train/driver/executor"
 	"github.com/nomad-train/nomad-train/driver/proto/drivers"
 	"github.com/nomad-train/nomad-train/trainer/workerenv"
 )
@@ -211,7 +210,7 @@ var errEventsFile = errors.New("events file is not a regular file")
 // refused, not followed; so is its directory made a link (to another
 // task's local dir), and a file that is not the task user's.
 func (t *eventTailer) readNew() error {
-	f, err := openEventsFile(t.path)
+	f, err := executor.OpenNoLinks(t.path, os.O_RDONLY|syscall.O_NONBLOCK)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -260,19 +259,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// openEventsFile opens path for reading through its directory, neither
-// of them followed if a link, without blocking on a FIFO.
-func openEventsFile(path string) (*os.File, error) {
-	dir, err := os.OpenFile(filepath.Dir(path), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	fd, err := unix.Openat(int(dir.Fd()), filepath.Base(path), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
 }

@@ -101,3 +101,21 @@ func openOwnFile(dfd int, name, path string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), path), nil
 }
+
+// OpenNoLinks opens path with flags (O_NOFOLLOW and O_CLOEXEC added)
+// through its directory, opened without following a link: for a file the
+// plugin, as root, reads in a task's directory, where the task could make
+// the file or its directory a link to another's.
+func OpenNoLinks(path string, flags int) (*os.File, error) {
+	path = filepath.Clean(path)
+	dfd, err := unix.Open(filepath.Dir(path), dirOpenFlags, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, filepath.Base(path), flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}

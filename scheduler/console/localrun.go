@@ -123,7 +123,7 @@ func localSummary(spec *trainspec.Spec, out *launch.Outcome, res *trainer.Result
 	if out != nil {
 		// As the workers count them against max_failures, which also counts
 		// a generation lost with no process replaced.
-		s.Failures = max(len(out.Restarts), out.FailuresUsed)
+		s.Failures = out.FailuresUsed
 		s.Restarts = s.Failures + len(out.Stopped)
 	}
 	if res != nil {

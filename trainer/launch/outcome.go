@@ -59,7 +59,8 @@ type Outcome struct {
 	// FailuresUsed is the gang's failures in this launch as its workers
 	// count them against max_failures (workerenv.FailuresUsed): a
 	// generation lost without a process to replace (a worker's own child,
-	// python3 under the wrapper, died and the gang re-formed) counts too.
+	// python3 under the wrapper, died and the gang re-formed) counts too;
+	// never fewer than Restarts.
 	FailuresUsed int
 }
 

@@ -126,7 +126,7 @@ func (rf *runFiles) finish(out *Outcome, stopped bool) {
 	default:
 		rf.state.Phase = PhaseComplete
 	}
-	rf.state.Restarts = max(len(out.Restarts), out.FailuresUsed) // the gang's, as its workers count them
+	rf.state.Restarts = out.FailuresUsed // the gang's, as its workers count them
 	rf.save()
 	for _, l := range rf.logs {
 		if l != nil {
